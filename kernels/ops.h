@@ -1,0 +1,154 @@
+// The op set: everything the GPT-2 model (layers/) computes goes through this
+// interface. Two implementations:
+//   kernels/cpu/   plain loops, fp32 and fp64 - the reference and the CPU trainer
+//   kernels/cuda/  bf16 (fp32 accumulation) and fp32 - the fast path
+// Granularity is what the GPU wants: fused residual+layernorm, matmul with bias and
+// GELU epilogue, attention returning O and logsumexp, fused softmax+cross-entropy.
+//
+// Conventions (every implementation follows them):
+//  * Tensors are contiguous, row-major; shapes are in the comments.
+//  * Activations and parameters have the "activation dtype" of the run (fp64/fp32 on
+//    the CPU, bf16/fp32 on CUDA). Parameter *gradients* are fp32 when activations are
+//    bf16 (otherwise the same dtype as the activations): see GradDType().
+//  * "overwrites" means the output is written; "accumulates" means +=. Parameter
+//    gradients always accumulate (gradient accumulation over micro-batches); which
+//    activation gradients accumulate is said per op.
+//  * A matmul weight has the PyTorch nn.Linear layout (OC, C): out = inp · Wᵀ + b.
+#pragma once
+#include <memory>
+#include <string>
+#include "../src/tensor.h"
+
+namespace flashgpt {
+
+// Parameter-gradient dtype for a given activation dtype.
+inline DType GradDType(DType act) { return act == DType::bf16 ? DType::f32 : act; }
+
+enum class AttentionAlgo { flash, naive };
+
+struct MatmulForward {
+  Tensor out;      // (N, OC)   overwritten: inp·Wᵀ + b, then GELU if gelu
+  Tensor inp;      // (N, C)
+  Tensor weight;   // (OC, C)
+  Tensor bias;     // (OC) or undefined
+  bool gelu = false;
+  Tensor pre_gelu; // (N, OC)   if gelu: overwritten with the pre-activation (saved for backward)
+};
+
+struct MatmulBackward {
+  Tensor dinp;     // (N, C)    overwritten (undefined: not computed)
+  Tensor dweight;  // (OC, C)   accumulates  (grad dtype)
+  Tensor dbias;    // (OC)      accumulates  (grad dtype; undefined: no bias)
+  Tensor dout;     // (N, OC)   gradient w.r.t. the matmul output (after GELU if gelu)
+  Tensor inp;      // (N, C)
+  Tensor weight;   // (OC, C)
+  // If defined (N, OC): the forward applied GELU to this pre-activation, so dout is
+  // first multiplied by GELU'(pre_gelu). dout is then overwritten with d(pre_gelu).
+  Tensor pre_gelu;
+};
+
+struct AttentionForward {
+  Tensor out;      // (B, T, H, D) overwritten
+  Tensor lse;      // (B, H, T)    fp32, overwritten: logsumexp of each row of scaled scores
+  Tensor qkv;      // (B, T, 3, H, D) as (B, T, 3*H*D)
+  int B = 0, T = 0, H = 0, D = 0;
+  bool causal = true;
+  AttentionAlgo algo = AttentionAlgo::flash;
+  Tensor probs;    // naive only: (B, H, T, T) overwritten with P, kept for backward
+};
+
+struct AttentionBackward {
+  Tensor dqkv;     // (B, T, 3*H*D) overwritten
+  Tensor dout;     // (B, T, H, D)
+  Tensor qkv;      // (B, T, 3*H*D)
+  Tensor out;      // (B, T, H, D)  forward output
+  Tensor lse;      // (B, H, T)     fp32 from forward
+  Tensor delta;    // (B, H, T)     fp32 scratch: D = rowsum(dO ∘ O)
+  int B = 0, T = 0, H = 0, D = 0;
+  bool causal = true;
+  AttentionAlgo algo = AttentionAlgo::flash;
+  Tensor probs;    // naive only: (B, H, T, T) from forward
+};
+
+struct AdamWArgs {
+  Tensor param;    // (n) activation dtype: the weights the model reads; overwritten
+  Tensor master;   // (n) fp32 master copy, or undefined when param is already fp32/fp64
+  Tensor grad;     // (n) grad dtype
+  Tensor m, v;     // (n) fp32 (fp64 when param is fp64) optimizer state
+  float lr = 0, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0;
+  float grad_scale = 1;  // grads are multiplied by this first (clipping)
+  int step = 1;          // 1-based, for bias correction
+  uint32_t seed = 0;     // stochastic rounding when writing bf16 params
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;
+
+  // ---- memory ----
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void free(void* p) = 0;
+  virtual void memset_zero(Tensor t) = 0;
+  virtual void to_host(void* dst, const Tensor& src) = 0;     // blocking copy
+  virtual void from_host(const Tensor& dst, const void* src) = 0;
+  virtual void synchronize() = 0;
+  // dst = src converted to dst.dtype (same numel; dtypes among f32, f64, bf16).
+  virtual void cast(Tensor dst, Tensor src) = 0;
+
+  // ---- embedding ----
+  // out (B,T,C) = wte[tokens] + wpe[t]; tokens (B,T) int32 on this device. Overwrites.
+  virtual void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) = 0;
+  // dwte, dwpe accumulate. Deterministic (no float atomics).
+  virtual void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) = 0;
+
+  // ---- layernorm (eps 1e-5) ----
+  // out (N,C) = LN(inp)·w + b; mean, rstd (N) fp32 saved (fp64 in fp64 runs). Overwrites.
+  virtual void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp,
+                                 Tensor weight, Tensor bias) = 0;
+  // residual (N,C) = inp1 + inp2 (overwritten), then out = LN(residual) as above.
+  virtual void residual_layernorm_forward(Tensor residual, Tensor out, Tensor mean,
+                                          Tensor rstd, Tensor inp1, Tensor inp2,
+                                          Tensor weight, Tensor bias) = 0;
+  // dinp (N,C) accumulates; dweight, dbias (C) accumulate.
+  virtual void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout,
+                                  Tensor inp, Tensor weight, Tensor mean, Tensor rstd) = 0;
+
+  // ---- matmul ----
+  virtual void matmul_forward(const MatmulForward& a) = 0;
+  virtual void matmul_backward(const MatmulBackward& a) = 0;
+
+  // ---- GELU (tanh approximation), elementwise ----
+  virtual void gelu_forward(Tensor out, Tensor inp) = 0;                 // overwrites
+  virtual void gelu_backward(Tensor dinp, Tensor inp, Tensor dout) = 0;  // overwrites
+
+  // ---- attention, scale 1/sqrt(D) ----
+  virtual void attention_forward(const AttentionForward& a) = 0;
+  virtual void attention_backward(const AttentionBackward& a) = 0;
+
+  // ---- fused softmax + cross-entropy over a padded vocabulary ----
+  // logits (N, Vp): columns >= V are padding and ignored. For each row n:
+  //   losses[n] (fp32) = logsumexp(logits[n, :V]) - logits[n, targets[n]]   (overwritten)
+  //   if dloss != 0: logits[n, :] overwritten with dloss·(softmax - onehot), 0 in padding.
+  // targets (N) int32; a target < 0 means "ignore": loss 0, dlogits 0.
+  // Probabilities are never stored.
+  virtual void softmax_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int V,
+                                     float dloss) = 0;
+
+  // ---- optimizer ----
+  virtual void adamw_update(const AdamWArgs& a) = 0;
+  // Sum of squares of grad (any length), added into the fp32 scalar *out (on this
+  // device, as a (1) tensor; fp64 for fp64 grads). Deterministic.
+  virtual void sum_squares(Tensor out, Tensor grad) = 0;
+  // x *= s, elementwise (used for gradient scaling when not fused).
+  virtual void scale(Tensor x, float s) = 0;
+};
+
+std::unique_ptr<Ops> make_cpu_ops();
+#ifdef FLASHGPT_WITH_CUDA
+class DeviceContext;
+std::unique_ptr<Ops> make_cuda_ops(DeviceContext& ctx);
+#endif
+
+}  // namespace flashgpt

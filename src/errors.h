@@ -1,0 +1,45 @@
+// Errors and checks. Two kinds of failure:
+//   InputError  - the user's input is wrong (config, data, checkpoint, CLI): one clear
+//                 message, exit code 2, nothing already written is damaged.
+//   std::runtime_error - a bug or a failing system/library call: exit code 1.
+// Every CUDA/cuBLAS/NCCL/MPI call goes through a CHECK macro that names the call,
+// the file and the line.
+#pragma once
+#include <stdexcept>
+#include <string>
+#include <sstream>
+
+namespace flashgpt {
+
+class InputError : public std::runtime_error {
+ public:
+  explicit InputError(const std::string& what) : std::runtime_error(what) {}
+};
+
+// Builds a message from any streamable parts: fail_input("bad key ", key).
+template <class... Args>
+std::string cat(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+
+template <class... Args>
+[[noreturn]] void fail_input(const Args&... args) {
+  throw InputError(cat(args...));
+}
+
+template <class... Args>
+[[noreturn]] void fail(const Args&... args) {
+  throw std::runtime_error(cat(args...));
+}
+
+}  // namespace flashgpt
+
+// Precondition of a function (a programming error when it does not hold).
+#define FG_ASSERT(cond, ...)                                                        \
+  do {                                                                              \
+    if (!(cond))                                                                    \
+      ::flashgpt::fail(__FILE__, ":", __LINE__, ": assertion `", #cond, "` failed: ", \
+                       ##__VA_ARGS__);                                              \
+  } while (0)
