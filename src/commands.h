@@ -1,0 +1,11 @@
+// Each folder adds its own subcommands to the one `flashgpt` program; main() only
+// dispatches. A subcommand's callback throws InputError for bad input (exit 2).
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace flashgpt {
+void add_info_command(CLI::App& app);     // src/info.cpp
+void add_train_commands(CLI::App& app);   // train/commands.cpp: train, eval
+void add_data_commands(CLI::App& app);    // data/commands.cpp: prepare, encode, decode
+void add_bench_commands(CLI::App& app);   // train/bench.cpp: bench attention, ...
+}  // namespace flashgpt

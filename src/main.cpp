@@ -1,0 +1,27 @@
+// flashgpt: one program, one subcommand per job. main() only dispatches.
+#include <cstdio>
+#include "src/commands.h"
+#include "src/errors.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"flashgpt: train GPT-2 from scratch with hand-written passes and FlashAttention"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Show help for every subcommand");
+  flashgpt::add_info_command(app);
+  flashgpt::add_train_commands(app);
+  flashgpt::add_data_commands(app);
+  flashgpt::add_bench_commands(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  } catch (const flashgpt::InputError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fatal: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
