@@ -42,9 +42,11 @@ struct MatmulBackward {
   Tensor dout;     // (N, OC)   gradient w.r.t. the matmul output (after GELU if gelu)
   Tensor inp;      // (N, C)
   Tensor weight;   // (OC, C)
-  // If defined (N, OC): the forward applied GELU to this pre-activation, so dout is
-  // first multiplied by GELU'(pre_gelu). dout is then overwritten with d(pre_gelu).
-  Tensor pre_gelu;
+  // If defined (N, C): this matmul's input was inp = GELU(dinp_gelu_pre), and dinp is
+  // written as d(dinp_gelu_pre) = (dout·W) ∘ GELU'(dinp_gelu_pre) instead of dout·W.
+  // This fuses the GELU backward into the matmul epilogue (cuBLASLt DGELU): the MLP's
+  // c_proj backward uses it to hand c_fc the gradient of its pre-activation.
+  Tensor dinp_gelu_pre;
 };
 
 struct AttentionForward {
@@ -129,7 +131,8 @@ class Ops {
 
   // ---- fused softmax + cross-entropy over a padded vocabulary ----
   // logits (N, Vp): columns >= V are padding and ignored. For each row n:
-  //   losses[n] (fp32) = logsumexp(logits[n, :V]) - logits[n, targets[n]]   (overwritten)
+  //   losses[n] = logsumexp(logits[n, :V]) - logits[n, targets[n]]   (overwritten;
+  //               fp32, or fp64 in fp64 runs: the losses tensor's dtype says which)
   //   if dloss != 0: logits[n, :] overwritten with dloss·(softmax - onehot), 0 in padding.
   // targets (N) int32; a target < 0 means "ignore": loss 0, dlogits 0.
   // Probabilities are never stored.

@@ -1,0 +1,106 @@
+// GPT-2, written once against the op set (kernels/ops.h). The same code runs on the
+// CPU (fp32/fp64) and on CUDA (bf16/fp32); only the Ops object differs.
+//
+// Memory: parameters, parameter gradients and activations each live in one arena,
+// laid out layer-major, so one layer's gradients are one contiguous range (one
+// communication bucket). Nothing is allocated after construction.
+//
+// One micro-step:   set_batch(inputs, targets);  loss = forward(dloss);  backward();
+// forward() runs the LM head chunk by chunk: logits → fused softmax-CE (loss, and
+// dlogits in place when dloss != 0) → head backward for that chunk, so the
+// (B·T, Vp) logits never exist whole. backward() then runs the blocks in reverse.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+#include "kernels/ops.h"
+
+namespace flashgpt {
+
+struct ModelConfig {
+  int n_layer = 0, n_head = 0, n_embd = 0;
+  int vocab_size = 0;    // real vocabulary (50257 for GPT-2)
+  int padded_vocab = 0;  // rows of wte, a multiple of 128 for fast matmuls (50304)
+  int max_seq_len = 0;   // rows of wpe
+};
+
+// One named parameter tensor inside the parameter arena.
+struct ParamInfo {
+  std::string name;     // e.g. "h.3.attn.c_attn.weight"
+  int layer;            // -1: embeddings, n_layer: final layernorm
+  size_t offset;        // elements from the start of the arena
+  std::vector<int64_t> shape;
+  bool decay;           // 2-D weights get weight decay; biases, LN params do not
+  int64_t numel() const { int64_t n = 1; for (auto s : shape) n *= s; return n; }
+};
+
+class GPT2 {
+ public:
+  // B, T: the micro-batch this model is sized for (activations are planned for it).
+  GPT2(const ModelConfig& cfg, Ops& ops, DType dtype, int B, int T,
+       AttentionAlgo algo = AttentionAlgo::flash);
+  ~GPT2();
+  GPT2(const GPT2&) = delete;
+  GPT2& operator=(const GPT2&) = delete;
+
+  // GPT-2 initialisation: N(0, 0.02); residual projections N(0, 0.02/sqrt(2·n_layer));
+  // biases 0; layernorm weight 1, bias 0. Deterministic given the seed.
+  void init_random(uint64_t seed);
+
+  // inputs, targets: host arrays of B*T token ids (targets < 0 are ignored).
+  void set_batch(const int32_t* inputs, const int32_t* targets);
+  // Returns the mean loss over the batch's targets. If dloss != 0, also computes the
+  // gradient of the head (dlogits scaled by dloss) ready for backward().
+  float forward(float dloss);
+  // Accumulates (+=) all parameter gradients. Requires forward(dloss != 0) before it.
+  void backward();
+  void zero_grad();
+
+  const ModelConfig& config() const { return cfg_; }
+  Ops& ops() { return ops_; }
+  DType dtype() const { return dtype_; }
+  int B() const { return B_; }
+  int T() const { return T_; }
+  AttentionAlgo attention_algo() const { return algo_; }
+
+  Tensor params() const { return params_; }  // all parameters, flat, activation dtype
+  Tensor grads() const { return grads_; }    // all gradients, flat, GradDType(dtype)
+  const std::vector<ParamInfo>& param_list() const { return param_list_; }
+  size_t num_params() const { return size_t(params_.numel()); }
+  // [begin, end) element range of layer l's parameters (-1 embeddings, n_layer final LN)
+  std::pair<size_t, size_t> layer_range(int layer) const;
+  size_t activation_bytes() const { return act_bytes_; }
+  // The last forward's logits for rows [0, rows) are not kept (chunked); tests that
+  // need logits call this: (B*T, Vp) logits of the current batch written to host.
+  void logits_to_host(float* out);
+
+  // Model FLOPs per token for forward+backward (6·N + attention), for MFU.
+  double flops_per_token() const;
+
+ private:
+  struct Layer;    // views into the arenas for one block
+  void plan_params();
+  void plan_activations();
+  Tensor param(const std::string& name) const;
+  Tensor grad(const std::string& name) const;
+  void head_chunk(int64_t row0, int64_t row1, float dloss, float* loss_sum);
+
+  ModelConfig cfg_;
+  Ops& ops_;
+  DType dtype_;
+  int B_, T_;
+  AttentionAlgo algo_;
+
+  std::vector<ParamInfo> param_list_;
+  void* param_mem_ = nullptr;
+  void* grad_mem_ = nullptr;
+  void* act_mem_ = nullptr;
+  size_t act_bytes_ = 0;
+  Tensor params_, grads_;
+  std::vector<Layer> layers_;
+  struct Acts;
+  Acts* acts_ = nullptr;
+  std::vector<float> host_losses_;
+};
+
+}  // namespace flashgpt
