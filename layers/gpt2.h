@@ -49,11 +49,12 @@ class GPT2 {
 
   // inputs, targets: host arrays of B*T token ids (targets < 0 are ignored).
   void set_batch(const int32_t* inputs, const int32_t* targets);
-  // Returns the mean loss over the batch's targets. If dloss != 0, also computes the
+  // Returns the mean loss over the batch's targets (last_loss() has it in double). If dloss != 0, also computes the
   // gradient of the head (dlogits scaled by dloss) ready for backward().
   float forward(float dloss);
   // Accumulates (+=) all parameter gradients. Requires forward(dloss != 0) before it.
   void backward();
+  double last_loss() const { return last_loss_; }
   void zero_grad();
 
   const ModelConfig& config() const { return cfg_; }
@@ -100,7 +101,8 @@ class GPT2 {
   std::vector<Layer> layers_;
   struct Acts;
   Acts* acts_ = nullptr;
-  std::vector<float> host_losses_;
+  std::vector<int32_t> host_targets_;
+  double last_loss_ = 0;
 };
 
 }  // namespace flashgpt

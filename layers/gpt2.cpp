@@ -1,0 +1,400 @@
+// GPT-2 forward and backward, written once against the op set.
+// Notation: BT = B·T rows, C = n_embd, H heads of D = C/H, Vp = padded vocab.
+#include "layers/gpt2.h"
+#include <cmath>
+#include <cstring>
+#include <random>
+#include "src/errors.h"
+
+namespace flashgpt {
+namespace {
+
+constexpr size_t kAlignElems = 64;   // every tensor starts 128-byte aligned (bf16) or better
+constexpr int64_t kHeadChunkRows = 8192;  // rows of logits alive at once (B·T·Vp never exists)
+constexpr double kInitStd = 0.02;
+
+size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+DType stat_dtype(DType act) { return act == DType::f64 ? DType::f64 : DType::f32; }
+
+// Host copy of any float tensor as doubles (fp32, fp64 or bf16 storage).
+std::vector<double> host_doubles(Ops& ops, const Tensor& t) {
+  std::vector<char> raw(t.nbytes());
+  ops.to_host(raw.data(), t);
+  std::vector<double> out(size_t(t.numel()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (t.dtype == DType::f32) out[i] = reinterpret_cast<float*>(raw.data())[i];
+    else if (t.dtype == DType::f64) out[i] = reinterpret_cast<double*>(raw.data())[i];
+    else {  // bf16: the top 16 bits of an fp32
+      uint32_t bits = uint32_t(reinterpret_cast<uint16_t*>(raw.data())[i]) << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      out[i] = f;
+    }
+  }
+  return out;
+}
+
+// Upload doubles into a tensor of any float dtype (host-side conversion).
+void upload_doubles(Ops& ops, const Tensor& t, const std::vector<double>& v) {
+  std::vector<char> raw(t.nbytes());
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (t.dtype == DType::f32) reinterpret_cast<float*>(raw.data())[i] = float(v[i]);
+    else if (t.dtype == DType::f64) reinterpret_cast<double*>(raw.data())[i] = v[i];
+    else {  // bf16, round to nearest even
+      float f = float(v[i]);
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      bits += 0x7fff + ((bits >> 16) & 1);
+      reinterpret_cast<uint16_t*>(raw.data())[i] = uint16_t(bits >> 16);
+    }
+  }
+  ops.from_host(t, raw.data());
+}
+
+// Lays out named tensors in one allocation; offsets first, memory later.
+struct ArenaPlan {
+  struct Entry { Tensor* t; size_t offset; };
+  std::vector<Entry> entries;
+  size_t bytes = 0;
+  void add(Tensor& t, DType dtype, Device dev, std::initializer_list<int64_t> shape) {
+    t = Tensor(nullptr, dtype, dev, shape);
+    bytes = align_up(bytes, 256);
+    entries.push_back({&t, bytes});
+    bytes += t.nbytes();
+  }
+  void* allocate(Ops& ops) {
+    char* base = static_cast<char*>(ops.alloc(bytes));
+    for (auto& e : entries) e.t->data = base + e.offset;
+    return base;
+  }
+};
+
+}  // namespace
+
+// Views into the parameter and gradient arenas for one block.
+struct GPT2::Layer {
+  Tensor ln1_w, ln1_b, qkv_w, qkv_b, attproj_w, attproj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
+  Tensor d_ln1_w, d_ln1_b, d_qkv_w, d_qkv_b, d_attproj_w, d_attproj_b, d_ln2_w, d_ln2_b, d_fc_w, d_fc_b, d_fcproj_w, d_fcproj_b;
+};
+
+// Activations: per layer what backward needs, plus scratch shared by all layers.
+struct GPT2::Acts {
+  struct PerLayer {
+    Tensor ln1, ln1_mean, ln1_rstd;   // (BT,C), (BT), (BT)
+    Tensor qkv;                       // (BT,3C) = (B,T,3,H,D)
+    Tensor atty, lse, probs;          // (BT,C) = (B,T,H,D), (B,H,T), naive: (B,H,T,T)
+    Tensor res2;                      // (BT,C) residual after attention
+    Tensor ln2, ln2_mean, ln2_rstd;   // (BT,C), (BT), (BT)
+    Tensor fch_pre, fch;              // (BT,4C) before / after GELU
+    Tensor res3;                      // (BT,C) residual after the MLP = block output
+  };
+  std::vector<PerLayer> l;
+  Tensor tokens, targets;             // (B,T) and (BT) int32
+  Tensor encoded;                     // (BT,C) embeddings
+  Tensor lnf, lnf_mean, lnf_rstd;     // (BT,C), (BT), (BT)
+  Tensor losses;                      // (BT)
+  Tensor logits;                      // (chunk, Vp) head scratch, becomes dlogits
+  // scratch
+  Tensor proj;                        // (BT,C) output of attn/MLP projections
+  Tensor dres, dln, datty;            // (BT,C)
+  Tensor dqkv;                        // (BT,3C)
+  Tensor dfch;                        // (BT,4C)
+  Tensor delta;                       // (B,H,T) attention backward rowsum(dO∘O)
+};
+
+GPT2::GPT2(const ModelConfig& cfg, Ops& ops, DType dtype, int B, int T, AttentionAlgo algo)
+    : cfg_(cfg), ops_(ops), dtype_(dtype), B_(B), T_(T), algo_(algo) {
+  FG_ASSERT(cfg.n_embd % cfg.n_head == 0, "n_embd must be divisible by n_head");
+  FG_ASSERT(T <= cfg.max_seq_len, "T exceeds max_seq_len");
+  FG_ASSERT(cfg.padded_vocab >= cfg.vocab_size, "padded_vocab < vocab_size");
+  plan_params();
+  plan_activations();
+}
+
+GPT2::~GPT2() {
+  if (param_mem_) ops_.free(param_mem_);
+  if (grad_mem_) ops_.free(grad_mem_);
+  if (act_mem_) ops_.free(act_mem_);
+  delete acts_;
+}
+
+void GPT2::plan_params() {
+  const int64_t C = cfg_.n_embd, L = cfg_.n_layer;
+  size_t off = 0;
+  auto add = [&](const std::string& name, int layer, std::vector<int64_t> shape, bool decay) {
+    ParamInfo p{name, layer, off, shape, decay};
+    off = align_up(off + size_t(p.numel()), kAlignElems);
+    param_list_.push_back(p);
+  };
+  // Layer-major: one layer's parameters (and so its gradients) are one contiguous range.
+  add("wte", -1, {cfg_.padded_vocab, C}, true);
+  add("wpe", -1, {cfg_.max_seq_len, C}, true);
+  for (int l = 0; l < L; ++l) {
+    std::string h = "h." + std::to_string(l) + ".";
+    add(h + "ln_1.weight", l, {C}, false);
+    add(h + "ln_1.bias", l, {C}, false);
+    add(h + "attn.c_attn.weight", l, {3 * C, C}, true);
+    add(h + "attn.c_attn.bias", l, {3 * C}, false);
+    add(h + "attn.c_proj.weight", l, {C, C}, true);
+    add(h + "attn.c_proj.bias", l, {C}, false);
+    add(h + "ln_2.weight", l, {C}, false);
+    add(h + "ln_2.bias", l, {C}, false);
+    add(h + "mlp.c_fc.weight", l, {4 * C, C}, true);
+    add(h + "mlp.c_fc.bias", l, {4 * C}, false);
+    add(h + "mlp.c_proj.weight", l, {C, 4 * C}, true);
+    add(h + "mlp.c_proj.bias", l, {C}, false);
+  }
+  add("ln_f.weight", int(L), {C}, false);
+  add("ln_f.bias", int(L), {C}, false);
+
+  DType gd = GradDType(dtype_);
+  param_mem_ = ops_.alloc(off * dtype_size(dtype_));
+  grad_mem_ = ops_.alloc(off * dtype_size(gd));
+  params_ = Tensor(param_mem_, dtype_, ops_.device(), {int64_t(off)});
+  grads_ = Tensor(grad_mem_, gd, ops_.device(), {int64_t(off)});
+  ops_.memset_zero(params_);
+  ops_.memset_zero(grads_);
+
+  layers_.resize(size_t(L));
+  for (int l = 0; l < L; ++l) {
+    std::string h = "h." + std::to_string(l) + ".";
+    Layer& y = layers_[size_t(l)];
+    const char* names[] = {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                           "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                           "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+    Tensor* p[] = {&y.ln1_w, &y.ln1_b, &y.qkv_w, &y.qkv_b, &y.attproj_w, &y.attproj_b,
+                   &y.ln2_w, &y.ln2_b, &y.fc_w, &y.fc_b, &y.fcproj_w, &y.fcproj_b};
+    Tensor* g[] = {&y.d_ln1_w, &y.d_ln1_b, &y.d_qkv_w, &y.d_qkv_b, &y.d_attproj_w, &y.d_attproj_b,
+                   &y.d_ln2_w, &y.d_ln2_b, &y.d_fc_w, &y.d_fc_b, &y.d_fcproj_w, &y.d_fcproj_b};
+    for (int i = 0; i < 12; ++i) {
+      *p[i] = param(h + names[i]);
+      *g[i] = grad(h + names[i]);
+    }
+  }
+}
+
+static Tensor slice_as(const Tensor& flat, const ParamInfo& p) {
+  Tensor t = flat;
+  t.data = static_cast<char*>(flat.data) + p.offset * dtype_size(flat.dtype);
+  t.ndim = int(p.shape.size());
+  for (int i = 0; i < t.ndim; ++i) t.shape[i] = p.shape[size_t(i)];
+  return t;
+}
+
+Tensor GPT2::param(const std::string& name) const {
+  for (const auto& p : param_list_) if (p.name == name) return slice_as(params_, p);
+  fail("no parameter named ", name);
+}
+Tensor GPT2::grad(const std::string& name) const {
+  for (const auto& p : param_list_) if (p.name == name) return slice_as(grads_, p);
+  fail("no parameter named ", name);
+}
+
+std::pair<size_t, size_t> GPT2::layer_range(int layer) const {
+  size_t begin = SIZE_MAX, end = 0;
+  for (const auto& p : param_list_) {
+    if (p.layer != layer) continue;
+    begin = std::min(begin, p.offset);
+    end = std::max(end, p.offset + size_t(p.numel()));
+  }
+  FG_ASSERT(begin != SIZE_MAX, "no parameters for layer ", layer);
+  return {begin, end};
+}
+
+void GPT2::plan_activations() {
+  const int64_t B = B_, T = T_, BT = B * T, C = cfg_.n_embd, H = cfg_.n_head, L = cfg_.n_layer;
+  const int64_t Vp = cfg_.padded_vocab;
+  const DType a = dtype_, s = stat_dtype(dtype_);
+  const Device dev = ops_.device();
+  acts_ = new Acts();
+  Acts& A = *acts_;
+  ArenaPlan plan;
+  A.l.resize(size_t(L));
+  for (auto& y : A.l) {
+    plan.add(y.ln1, a, dev, {BT, C});
+    plan.add(y.ln1_mean, s, dev, {BT});
+    plan.add(y.ln1_rstd, s, dev, {BT});
+    plan.add(y.qkv, a, dev, {BT, 3 * C});
+    plan.add(y.atty, a, dev, {BT, C});
+    plan.add(y.lse, s, dev, {B, H, T});
+    if (algo_ == AttentionAlgo::naive) plan.add(y.probs, a, dev, {B, H, T, T});
+    plan.add(y.res2, a, dev, {BT, C});
+    plan.add(y.ln2, a, dev, {BT, C});
+    plan.add(y.ln2_mean, s, dev, {BT});
+    plan.add(y.ln2_rstd, s, dev, {BT});
+    plan.add(y.fch_pre, a, dev, {BT, 4 * C});
+    plan.add(y.fch, a, dev, {BT, 4 * C});
+    plan.add(y.res3, a, dev, {BT, C});
+  }
+  plan.add(A.tokens, DType::i32, dev, {B, T});
+  plan.add(A.targets, DType::i32, dev, {BT});
+  plan.add(A.encoded, a, dev, {BT, C});
+  plan.add(A.lnf, a, dev, {BT, C});
+  plan.add(A.lnf_mean, s, dev, {BT});
+  plan.add(A.lnf_rstd, s, dev, {BT});
+  plan.add(A.losses, s, dev, {BT});
+  plan.add(A.logits, a, dev, {std::min(BT, kHeadChunkRows), Vp});
+  plan.add(A.proj, a, dev, {BT, C});
+  plan.add(A.dres, a, dev, {BT, C});
+  plan.add(A.dln, a, dev, {BT, C});
+  plan.add(A.datty, a, dev, {BT, C});
+  plan.add(A.dqkv, a, dev, {BT, 3 * C});
+  plan.add(A.dfch, a, dev, {BT, 4 * C});
+  plan.add(A.delta, s, dev, {B, H, T});
+  act_bytes_ = plan.bytes;
+  act_mem_ = plan.allocate(ops_);
+}
+
+void GPT2::init_random(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const double proj_std = kInitStd / std::sqrt(2.0 * cfg_.n_layer);
+  std::vector<double> host(size_t(params_.numel()), 0.0);
+  for (const auto& p : param_list_) {
+    double* w = host.data() + p.offset;
+    const int64_t n = p.numel();
+    auto ends_with = [&](const char* suffix) {
+      size_t k = std::strlen(suffix);
+      return p.name.size() >= k && p.name.compare(p.name.size() - k, k, suffix) == 0;
+    };
+    if (ends_with("ln_1.weight") || ends_with("ln_2.weight") || p.name == "ln_f.weight") {
+      for (int64_t i = 0; i < n; ++i) w[i] = 1.0;
+    } else if (p.shape.size() == 2) {
+      bool residual_proj = ends_with("c_proj.weight");
+      std::normal_distribution<double> dist(0.0, residual_proj ? proj_std : kInitStd);
+      for (int64_t i = 0; i < n; ++i) w[i] = dist(rng);
+      if (p.name == "wte")  // padding rows never receive gradient; keep them zero
+        for (int64_t i = int64_t(cfg_.vocab_size) * cfg_.n_embd; i < n; ++i) w[i] = 0.0;
+    }  // biases stay 0
+  }
+  upload_doubles(ops_, params_, host);
+}
+
+void GPT2::set_batch(const int32_t* inputs, const int32_t* targets) {
+  const int64_t BT = int64_t(B_) * T_;
+  for (int64_t i = 0; i < BT; ++i) {
+    if (inputs[i] < 0 || inputs[i] >= cfg_.vocab_size)
+      fail_input("token id ", inputs[i], " at position ", i, " is outside the vocabulary [0, ", cfg_.vocab_size, ")");
+    if (targets[i] >= cfg_.vocab_size)
+      fail_input("target id ", targets[i], " at position ", i, " is outside the vocabulary");
+  }
+  ops_.from_host(acts_->tokens, inputs);
+  ops_.from_host(acts_->targets, targets);
+  host_targets_.assign(targets, targets + BT);
+}
+
+void GPT2::zero_grad() { ops_.memset_zero(grads_); }
+
+float GPT2::forward(float dloss) {
+  Acts& A = *acts_;
+  const int B = B_, T = T_, C = cfg_.n_embd, H = cfg_.n_head, D = C / H, L = cfg_.n_layer;
+  ops_.embedding_forward(A.encoded, A.tokens, param("wte"), param("wpe"));
+  const Tensor lnf_w = param("ln_f.weight"), lnf_b = param("ln_f.bias");
+  for (int l = 0; l < L; ++l) {
+    Layer& w = layers_[size_t(l)];
+    Acts::PerLayer& y = A.l[size_t(l)];
+    const Tensor& res_in = l == 0 ? A.encoded : A.l[size_t(l - 1)].res3;
+    // ln_1 of layer 0; later layers got theirs fused into the previous block's last residual add
+    if (l == 0) ops_.layernorm_forward(y.ln1, y.ln1_mean, y.ln1_rstd, res_in, w.ln1_w, w.ln1_b);
+    ops_.matmul_forward({.out = y.qkv, .inp = y.ln1, .weight = w.qkv_w, .bias = w.qkv_b});
+    AttentionForward att;
+    att.out = y.atty; att.lse = y.lse; att.qkv = y.qkv; att.probs = y.probs;
+    att.B = B; att.T = T; att.H = H; att.D = D; att.causal = true; att.algo = algo_;
+    ops_.attention_forward(att);
+    ops_.matmul_forward({.out = A.proj, .inp = y.atty, .weight = w.attproj_w, .bias = w.attproj_b});
+    ops_.residual_layernorm_forward(y.res2, y.ln2, y.ln2_mean, y.ln2_rstd, res_in, A.proj, w.ln2_w, w.ln2_b);
+    ops_.matmul_forward({.out = y.fch, .inp = y.ln2, .weight = w.fc_w, .bias = w.fc_b, .gelu = true, .pre_gelu = y.fch_pre});
+    ops_.matmul_forward({.out = A.proj, .inp = y.fch, .weight = w.fcproj_w, .bias = w.fcproj_b});
+    if (l + 1 < L) {
+      Layer& nw = layers_[size_t(l + 1)];
+      Acts::PerLayer& ny = A.l[size_t(l + 1)];
+      ops_.residual_layernorm_forward(y.res3, ny.ln1, ny.ln1_mean, ny.ln1_rstd, y.res2, A.proj, nw.ln1_w, nw.ln1_b);
+    } else {
+      ops_.residual_layernorm_forward(y.res3, A.lnf, A.lnf_mean, A.lnf_rstd, y.res2, A.proj, lnf_w, lnf_b);
+    }
+  }
+  // LM head, chunk by chunk: logits → loss (+ dlogits in place) → head backward.
+  const int64_t BT = int64_t(B) * T;
+  const int64_t chunk = A.logits.shape[0];
+  for (int64_t r = 0; r < BT; r += chunk) head_chunk(r, std::min(BT, r + chunk), dloss, nullptr);
+  std::vector<double> losses = host_doubles(ops_, A.losses);
+  double sum = 0;
+  int64_t count = 0;
+  for (int64_t i = 0; i < BT; ++i)
+    if (host_targets_[size_t(i)] >= 0) { sum += losses[size_t(i)]; ++count; }
+  last_loss_ = count ? sum / double(count) : 0.0;
+  return float(last_loss_);
+}
+
+void GPT2::head_chunk(int64_t row0, int64_t row1, float dloss, float*) {
+  Acts& A = *acts_;
+  const Tensor wte = param("wte");
+  Tensor logits = A.logits.rows(0, row1 - row0);
+  Tensor lnf = A.lnf.rows(row0, row1);
+  ops_.matmul_forward({.out = logits, .inp = lnf, .weight = wte});
+  ops_.softmax_cross_entropy(A.losses.rows(row0, row1), logits, A.targets.rows(row0, row1),
+                             cfg_.vocab_size, dloss);
+  if (dloss != 0.0f) {
+    // dlnf rows (overwritten) and dwte (+=) from this chunk's dlogits; dln is free
+    // until the last layer's backward, so it holds dlnf.
+    ops_.matmul_backward({.dinp = A.dln.rows(row0, row1), .dweight = grad("wte"), .dout = logits,
+                          .inp = lnf, .weight = wte});
+  }
+}
+
+void GPT2::backward() {
+  Acts& A = *acts_;
+  const int B = B_, T = T_, C = cfg_.n_embd, H = cfg_.n_head, D = C / H, L = cfg_.n_layer;
+  // dres accumulates the gradient of the residual stream as we walk back.
+  ops_.memset_zero(A.dres);
+  ops_.layernorm_backward(A.dres, grad("ln_f.weight"), grad("ln_f.bias"), A.dln,
+                          A.l[size_t(L - 1)].res3, param("ln_f.weight"), A.lnf_mean, A.lnf_rstd);
+  for (int l = L - 1; l >= 0; --l) {
+    Layer& w = layers_[size_t(l)];
+    Acts::PerLayer& y = A.l[size_t(l)];
+    const Tensor& res_in = l == 0 ? A.encoded : A.l[size_t(l - 1)].res3;
+    // res3 = res2 + c_proj(gelu(c_fc(ln2))): dres is d(res3) = d(mlp out), and flows on to d(res2).
+    ops_.matmul_backward({.dinp = A.dfch, .dweight = w.d_fcproj_w, .dbias = w.d_fcproj_b, .dout = A.dres,
+                          .inp = y.fch, .weight = w.fcproj_w, .dinp_gelu_pre = y.fch_pre});
+    ops_.matmul_backward({.dinp = A.dln, .dweight = w.d_fc_w, .dbias = w.d_fc_b, .dout = A.dfch,
+                          .inp = y.ln2, .weight = w.fc_w});
+    ops_.layernorm_backward(A.dres, w.d_ln2_w, w.d_ln2_b, A.dln, y.res2, w.ln2_w, y.ln2_mean, y.ln2_rstd);
+    // res2 = res_in + c_proj(attn(c_attn(ln1))): dres is now d(res2).
+    ops_.matmul_backward({.dinp = A.datty, .dweight = w.d_attproj_w, .dbias = w.d_attproj_b, .dout = A.dres,
+                          .inp = y.atty, .weight = w.attproj_w});
+    AttentionBackward att;
+    att.dqkv = A.dqkv; att.dout = A.datty; att.qkv = y.qkv; att.out = y.atty; att.lse = y.lse;
+    att.delta = A.delta; att.probs = y.probs;
+    att.B = B; att.T = T; att.H = H; att.D = D; att.causal = true; att.algo = algo_;
+    ops_.attention_backward(att);
+    ops_.matmul_backward({.dinp = A.dln, .dweight = w.d_qkv_w, .dbias = w.d_qkv_b, .dout = A.dqkv,
+                          .inp = y.ln1, .weight = w.qkv_w});
+    ops_.layernorm_backward(A.dres, w.d_ln1_w, w.d_ln1_b, A.dln, res_in, w.ln1_w, y.ln1_mean, y.ln1_rstd);
+  }
+  ops_.embedding_backward(grad("wte"), grad("wpe"), A.dres, A.tokens);
+}
+
+void GPT2::logits_to_host(float* out) {
+  Acts& A = *acts_;
+  const int64_t BT = int64_t(B_) * T_, Vp = cfg_.padded_vocab, chunk = A.logits.shape[0];
+  const Tensor wte = param("wte");
+  for (int64_t r = 0; r < BT; r += chunk) {
+    int64_t r1 = std::min(BT, r + chunk);
+    Tensor logits = A.logits.rows(0, r1 - r);
+    ops_.matmul_forward({.out = logits, .inp = A.lnf.rows(r, r1), .weight = wte});
+    std::vector<double> v = host_doubles(ops_, logits);
+    for (size_t i = 0; i < v.size(); ++i) out[size_t(r * Vp) + i] = float(v[i]);
+  }
+}
+
+double GPT2::flops_per_token() const {
+  // 6 FLOPs per parameter per token (forward 2, backward 4), embeddings' lookups
+  // excluded but the tied LM head included; plus attention: QKᵀ and PV, forward
+  // 2·2·T·C per token per layer (causal halves it), backward twice that.
+  const double C = cfg_.n_embd, L = cfg_.n_layer, T = T_;
+  double n = 0;
+  for (const auto& p : param_list_) if (p.name != "wpe") n += double(p.numel());
+  double attn = L * 2.0 * 2.0 * T * C * 0.5 * 3.0;
+  return 6.0 * n + attn;
+}
+
+}  // namespace flashgpt

@@ -1,0 +1,63 @@
+#include "train/backend.h"
+#include "src/errors.h"
+#ifdef FLASHGPT_WITH_CUDA
+#include "src/cuda/device_context.h"
+#endif
+
+namespace flashgpt {
+
+bool cuda_available() {
+#ifdef FLASHGPT_WITH_CUDA
+  return cuda_device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+// Dense bf16 tensor-core peak (TFLOP/s) of GPUs we know; 0 = unknown (print TFLOP/s).
+static double known_peak_tflops(const std::string& name) {
+  if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos) return 989.0;
+  if (name.find("A100") != std::string::npos) return 312.0;
+  return 0.0;
+}
+
+Backend make_backend(const std::string& device, const std::string& precision) {
+  Backend b;
+  bool use_cuda = device == "cuda" || (device == "auto" && cuda_available());
+  if (device == "cuda" && !cuda_available())
+    fail_input("run.device is 'cuda' but ",
+#ifdef FLASHGPT_WITH_CUDA
+               "no CUDA GPU is visible"
+#else
+               "this flashgpt was built without CUDA (-DFLASHGPT_CUDA=OFF or no nvcc)"
+#endif
+    );
+  if (use_cuda) {
+#ifdef FLASHGPT_WITH_CUDA
+    if (precision == "fp64") fail_input("train.precision fp64 is only supported on the CPU");
+    b.dtype = precision == "fp32" ? DType::f32 : DType::bf16;
+    auto ctx = std::make_shared<DeviceContext>(0);
+    b.ops = make_cuda_ops(*ctx);
+    b.gpu_name = ctx->props().name;
+    b.context = ctx;
+    b.peak_tflops = known_peak_tflops(b.gpu_name);
+#endif
+  } else {
+    if (precision == "bf16") fail_input("train.precision bf16 needs a GPU; use fp32 on the CPU");
+    b.dtype = precision == "fp64" ? DType::f64 : DType::f32;
+    b.ops = make_cpu_ops();
+  }
+  return b;
+}
+
+size_t Backend::device_memory_used() const {
+#ifdef FLASHGPT_WITH_CUDA
+  if (context) {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) return total_b - free_b;
+  }
+#endif
+  return 0;
+}
+
+}  // namespace flashgpt

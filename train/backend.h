@@ -1,0 +1,24 @@
+// Picks the compute backend for a run: CPU ops (fp32/fp64) or CUDA ops (bf16/fp32),
+// from run.device and train.precision.
+#pragma once
+#include <memory>
+#include <string>
+#include "kernels/ops.h"
+#include "src/config.h"
+
+namespace flashgpt {
+
+struct Backend {
+  std::shared_ptr<void> context;  // the CUDA DeviceContext when on a GPU (opaque here)
+  std::unique_ptr<Ops> ops;
+  DType dtype = DType::f32;       // activation / weight dtype
+  std::string gpu_name;           // empty on the CPU
+  double peak_tflops = 0;         // dense bf16 peak of this GPU, 0 if unknown
+  size_t device_memory_used() const;  // bytes in use on the GPU (0 on the CPU)
+};
+
+// device: auto | cpu | cuda; precision: auto | bf16 | fp32 | fp64.
+Backend make_backend(const std::string& device, const std::string& precision);
+bool cuda_available();  // built with CUDA and at least one GPU visible
+
+}  // namespace flashgpt
