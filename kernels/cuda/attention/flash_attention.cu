@@ -1,0 +1,138 @@
+// The public entry points of flash_attention.h: check what the kernels assume, fill a
+// FlashParams, pick the code path and the instantiation (head dim × causal).
+//
+// Run-time switches (environment):
+//   FLASHGPT_ATTENTION_PATH=sm80|sm90|auto  code path; auto (default) takes the best one
+//       built for the device. Only the portable sm80 path (mma.sync) exists so far, so
+//       auto means sm80 everywhere and sm90 is refused with an InputError.
+//   FLASHGPT_DETERMINISTIC=1  backward computes dQ without float atomics (a separate
+//       kernel looping over key tiles; ~1.3× the backward time). Default: atomics.
+#include "kernels/cuda/attention/flash_attention.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include "kernels/cuda/attention/cuda_check.h"
+#include "kernels/cuda/attention/flash_params.h"
+
+namespace flashgpt::cuda {
+namespace {
+
+using attn::FlashParams;
+
+enum class Path { sm80, sm90 };
+
+Path choose_path() {
+  const char* env = std::getenv("FLASHGPT_ATTENTION_PATH");
+  const std::string want = env ? env : "auto";
+  if (want == "auto" || want == "sm80") return Path::sm80;
+  if (want == "sm90")
+    fail_input("FLASHGPT_ATTENTION_PATH=sm90: the Hopper (wgmma/TMA) attention path is not "
+               "implemented yet; use sm80 or auto");
+  fail_input("FLASHGPT_ATTENTION_PATH must be sm80, sm90 or auto, got '", want, "'");
+}
+
+bool deterministic_requested() {
+  const char* env = std::getenv("FLASHGPT_DETERMINISTIC");
+  return env && std::string(env) == "1";
+}
+
+void check_tensor(const Tensor& t, const char* name, DType dtype, int64_t numel) {
+  if (!t.defined()) fail_input("flash attention: ", name, " is not set");
+  if (t.device != Device::cuda) fail_input("flash attention: ", name, " must be on the GPU");
+  if (t.dtype != dtype)
+    fail_input("flash attention: ", name, " must be ", dtype_name(dtype), ", got ", dtype_name(t.dtype));
+  if (t.numel() != numel)
+    fail_input("flash attention: ", name, " has ", t.numel(), " elements ", t.shape_str(),
+               ", expected ", numel);
+  // cp.async and the vector stores move 16 bytes at a time.
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
+    fail_input("flash attention: ", name, " must be 16-byte aligned");
+}
+
+void check_sizes(int B, int T, int H, int D) {
+  if (D != 64 && D != 128) fail_input("flash attention supports head dim 64 or 128, got ", D);
+  if (B < 1 || T < 1 || H < 1)
+    fail_input("flash attention needs B, T, H >= 1, got B=", B, " T=", T, " H=", H);
+  // Grid dimensions y and z hold H and B.
+  if (B > 65535 || H > 65535) fail_input("flash attention: B and H must be <= 65535");
+}
+
+FlashParams make_params(int B, int T, int H, int D) {
+  FlashParams p;
+  p.B = B;
+  p.T = T;
+  p.H = H;
+  p.D = D;
+  p.qkv_row_stride = int64_t(3) * H * D;
+  p.o_row_stride = int64_t(H) * D;
+  p.scale = 1.0f / std::sqrt(float(D));
+  p.scale_log2 = p.scale * attn::kLog2e;
+  return p;
+}
+
+}  // namespace
+
+size_t flash_attention_workspace_bytes(int B, int T, int H, int D) {
+  return size_t(B) * H * T * D * sizeof(float);  // the fp32 dQ accumulator
+}
+
+void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
+  check_sizes(a.B, a.T, a.H, a.D);
+  const int64_t tokens = int64_t(a.B) * a.T;
+  check_tensor(a.qkv, "qkv", DType::bf16, tokens * 3 * a.H * a.D);
+  check_tensor(a.out, "out", DType::bf16, tokens * a.H * a.D);
+  check_tensor(a.lse, "lse", DType::f32, tokens * a.H);
+  FlashParams p = make_params(a.B, a.T, a.H, a.D);
+  p.qkv = a.qkv.as<const __nv_bfloat16>();
+  p.out = a.out.as<__nv_bfloat16>();
+  p.lse = a.lse.as<float>();
+  switch (choose_path()) {
+    case Path::sm80:
+    case Path::sm90:
+      if (a.D == 64)
+        a.causal ? attn::launch_fwd_sm80<64, /*kCausal=*/true>(p, stream)
+                 : attn::launch_fwd_sm80<64, /*kCausal=*/false>(p, stream);
+      else
+        a.causal ? attn::launch_fwd_sm80<128, /*kCausal=*/true>(p, stream)
+                 : attn::launch_fwd_sm80<128, /*kCausal=*/false>(p, stream);
+      break;
+  }
+}
+
+void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaStream_t stream) {
+  check_sizes(a.B, a.T, a.H, a.D);
+  const int64_t tokens = int64_t(a.B) * a.T;
+  check_tensor(a.dqkv, "dqkv", DType::bf16, tokens * 3 * a.H * a.D);
+  check_tensor(a.qkv, "qkv", DType::bf16, tokens * 3 * a.H * a.D);
+  check_tensor(a.dout, "dout", DType::bf16, tokens * a.H * a.D);
+  check_tensor(a.out, "out", DType::bf16, tokens * a.H * a.D);
+  check_tensor(a.lse, "lse", DType::f32, tokens * a.H);
+  check_tensor(a.delta, "delta", DType::f32, tokens * a.H);
+  const bool deterministic = deterministic_requested();
+  if (!deterministic && (workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % 16 != 0))
+    fail_input("flash attention backward needs a 16-byte aligned workspace of "
+               "flash_attention_workspace_bytes() bytes");
+  FlashParams p = make_params(a.B, a.T, a.H, a.D);
+  p.qkv = a.qkv.as<const __nv_bfloat16>();
+  p.out = a.out.as<__nv_bfloat16>();
+  p.lse = a.lse.as<float>();
+  p.dout = a.dout.as<const __nv_bfloat16>();
+  p.dqkv = a.dqkv.as<__nv_bfloat16>();
+  p.delta = a.delta.as<float>();
+  p.dq_accum = static_cast<float*>(workspace);
+  switch (choose_path()) {
+    case Path::sm80:
+    case Path::sm90:
+      if (a.D == 64)
+        a.causal ? attn::launch_bwd_sm80<64, /*kCausal=*/true>(p, deterministic, stream)
+                 : attn::launch_bwd_sm80<64, /*kCausal=*/false>(p, deterministic, stream);
+      else
+        a.causal ? attn::launch_bwd_sm80<128, /*kCausal=*/true>(p, deterministic, stream)
+                 : attn::launch_bwd_sm80<128, /*kCausal=*/false>(p, deterministic, stream);
+      break;
+  }
+}
+
+}  // namespace flashgpt::cuda

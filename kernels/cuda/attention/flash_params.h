@@ -1,0 +1,38 @@
+// What the FlashAttention kernels read and write, as one struct, and the launchers of
+// each code path (defined in flash_fwd_sm80.cu, flash_bwd_sm80.cu). Internal to
+// kernels/cuda/attention/: the rest of flashgpt calls flash_attention.h.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <cstdint>
+
+namespace flashgpt::cuda::attn {
+
+constexpr float kLog2e = 1.4426950408889634f;  // exp(x) = exp2(x * log2(e))
+
+struct FlashParams {
+  // Inputs and outputs; row strides are in elements.
+  const __nv_bfloat16* qkv = nullptr;  // (B, T, 3, H, D): row stride 3*H*D
+  __nv_bfloat16* out = nullptr;        // (B, T, H, D):    row stride H*D
+  float* lse = nullptr;                // (B, H, T) natural-log logsumexp of scaled scores
+  // Backward only.
+  const __nv_bfloat16* dout = nullptr;  // (B, T, H, D)
+  __nv_bfloat16* dqkv = nullptr;        // (B, T, 3, H, D)
+  float* delta = nullptr;               // (B, H, T): rowsum(dO ∘ O)
+  float* dq_accum = nullptr;            // (B, H, T, D) fp32 workspace (atomic mode)
+
+  int B = 0, T = 0, H = 0, D = 0;
+  int64_t qkv_row_stride = 0;  // 3*H*D
+  int64_t o_row_stride = 0;    // H*D
+  float scale = 0;             // 1/sqrt(D)
+  float scale_log2 = 0;        // scale * log2(e): scores go straight into exp2
+};
+
+// Portable path (mma.sync, cp.async): sm_80 and newer.
+template <int kHeadDim, bool kCausal>
+void launch_fwd_sm80(const FlashParams& p, cudaStream_t stream);
+// deterministic: dQ by a separate kernel that loops over K/V tiles (no float atomics).
+template <int kHeadDim, bool kCausal>
+void launch_bwd_sm80(const FlashParams& p, bool deterministic, cudaStream_t stream);
+
+}  // namespace flashgpt::cuda::attn

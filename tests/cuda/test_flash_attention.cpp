@@ -1,0 +1,367 @@
+// FlashAttention kernels (kernels/cuda/attention/) against an fp64 CPU reference.
+//
+// Every case draws fresh random bf16 inputs, computes
+//   ref64  - exact attention in double precision on the same bf16 inputs,
+//   naive  - the same math as a plain bf16 kernel would do it: fp32 scores and sums,
+//            P and dS rounded to bf16 before their matmuls, outputs rounded to bf16,
+// and requires for O, LSE, dQ, dK and dV, on EVERY element:
+//   |ours − ref64| ≤ 2·max|naive − ref64| + atol
+// (the FlashAttention repository's criterion). Awkward lengths (1, 17, 113, 239, 1023,
+// 4100) exercise the predicated loads and the column masks. Outputs are poisoned with
+// NaN before each launch, so an unwritten element fails.
+#include <gtest/gtest.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/attention/flash_attention.h"
+#include "src/errors.h"
+
+namespace flashgpt {
+namespace {
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+#define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call
+
+// ---- bf16 on the host ---------------------------------------------------------------
+uint16_t to_bf16(float f) {  // round to nearest even
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+float from_bf16(uint16_t h) {
+  uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+float round_bf16(float f) { return from_bf16(to_bf16(f)); }
+
+// ---- references ------------------------------------------------------------------------
+struct Problem {
+  int B, T, H, D;
+  bool causal;
+  std::vector<float> qkv;   // (B,T,3,H,D), values exactly representable in bf16
+  std::vector<float> dout;  // (B,T,H,D), likewise
+  float q(int b, int t, int h, int d) const { return qkv[(((size_t(b) * T + t) * 3 + 0) * H + h) * D + d]; }
+  float k(int b, int t, int h, int d) const { return qkv[(((size_t(b) * T + t) * 3 + 1) * H + h) * D + d]; }
+  float v(int b, int t, int h, int d) const { return qkv[(((size_t(b) * T + t) * 3 + 2) * H + h) * D + d]; }
+  float dO(int b, int t, int h, int d) const { return dout[((size_t(b) * T + t) * H + h) * D + d]; }
+};
+
+struct Result {
+  std::vector<double> out;   // (B,T,H,D)
+  std::vector<double> lse;   // (B,H,T)
+  std::vector<double> dqkv;  // (B,T,3,H,D)
+};
+
+// Real: the arithmetic type (double for ref64, float for the naive bf16 kernel).
+// kBf16: round P, dS and the outputs to bf16 where a bf16 kernel would.
+template <class Real, bool kBf16>
+Result attention_reference(const Problem& pb) {
+  const int B = pb.B, T = pb.T, H = pb.H, D = pb.D;
+  const Real scale = Real(1) / std::sqrt(Real(D));
+  auto rnd = [](Real x) { return kBf16 ? Real(round_bf16(float(x))) : x; };
+  Result r;
+  r.out.assign(size_t(B) * T * H * D, 0);
+  r.lse.assign(size_t(B) * H * T, 0);
+  r.dqkv.assign(size_t(B) * T * 3 * H * D, 0);
+  std::vector<double> delta(size_t(B) * H * T, 0);
+  auto keys_of = [&](int i) { return pb.causal ? i + 1 : T; };
+  auto score = [&](int b, int h, int i, int j) {
+    Real s = 0;
+    for (int d = 0; d < D; ++d) s += Real(pb.q(b, i, h, d)) * Real(pb.k(b, j, h, d));
+    return s * scale;
+  };
+  // Forward and the row terms of the backward (LSE, D, dQ): one row per iteration.
+#pragma omp parallel for collapse(3) schedule(dynamic)
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < T; ++i) {
+        const int n = keys_of(i);
+        std::vector<Real> s(n), o(D, 0), dq(D, 0);
+        Real mx = -INFINITY;
+        for (int j = 0; j < n; ++j) mx = std::max(mx, s[j] = score(b, h, i, j));
+        Real sum = 0;
+        for (int j = 0; j < n; ++j) sum += std::exp(s[j] - mx);
+        const Real lse = mx + std::log(sum);
+        for (int j = 0; j < n; ++j) {
+          const Real p = rnd(std::exp(s[j] - lse));
+          for (int d = 0; d < D; ++d) o[d] += p * Real(pb.v(b, j, h, d));
+        }
+        Real dlt = 0;
+        for (int d = 0; d < D; ++d) {
+          o[d] = rnd(o[d]);
+          dlt += o[d] * Real(pb.dO(b, i, h, d));
+          r.out[((size_t(b) * T + i) * H + h) * D + d] = double(o[d]);
+        }
+        r.lse[(size_t(b) * H + h) * T + i] = double(lse);
+        delta[(size_t(b) * H + h) * T + i] = double(dlt);
+        for (int j = 0; j < n; ++j) {
+          const Real p = std::exp(s[j] - lse);
+          Real dp = 0;
+          for (int d = 0; d < D; ++d) dp += Real(pb.dO(b, i, h, d)) * Real(pb.v(b, j, h, d));
+          const Real ds = rnd(p * (dp - dlt));
+          for (int d = 0; d < D; ++d) dq[d] += ds * Real(pb.k(b, j, h, d));
+        }
+        for (int d = 0; d < D; ++d)
+          r.dqkv[(((size_t(b) * T + i) * 3 + 0) * H + h) * D + d] = double(rnd(dq[d] * scale));
+      }
+  // Column terms (dK, dV): one key per iteration, using LSE and D from above.
+#pragma omp parallel for collapse(3) schedule(dynamic)
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int j = 0; j < T; ++j) {
+        std::vector<Real> dk(D, 0), dv(D, 0);
+        for (int i = pb.causal ? j : 0; i < T; ++i) {
+          const Real lse = Real(r.lse[(size_t(b) * H + h) * T + i]);
+          const Real dlt = Real(delta[(size_t(b) * H + h) * T + i]);
+          const Real p = std::exp(score(b, h, i, j) - lse);
+          Real dp = 0;
+          for (int d = 0; d < D; ++d) dp += Real(pb.dO(b, i, h, d)) * Real(pb.v(b, j, h, d));
+          const Real ds = rnd(p * (dp - dlt));
+          const Real pr = rnd(p);
+          for (int d = 0; d < D; ++d) {
+            dk[d] += ds * Real(pb.q(b, i, h, d));
+            dv[d] += pr * Real(pb.dO(b, i, h, d));
+          }
+        }
+        for (int d = 0; d < D; ++d) {
+          r.dqkv[(((size_t(b) * T + j) * 3 + 1) * H + h) * D + d] = double(rnd(dk[d] * scale));
+          r.dqkv[(((size_t(b) * T + j) * 3 + 2) * H + h) * D + d] = double(rnd(dv[d]));
+        }
+      }
+  return r;
+}
+
+Problem random_problem(int B, int T, int H, int D, bool causal, uint32_t seed) {
+  Problem pb{B, T, H, D, causal, {}, {}};
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  pb.qkv.resize(size_t(B) * T * 3 * H * D);
+  pb.dout.resize(size_t(B) * T * H * D);
+  for (auto& x : pb.qkv) x = round_bf16(normal(gen));
+  for (auto& x : pb.dout) x = round_bf16(normal(gen));
+  return pb;
+}
+
+// ---- the device side -------------------------------------------------------------------
+struct DeviceRun {
+  std::vector<float> out, lse, dqkv;
+};
+
+template <class T>
+struct DeviceBuffer {
+  T* ptr = nullptr;
+  explicit DeviceBuffer(size_t n) {
+    if (cudaMalloc(&ptr, n * sizeof(T)) != cudaSuccess) ptr = nullptr;
+  }
+  ~DeviceBuffer() { cudaFree(ptr); }
+};
+
+std::vector<uint16_t> to_bf16_vec(const std::vector<float>& v) {
+  std::vector<uint16_t> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = to_bf16(v[i]);
+  return r;
+}
+
+// Runs forward then backward on the GPU; outputs are NaN-poisoned first.
+void run_flash(const Problem& pb, DeviceRun& res) {
+  const int B = pb.B, T = pb.T, H = pb.H, D = pb.D;
+  const size_t n_qkv = pb.qkv.size(), n_o = pb.dout.size(), n_lse = size_t(B) * H * T;
+  DeviceBuffer<uint16_t> qkv(n_qkv), out(n_o), dout(n_o), dqkv(n_qkv);
+  DeviceBuffer<float> lse(n_lse), delta(n_lse);
+  const size_t ws_bytes = cuda::flash_attention_workspace_bytes(B, T, H, D);
+  DeviceBuffer<unsigned char> ws(ws_bytes);
+  ASSERT_TRUE(qkv.ptr && out.ptr && dout.ptr && dqkv.ptr && lse.ptr && delta.ptr && ws.ptr);
+  const auto h_qkv = to_bf16_vec(pb.qkv), h_dout = to_bf16_vec(pb.dout);
+  CUDA_OK(cudaMemcpy(qkv.ptr, h_qkv.data(), n_qkv * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dout.ptr, h_dout.data(), n_o * 2, cudaMemcpyHostToDevice));
+  // 0xFF bytes are NaN in both bf16 and fp32.
+  CUDA_OK(cudaMemset(out.ptr, 0xFF, n_o * 2));
+  CUDA_OK(cudaMemset(lse.ptr, 0xFF, n_lse * 4));
+  CUDA_OK(cudaMemset(dqkv.ptr, 0xFF, n_qkv * 2));
+  CUDA_OK(cudaMemset(delta.ptr, 0xFF, n_lse * 4));
+  CUDA_OK(cudaMemset(ws.ptr, 0xFF, ws_bytes));
+
+  const int64_t rows = int64_t(B) * T;
+  AttentionForward f;
+  f.out = Tensor(out.ptr, DType::bf16, Device::cuda, {rows, int64_t(H) * D});
+  f.lse = Tensor(lse.ptr, DType::f32, Device::cuda, {int64_t(B) * H, T});
+  f.qkv = Tensor(qkv.ptr, DType::bf16, Device::cuda, {rows, int64_t(3) * H * D});
+  f.B = B, f.T = T, f.H = H, f.D = D, f.causal = pb.causal;
+  cuda::flash_attention_forward(f, nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+
+  AttentionBackward bk;
+  bk.dqkv = Tensor(dqkv.ptr, DType::bf16, Device::cuda, {rows, int64_t(3) * H * D});
+  bk.dout = Tensor(dout.ptr, DType::bf16, Device::cuda, {rows, int64_t(H) * D});
+  bk.qkv = f.qkv;
+  bk.out = f.out;
+  bk.lse = f.lse;
+  bk.delta = Tensor(delta.ptr, DType::f32, Device::cuda, {int64_t(B) * H, T});
+  bk.B = B, bk.T = T, bk.H = H, bk.D = D, bk.causal = pb.causal;
+  cuda::flash_attention_backward(bk, ws.ptr, nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+
+  std::vector<uint16_t> h_out(n_o), h_dqkv(n_qkv);
+  res.lse.resize(n_lse);
+  CUDA_OK(cudaMemcpy(h_out.data(), out.ptr, n_o * 2, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(h_dqkv.data(), dqkv.ptr, n_qkv * 2, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(res.lse.data(), lse.ptr, n_lse * 4, cudaMemcpyDeviceToHost));
+  res.out.resize(n_o);
+  res.dqkv.resize(n_qkv);
+  for (size_t i = 0; i < n_o; ++i) res.out[i] = from_bf16(h_out[i]);
+  for (size_t i = 0; i < n_qkv; ++i) res.dqkv[i] = from_bf16(h_dqkv[i]);
+}
+
+// Element i of the tensor belongs to it when select(i) holds (the Q, K or V slot of dqkv).
+template <class Select>
+void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<double>& ref,
+                  const std::vector<double>& naive, double atol_rel, Select select) {
+  double naive_err = 0, ref_max = 0;
+  for (size_t i = 0; i < ref.size(); ++i)
+    if (select(i)) {
+      naive_err = std::max(naive_err, std::abs(naive[i] - ref[i]));
+      ref_max = std::max(ref_max, std::abs(ref[i]));
+    }
+  // atol: a small fraction of the tensor's scale, for cases where naive happens to be exact.
+  const double tol = 2 * naive_err + atol_rel * std::max(ref_max, 1.0);
+  size_t bad = 0, worst = 0;
+  double worst_err = -1;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!select(i)) continue;
+    const double err = std::abs(double(got[i]) - ref[i]);
+    if (!(err <= tol)) ++bad;  // NaN counts as bad
+    if (!(err <= worst_err)) worst_err = err, worst = i;
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " elements off; tol " << tol << " (naive err "
+                     << naive_err << "), worst |err| " << worst_err << " at " << worst << " (got "
+                     << got[worst] << ", ref " << ref[worst] << ")";
+}
+
+struct Case {
+  int B, T, H, D;
+  bool causal;
+};
+std::string case_name(const testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  return "B" + std::to_string(c.B) + "_T" + std::to_string(c.T) + "_H" + std::to_string(c.H) + "_D" +
+         std::to_string(c.D) + (c.causal ? "_causal" : "_full");
+}
+
+class FlashAttentionVsReference : public testing::TestWithParam<Case> {};
+
+// Sets an environment variable for one scope.
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(const char* n, const char* value) : name(n) { setenv(n, value, 1); }
+  ~ScopedEnv() { unsetenv(name.c_str()); }
+};
+
+void check_against(const Problem& pb, const Result& ref, const Result& naive, const std::string& label) {
+  DeviceRun run;
+  run_flash(pb, run);
+  if (testing::Test::HasFatalFailure()) return;
+  const size_t HD = size_t(pb.H) * pb.D;
+  auto all = [](size_t) { return true; };
+  auto slot = [HD](int s) { return [HD, s](size_t i) { return (i / HD) % 3 == size_t(s); }; };
+  expect_close(label + " O", run.out, ref.out, naive.out, 1e-3, all);
+  std::vector<float> lse(run.lse.begin(), run.lse.end());
+  expect_close(label + " LSE", lse, ref.lse, naive.lse, 1e-5, all);
+  expect_close(label + " dQ", run.dqkv, ref.dqkv, naive.dqkv, 1e-3, slot(0));
+  expect_close(label + " dK", run.dqkv, ref.dqkv, naive.dqkv, 1e-3, slot(1));
+  expect_close(label + " dV", run.dqkv, ref.dqkv, naive.dqkv, 1e-3, slot(2));
+}
+
+TEST_P(FlashAttentionVsReference, OutputsAndGradients) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const Case c = GetParam();
+  const Problem pb = random_problem(c.B, c.T, c.H, c.D, c.causal, std::random_device{}());
+  const Result ref = attention_reference<double, false>(pb);
+  const Result naive = attention_reference<float, true>(pb);
+  {
+    ScopedEnv path("FLASHGPT_ATTENTION_PATH", "sm80");
+    check_against(pb, ref, naive, "sm80 atomic-dQ");
+    ScopedEnv det("FLASHGPT_DETERMINISTIC", "1");
+    check_against(pb, ref, naive, "sm80 deterministic");
+  }
+  {
+    ScopedEnv path("FLASHGPT_ATTENTION_PATH", "auto");
+    check_against(pb, ref, naive, "auto");
+  }
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  for (int D : {64, 128})
+    for (bool causal : {true, false})
+      for (int T : {1, 17, 113, 239, 1023, 1024, 4100}) {
+        // Long sequences: few heads, so the fp64 reference stays quick.
+        const int B = T > 2048 ? 1 : 2, H = T > 2048 ? 2 : 3;
+        cases.push_back({B, T, H, D, causal});
+      }
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(Cuda, FlashAttentionVsReference, testing::ValuesIn(all_cases()), case_name);
+
+// Deterministic mode gives the same bits twice.
+TEST(FlashAttention, DeterministicModeIsBitwiseRepeatable) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const Problem pb = random_problem(2, 777, 2, 64, true, 1234);
+  ScopedEnv det("FLASHGPT_DETERMINISTIC", "1");
+  DeviceRun a, b;
+  run_flash(pb, a);
+  run_flash(pb, b);
+  EXPECT_EQ(std::memcmp(a.dqkv.data(), b.dqkv.data(), a.dqkv.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.size() * sizeof(float)), 0);
+}
+
+// ---- launcher preconditions (no GPU needed: they are checked before any launch) ---------
+AttentionForward fake_forward(int D, DType dtype, uintptr_t offset) {
+  alignas(256) static unsigned char dummy[1024];  // never dereferenced
+  void* p = dummy + offset;
+  AttentionForward f;
+  f.B = 1, f.T = 4, f.H = 2, f.D = D;
+  f.qkv = Tensor(p, dtype, Device::cuda, {4, 3 * 2 * int64_t(D)});
+  f.out = Tensor(p, dtype, Device::cuda, {4, 2 * int64_t(D)});
+  f.lse = Tensor(p, DType::f32, Device::cuda, {2, 4});
+  return f;
+}
+
+TEST(FlashAttention, RejectsUnsupportedHeadDim) {
+  try {
+    cuda::flash_attention_forward(fake_forward(80, DType::bf16, 0), nullptr);
+    FAIL() << "head dim 80 accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("head dim 64 or 128, got 80"), std::string::npos) << e.what();
+  }
+}
+
+TEST(FlashAttention, RejectsFp32) {
+  EXPECT_THROW(cuda::flash_attention_forward(fake_forward(64, DType::f32, 0), nullptr), InputError);
+}
+
+TEST(FlashAttention, RejectsMisalignedPointer) {
+  EXPECT_THROW(cuda::flash_attention_forward(fake_forward(64, DType::bf16, 8), nullptr), InputError);
+}
+
+TEST(FlashAttention, RejectsUnknownPath) {
+  ScopedEnv path("FLASHGPT_ATTENTION_PATH", "sm70");
+  EXPECT_THROW(cuda::flash_attention_forward(fake_forward(64, DType::bf16, 0), nullptr), InputError);
+}
+
+}  // namespace
+}  // namespace flashgpt
