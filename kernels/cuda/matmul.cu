@@ -1,0 +1,240 @@
+// Matmuls through cuBLASLt, with the bias and GELU epilogues fused, and the
+// descriptors, layouts and chosen algorithm cached per shape.
+//
+// Row-major ↔ column-major. cuBLASLt is column-major; a row-major (R, C) matrix is the
+// same memory as a column-major (C, R) one, i.e. its transpose. With the nn.Linear
+// layout W (OC, C), row-major:
+//   forward   out(N,OC) = inp(N,C)·Wᵀ      ⇔  outᶜ(OC,N)  = Wᶜ(C,OC)ᵀ · inpᶜ(C,N)
+//             transa = T, transb = N, m = OC, n = N, k = C, lda = ldb = C, ldd = OC;
+//             the bias (OC) runs along m, as cuBLASLt's BIAS epilogue broadcasts it.
+//   dinp      dinp(N,C) = dout(N,OC)·W     ⇔  dinpᶜ(C,N)  = Wᶜ(C,OC) · doutᶜ(OC,N)
+//             transa = N, transb = N, m = C, n = N, k = OC, lda = C, ldb = OC, ldd = C
+//   dweight   dW(OC,C) += dout(N,OC)ᵀ·inp  ⇔  dWᶜ(C,OC) += inpᶜ(C,N) · doutᶜ(OC,N)ᵀ
+//             transa = N, transb = T, m = C, n = OC, k = N, lda = C, ldb = OC, ldd = C,
+//             beta = 1 with C = D (accumulation), D fp32 even when A, B are bf16.
+// bf16 runs: A, B bf16, fp32 compute and scale. fp32 runs: everything fp32 with
+// CUBLAS_COMPUTE_32F (no TF32), the exact verification mode.
+// GELU: the forward uses GELU_AUX(_BIAS), which also stores the pre-activation (aux).
+// The backward of the matmul that *consumes* GELU's output (the MLP's c_proj) writes
+// dinp through the DGELU epilogue: dinp = (dout·W) ∘ GELU'(aux = dinp_gelu_pre).
+// Where cuBLASLt has no fused algorithm (e.g. some fp32 shapes), the same result comes
+// from the plain GEMM followed by the elementwise GELU backward.
+#include <algorithm>
+#include <cstring>
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+#include "src/cuda/device_context.h"
+
+namespace flashgpt::cuda {
+namespace {
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::f32: return CUDA_R_32F;
+    case DType::bf16: return CUDA_R_16BF;
+    default: fail("matmul: unsupported dtype ", dtype_name(t));
+  }
+}
+
+cublasLtEpilogue_t lt_epilogue(Epilogue e) {
+  switch (e) {
+    case Epilogue::none: return CUBLASLT_EPILOGUE_DEFAULT;
+    case Epilogue::bias: return CUBLASLT_EPILOGUE_BIAS;
+    case Epilogue::gelu_aux: return CUBLASLT_EPILOGUE_GELU_AUX;
+    case Epilogue::gelu_aux_bias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case Epilogue::dgelu: return CUBLASLT_EPILOGUE_DGELU;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+// Largest power of two (≤ 256) dividing the address: part of the cache key, since the
+// algorithm chosen for aligned pointers may not run on less aligned ones.
+int alignment(const void* p) {
+  if (!p) return 256;
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  int al = 1;
+  while (al < 256 && a % (2 * al) == 0) al *= 2;
+  return al;
+}
+
+}  // namespace
+
+struct Matmul::Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool found = false;
+  ~Plan() {
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+Matmul::Matmul(DeviceContext& ctx) : ctx_(ctx) {}
+
+Matmul::~Matmul() {
+  for (auto& kv : plans_) delete kv.second;
+}
+
+bool Matmul::run(const Gemm& g, cudaStream_t stream, bool allow_fail) {
+  FG_ASSERT(g.m > 0 && g.n > 0 && g.k > 0, "gemm sizes ", g.m, "x", g.n, "x", g.k);
+  bool has_bias = g.epilogue == Epilogue::bias || g.epilogue == Epilogue::gelu_aux_bias;
+  bool has_aux = g.epilogue == Epilogue::gelu_aux || g.epilogue == Epilogue::gelu_aux_bias ||
+                 g.epilogue == Epilogue::dgelu;
+  FG_ASSERT(!has_bias || g.bias, "bias epilogue without a bias pointer");
+  FG_ASSERT(!has_aux || g.aux, "gelu_aux epilogue without an aux pointer");
+  int al_a = alignment(g.A), al_b = alignment(g.B), al_d = alignment(g.D);
+  int al_e = std::min(alignment(has_bias ? g.bias : nullptr), alignment(has_aux ? g.aux : nullptr));
+  std::string key = cat(g.trans_a, g.trans_b, ' ', g.m, ' ', g.n, ' ', g.k, ' ', g.lda, ' ', g.ldb,
+                        ' ', g.ldd, ' ', int(g.a_type), int(g.b_type), int(g.d_type), ' ',
+                        int(g.epilogue), ' ', g.beta != 0.f, ' ', al_a, ' ', al_b, ' ', al_d, ' ', al_e);
+  auto it = plans_.find(key);
+  Plan* plan;
+  if (it != plans_.end()) {
+    plan = it->second;
+  } else {
+    plan = new Plan;
+    plans_[key] = plan;
+    cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, compute, CUDA_R_32F));
+    cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    cublasLtEpilogue_t epi = lt_epilogue(g.epilogue);
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    if (has_bias) {
+      cudaDataType_t bt = cuda_type(g.d_type);
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    }
+    if (has_aux) {
+      int64_t ld_aux = g.m;  // aux (m, n) column-major, like D with ldd = m
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld_aux, sizeof ld_aux));
+    }
+    // Layouts describe the matrices as stored: op(A) is m×k, so A is k×m when transposed.
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, cuda_type(g.a_type), g.trans_a ? g.k : g.m,
+                                            g.trans_a ? g.m : g.k, g.lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, cuda_type(g.b_type), g.trans_b ? g.n : g.k,
+                                            g.trans_b ? g.k : g.n, g.ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, cuda_type(g.d_type), g.m, g.n, g.ldd));
+
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = ctx_.workspace_bytes();
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    uint32_t aa = uint32_t(al_a), ab = uint32_t(al_b), ad = uint32_t(al_d);
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ad, sizeof ad));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, sizeof ad));
+    cublasLtMatmulHeuristicResult_t result{};
+    int count = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx_.cublaslt(), plan->op, plan->a, plan->b,
+                                                       plan->d, plan->d, pref, 1, &result, &count);
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    if (st == CUBLAS_STATUS_SUCCESS && count > 0) {
+      plan->algo = result.algo;
+      plan->found = true;
+    } else if (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_SUCCESS) {
+      CUBLAS_CHECK(st);
+    }
+  }
+  if (!plan->found) {
+    if (allow_fail) return false;
+    fail("cuBLASLt has no algorithm for gemm ", key);
+  }
+  if (has_bias)
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
+  if (has_aux)
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux));
+  CUBLAS_CHECK(cublasLtMatmul(ctx_.cublaslt(), plan->op, &g.alpha, g.A, plan->a, g.B, plan->b,
+                              &g.beta, g.D, plan->d, g.D, plan->d, &plan->algo, ctx_.workspace(),
+                              ctx_.workspace_bytes(), stream));
+  return true;
+}
+
+void Matmul::forward(const MatmulForward& a, cudaStream_t stream) {
+  FG_ASSERT(a.inp.defined() && a.weight.defined() && a.out.defined(), "matmul_forward tensors");
+  int C = int(a.weight.shape[1]), OC = int(a.weight.shape[0]);
+  int64_t N = a.inp.numel() / C;
+  FG_ASSERT(a.weight.ndim == 2 && a.inp.numel() == N * C && a.out.numel() == N * OC,
+            "matmul_forward shapes: inp ", a.inp.shape_str(), " weight ", a.weight.shape_str(),
+            " out ", a.out.shape_str());
+  FG_ASSERT(a.inp.dtype == a.weight.dtype && a.out.dtype == a.weight.dtype, "matmul dtypes differ");
+  FG_ASSERT(!a.bias.defined() || (a.bias.numel() == OC && a.bias.dtype == a.out.dtype), "bias (OC)");
+  FG_ASSERT(!a.gelu || !a.pre_gelu.defined() || a.pre_gelu.numel() == N * OC, "pre_gelu (N, OC)");
+  Gemm g;
+  g.trans_a = true; g.trans_b = false;
+  g.m = OC; g.n = int(N); g.k = C;
+  g.A = a.weight.data; g.lda = C; g.a_type = a.weight.dtype;
+  g.B = a.inp.data; g.ldb = C; g.b_type = a.inp.dtype;
+  g.D = a.out.data; g.ldd = OC; g.d_type = a.out.dtype;
+  g.bias = a.bias.defined() ? a.bias.data : nullptr;
+  if (a.gelu) {
+    FG_ASSERT(a.pre_gelu.defined(), "matmul_forward with gelu needs pre_gelu");
+    g.epilogue = g.bias ? Epilogue::gelu_aux_bias : Epilogue::gelu_aux;
+    g.aux = a.pre_gelu.data;
+    if (run(g, stream, /*allow_fail=*/true)) return;
+    // No fused algorithm for this shape/type: bias GEMM into pre_gelu, then GELU.
+    g.epilogue = g.bias ? Epilogue::bias : Epilogue::none;
+    g.aux = nullptr;
+    g.D = a.pre_gelu.data;
+    run(g, stream);
+    gelu_forward(a.out, a.pre_gelu, stream);
+    return;
+  }
+  g.epilogue = g.bias ? Epilogue::bias : Epilogue::none;
+  run(g, stream);
+}
+
+void Matmul::backward(const MatmulBackward& a, void* scratch, cudaStream_t stream) {
+  int C = int(a.weight.shape[1]), OC = int(a.weight.shape[0]);
+  int64_t N = a.inp.numel() / C;
+  FG_ASSERT(a.weight.ndim == 2 && a.inp.numel() == N * C && a.dout.numel() == N * OC,
+            "matmul_backward shapes: inp ", a.inp.shape_str(), " weight ", a.weight.shape_str(),
+            " dout ", a.dout.shape_str());
+  FG_ASSERT(!a.dweight.defined() || (a.dweight.dtype == DType::f32 && a.dweight.numel() == int64_t(OC) * C),
+            "dweight (OC, C) fp32");
+  FG_ASSERT(!a.dbias.defined() || (a.dbias.dtype == DType::f32 && a.dbias.numel() == OC), "dbias (OC) fp32");
+  FG_ASSERT(!a.dinp.defined() || (a.dinp.numel() == N * C && a.dinp.dtype == a.inp.dtype), "dinp (N, C)");
+  FG_ASSERT(a.dout.dtype == a.inp.dtype && a.weight.dtype == a.inp.dtype, "matmul dtypes differ");
+  if (a.dinp.defined()) {
+    // dinpᶜ(C,N) = Wᶜ(C,OC) · doutᶜ(OC,N)  [∘ GELU'(dinp_gelu_pre)]
+    Gemm g;
+    g.trans_a = false; g.trans_b = false;
+    g.m = C; g.n = int(N); g.k = OC;
+    g.A = a.weight.data; g.lda = C; g.a_type = a.weight.dtype;
+    g.B = a.dout.data; g.ldb = OC; g.b_type = a.dout.dtype;
+    g.D = a.dinp.data; g.ldd = C; g.d_type = a.dinp.dtype;
+    if (a.dinp_gelu_pre.defined()) {
+      FG_ASSERT(a.dinp_gelu_pre.numel() == N * C && a.dinp_gelu_pre.dtype == a.dinp.dtype,
+                "dinp_gelu_pre (N, C) of the activation dtype");
+      g.epilogue = Epilogue::dgelu;
+      g.aux = a.dinp_gelu_pre.data;
+      if (!run(g, stream, /*allow_fail=*/true)) {
+        g.epilogue = Epilogue::none;
+        g.aux = nullptr;
+        run(g, stream);
+        gelu_backward(a.dinp, a.dinp_gelu_pre, a.dinp, stream);
+      }
+    } else {
+      run(g, stream);
+    }
+  }
+  if (a.dweight.defined()) {
+    // dWᶜ(C,OC) += inpᶜ(C,N) · doutᶜ(OC,N)ᵀ
+    Gemm g;
+    g.trans_a = false; g.trans_b = true;
+    g.m = C; g.n = OC; g.k = int(N);
+    g.A = a.inp.data; g.lda = C; g.a_type = a.inp.dtype;
+    g.B = a.dout.data; g.ldb = OC; g.b_type = a.dout.dtype;
+    g.D = a.dweight.data; g.ldd = C; g.d_type = DType::f32;
+    g.beta = 1.f;  // accumulate into dweight
+    run(g, stream);
+  }
+  if (a.dbias.defined()) bias_grad(a.dbias, a.dout, scratch, stream);
+}
+
+}  // namespace flashgpt::cuda

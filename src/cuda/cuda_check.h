@@ -1,0 +1,31 @@
+// Checked CUDA / cuBLAS / cuBLASLt calls. Every runtime or library call in the CUDA
+// backend goes through one of these macros, so that a failure names the call, the
+// file and the line (a bug or a failing system call: std::runtime_error, exit code 1).
+//   CUDA_CHECK(cudaMemcpyAsync(...));
+//   CUBLAS_CHECK(cublasLtMatmul(...));      // cublasStatus_t, from cuBLAS or cuBLASLt
+//   CUDA_CHECK_LAUNCH();                    // after a <<<...>>> launch
+#pragma once
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include "src/errors.h"
+
+#define CUDA_CHECK(call)                                                               \
+  do {                                                                                 \
+    cudaError_t fg_err_ = (call);                                                      \
+    if (fg_err_ != cudaSuccess)                                                        \
+      ::flashgpt::fail(__FILE__, ":", __LINE__, ": ", #call, " failed: ",              \
+                       cudaGetErrorName(fg_err_), " (", cudaGetErrorString(fg_err_), ")"); \
+  } while (0)
+
+#define CUBLAS_CHECK(call)                                                             \
+  do {                                                                                 \
+    cublasStatus_t fg_st_ = (call);                                                    \
+    if (fg_st_ != CUBLAS_STATUS_SUCCESS)                                               \
+      ::flashgpt::fail(__FILE__, ":", __LINE__, ": ", #call, " failed: ",              \
+                       cublasGetStatusName(fg_st_), " (", cublasGetStatusString(fg_st_), ")"); \
+  } while (0)
+
+// A kernel launch reports configuration errors (bad grid, too much shared memory)
+// through cudaGetLastError; asynchronous faults surface at the next synchronising call.
+#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
