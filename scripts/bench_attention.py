@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Compare flashgpt's FlashAttention kernels with PyTorch SDPA (flash = FA2, cuDNN).
+
+Runs `flashgpt bench attention --suite --json` for our numbers, then times
+torch.nn.functional.scaled_dot_product_attention with the FLASH_ATTENTION and
+CUDNN_ATTENTION backends on the same shapes (bf16, (B, H, T, D) inputs), and prints
+one table. FLOP convention (FlashAttention's): fwd 4*B*H*T^2*D, halved when causal;
+bwd 2.5x fwd. Timing: CUDA events, warm-up, median of --iters.
+
+  python3 scripts/bench_attention.py --flashgpt build/flashgpt [--iters 10]
+"""
+import argparse
+import json
+import subprocess
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def fwd_flops(s):
+    f = 4.0 * s["B"] * s["H"] * s["T"] ** 2 * s["D"]
+    return f / 2 if s["causal"] else f
+
+
+def median_ms(fn, warmup, iters):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def bench_sdpa(s, backend, warmup, iters):
+    """(fwd TFLOP/s, bwd TFLOP/s) of one SDPA backend, or (None, None) if it refuses."""
+    shape = (s["B"], s["H"], s["T"], s["D"])
+    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    dout = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+    try:
+        with sdpa_kernel([backend]):
+            fwd = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=s["causal"])
+            out = fwd()
+            fwd_ms = median_ms(fwd, warmup, iters)
+            bwd = lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+            bwd_ms = median_ms(bwd, warmup, iters)
+    except RuntimeError as e:
+        print(f"  {backend.name} refused {shape}: {str(e).splitlines()[0]}", file=sys.stderr)
+        return None, None
+    f = fwd_flops(s)
+    return f / (fwd_ms * 1e-3) / 1e12, 2.5 * f / (bwd_ms * 1e-3) / 1e12
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--flashgpt", default="build/flashgpt", help="path of the flashgpt binary")
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    args = ap.parse_args()
+
+    cmd = [args.flashgpt, "bench", "attention", "--suite", "--json", "--iters", str(args.iters),
+           "--warmup", str(args.warmup)]
+    print("$", " ".join(cmd), flush=True)
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.exit(f"flashgpt bench failed ({res.returncode}):\n{res.stderr}")
+    ours = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+
+    print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; TFLOP/s, bf16; "
+          "fwd 4*B*H*T^2*D (/2 causal), bwd 2.5x fwd; median of", args.iters)
+    hdr = (f"{'B':>3} {'H':>3} {'T':>6} {'D':>4} {'mask':>6} | {'ours':>6} {'FA2':>6} {'cuDNN':>6} "
+           f"{'/FA2':>5} | {'ours':>6} {'FA2':>6} {'cuDNN':>6} {'/FA2':>5}")
+    rows = []
+    for s in ours:
+        fa2 = bench_sdpa(s, SDPBackend.FLASH_ATTENTION, args.warmup, args.iters)
+        cud = bench_sdpa(s, SDPBackend.CUDNN_ATTENTION, args.warmup, args.iters)
+        fmt = lambda x: f"{x:6.1f}" if x is not None else f"{'-':>6}"
+        ratio = lambda a, b: f"{a / b:5.2f}" if b else f"{'-':>5}"
+        rows.append(f"{s['B']:>3} {s['H']:>3} {s['T']:>6} {s['D']:>4} {'causal' if s['causal'] else 'full':>6} | "
+                    f"{fmt(s['fwd_tflops'])} {fmt(fa2[0])} {fmt(cud[0])} {ratio(s['fwd_tflops'], fa2[0])} | "
+                    f"{fmt(s['bwd_tflops'])} {fmt(fa2[1])} {fmt(cud[1])} {ratio(s['bwd_tflops'], fa2[1])}")
+        torch.cuda.empty_cache()
+    print(f"{'':31}| {'forward':^27} | {'backward':^27}")
+    print(hdr)
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
