@@ -14,7 +14,7 @@
 #include <vector>
 #include "src/tensor.h"
 
-namespace flashgpt::testing {
+namespace flashgpt::test {
 
 template <class T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return DType::f32; }
@@ -126,13 +126,14 @@ void expect_all_close(const std::vector<A>& actual, const std::vector<B>& expect
 }
 
 // A scalar loss from any output: L = Σ w_i·y_i with fixed random weights w, so that
-// dL/dy = w exercises every output element with a different weight.
+// dL/dy = w exercises every output element with a different weight. Summed in long
+// double: see the finite-difference note below.
 class RandomProjection {
  public:
   RandomProjection(int64_t n, std::mt19937_64& rng) : w_({n}) { fill_uniform(w_, rng); }
-  template <class T> double operator()(const HostTensor<T>& y) const {
-    double s = 0;
-    for (int64_t i = 0; i < y.numel(); ++i) s += w_[i] * double(y[i]);
+  template <class T> long double operator()(const HostTensor<T>& y) const {
+    long double s = 0;
+    for (int64_t i = 0; i < y.numel(); ++i) s += (long double)w_[i] * (long double)y[i];
     return s;
   }
   const HostTensor<double>& weights() const { return w_; }
@@ -141,41 +142,53 @@ class RandomProjection {
   HostTensor<double> w_;
 };
 
-// Central finite differences in fp64: g_i = (L(x + h·e_i) - L(x - h·e_i)) / 2h, with
-// x restored after each element.
+// Central finite differences: g_i = (L(x + h·e_i) - L(x - h·e_i)) / 2h, x restored after
+// each element. The ops run in fp64; the loss is summed and differenced in long double.
 //
-// Step and tolerance. The truncation error of a central difference is h²·L'''/6, about
-// 1e-13 relative for h = 1e-6 and the O(1) inputs and smooth functions used here. The
-// rounding error is about u·|L_i|/h, where L_i is the part of the loss that depends on
-// x_i (the other terms are recomputed identically and cancel) and u = 1.1e-16: with
-// |L_i| up to ~100 in these tests, that is ~1e-8 at worst, usually far less.
-// Hence kFdAtol = 1e-8 and kFdRtol = 1e-6: any real bug (a missing term, a wrong
-// factor, an off-by-one row) is off by many orders of magnitude more.
+// Step and tolerance (u = 1.1e-16, the unit roundoff of fp64):
+//  * truncation error h²·L'''/6: ~1e-13 relative for h = 1e-6, O(1) inputs and the
+//    smooth functions here.
+//  * rounding: the outputs that depend on x_i carry fp64 rounding of ~k·u·|y| (k: the
+//    depth of the op, a few tens) → k·u·Σ_affected|w·y| / h ≈ 1e-9 for the ≤ ~100 O(1)
+//    affected outputs of these tests. The *sum* over all outputs must not add its own
+//    rounding: in fp64 a total of |L| ~ 300 would add u·300/h ≈ 3e-8 of noise to every
+//    element, which is why the loss is accumulated in long double (x87, u = 5.4e-20).
+// Hence kFdAtol = 1e-8 and kFdRtol = 1e-6: a real bug (a missing term, a wrong factor,
+// an off-by-one row) is off by many orders of magnitude more.
 constexpr double kFdStep = 1e-6;
 constexpr double kFdRtol = 1e-6;
 constexpr double kFdAtol = 1e-8;
+using Loss = std::function<long double()>;
 
-inline std::vector<double> finite_difference_gradient(double* x, int64_t n,
-                                                      const std::function<double()>& loss,
+inline std::vector<double> finite_difference_gradient(double* x, int64_t n, const Loss& loss,
                                                       double h = kFdStep) {
-  std::vector<double> g(size_t(n));
+  std::vector<double> g(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     const double saved = x[i];
     x[i] = saved + h;
-    const double up = loss();
+    const double up_step = x[i] - saved;  // the step actually taken (exact)
+    const long double up = loss();
     x[i] = saved - h;
-    const double down = loss();
+    const double down_step = saved - x[i];
+    const long double down = loss();
     x[i] = saved;
-    g[size_t(i)] = (up - down) / (2 * h);
+    g[size_t(i)] = double((up - down) / ((long double)up_step + down_step));
   }
   return g;
 }
 
-// Checks an analytic gradient of x against finite differences of loss().
+// Checks an analytic gradient of x against finite differences of loss(). For an
+// accumulating gradient, pass the buffer's content before backward as prior: the
+// expected result is then prior + gradient.
 inline void expect_gradient_matches(const std::string& what, const std::vector<double>& analytic,
-                                    HostTensor<double>& x, const std::function<double()>& loss) {
-  const std::vector<double> numeric = finite_difference_gradient(x.data(), x.numel(), loss);
-  expect_all_close(analytic, numeric, kFdRtol, kFdAtol, what + " vs finite differences");
+                                    HostTensor<double>& x, const Loss& loss,
+                                    const std::vector<double>& prior = {}) {
+  std::vector<double> expected = finite_difference_gradient(x.data(), x.numel(), loss);
+  if (!prior.empty()) {
+    ASSERT_EQ(prior.size(), expected.size()) << what;
+    for (size_t i = 0; i < expected.size(); ++i) expected[i] += prior[i];
+  }
+  expect_all_close(analytic, expected, kFdRtol, kFdAtol, what + " vs finite differences");
 }
 
-}  // namespace flashgpt::testing
+}  // namespace flashgpt::test

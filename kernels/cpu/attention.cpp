@@ -59,7 +59,7 @@ template <class T> void attention_forward_naive(const AttentionForward& a) {
   T* out = a.out.as<T>();
   T* probs = a.probs.as<T>();
   const StatView lse(a.lse);
-#pragma omp parallel for schedule(dynamic)
+#pragma omp parallel for schedule(dynamic) if (cpu::worth_parallel(B * H * Tn * Tn * D))
   for (int64_t bh = 0; bh < B * H; ++bh) {
     const Head hd(bh / H, bh % H, Tn, H, D);
     T* P = probs + bh * Tn * Tn;  // (T, T) of this head
@@ -89,7 +89,7 @@ template <class T> void attention_backward_naive(const AttentionBackward& a) {
   const T* dout = a.dout.as<T>();
   const T* probs = a.probs.as<T>();
   T* dqkv = a.dqkv.as<T>();
-#pragma omp parallel for schedule(dynamic)
+#pragma omp parallel for schedule(dynamic) if (cpu::worth_parallel(B * H * Tn * Tn * D))
   for (int64_t bh = 0; bh < B * H; ++bh) {
     const Head hd(bh / H, bh % H, Tn, H, D);
     for (int64_t t = 0; t < Tn; ++t)  // dqkv is overwritten: clear this head's q, k, v
@@ -121,7 +121,7 @@ template <class T> void attention_forward_flash(const AttentionForward& a) {
   const T* qkv = a.qkv.as<T>();
   T* out = a.out.as<T>();
   const StatView lse(a.lse);
-#pragma omp parallel for schedule(dynamic)
+#pragma omp parallel for schedule(dynamic) if (cpu::worth_parallel(B * H * Tn * Tn * D))
   for (int64_t bh = 0; bh < B * H; ++bh) {
     const Head hd(bh / H, bh % H, Tn, H, D);
     T s[kBr][kBc];                        // scores, then probabilities, of one tile
@@ -180,7 +180,7 @@ template <class T> void attention_backward_flash(const AttentionBackward& a) {
   const T* out = a.out.as<T>();
   T* dqkv = a.dqkv.as<T>();
   const StatView lse(a.lse), delta(a.delta);
-#pragma omp parallel for schedule(dynamic)
+#pragma omp parallel for schedule(dynamic) if (cpu::worth_parallel(B * H * Tn * Tn * D))
   for (int64_t bh = 0; bh < B * H; ++bh) {
     const Head hd(bh / H, bh % H, Tn, H, D);
     // Preprocess: delta_i = rowsum(dO_i ∘ O_i) (= rowsum(dP∘P) of the naive backward).

@@ -12,6 +12,13 @@
 
 namespace flashgpt::cpu {
 
+// Loops with less work than this (multiply-adds or elements, ~0.1 ms) run on one thread:
+// waking the OpenMP team costs microseconds on an idle machine and far more on a busy
+// one (spinning threads compete for the cores), more than such a loop itself. Small ops
+// are common: tiny models, tests, finite-difference checks.
+constexpr int64_t kMinParallelWork = 1 << 18;
+inline bool worth_parallel(int64_t work) { return work >= kMinParallelWork; }
+
 // Per-row statistics (layernorm mean/rstd, attention lse/delta, losses, the
 // sum_squares scalar) live in fp32 in fp32 runs and fp64 in fp64 runs. This view reads
 // and writes either, so the kernels are not instantiated per statistics dtype.

@@ -96,7 +96,7 @@ class CpuOps final : public Ops {
       FG_ASSERT(t == DType::f32 || t == DType::f64 || t == DType::bf16,
                 "cast supports fp32, fp64, bf16; got ", dtype_name(t));
     const int64_t n = src.numel();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (cpu::worth_parallel(n))
     for (int64_t i = 0; i < n; ++i)
       store_from_double(dst.data, dst.dtype, i, load_as_double(src.data, src.dtype, i));
   }
@@ -154,7 +154,7 @@ class CpuOps final : public Ops {
       T* r = residual.as<T>();
       const T *a = inp1.as<T>(), *b = inp2.as<T>();
       const int64_t n = inp1.numel();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (cpu::worth_parallel(n))
       for (int64_t i = 0; i < n; ++i) r[i] = a[i] + b[i];
     });
     Tensor res = residual;

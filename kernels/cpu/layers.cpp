@@ -32,7 +32,7 @@ template <class T> void gelu_forward(Tensor out, Tensor inp) {
   const int64_t n = inp.numel();
   T* o = out.as<T>();
   const T* x = inp.as<T>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (cpu::worth_parallel(n))
   for (int64_t i = 0; i < n; ++i) o[i] = gelu(x[i]);
 }
 
@@ -42,7 +42,7 @@ template <class T> void gelu_backward(Tensor dinp, Tensor inp, Tensor dout) {
   T* dx = dinp.as<T>();
   const T* x = inp.as<T>();
   const T* dy = dout.as<T>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (cpu::worth_parallel(n))
   for (int64_t i = 0; i < n; ++i) dx[i] = gelu_grad(x[i]) * dy[i];
 }
 
@@ -57,7 +57,7 @@ template <class T> void embedding_forward(Tensor out, Tensor tokens, Tensor wte,
   // Checked before the parallel loop: an exception must not leave an OpenMP region.
   for (int64_t bt = 0; bt < B * Tn; ++bt)
     FG_ASSERT(tok[bt] >= 0 && tok[bt] < V, "token id ", tok[bt], " outside the vocabulary of ", V);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (cpu::worth_parallel(B * Tn * C))
   for (int64_t bt = 0; bt < B * Tn; ++bt) {
     const int64_t id = tok[bt], t = bt % Tn;
     for (int64_t c = 0; c < C; ++c) o[bt * C + c] = te[id * C + c] + pe[t * C + c];
@@ -74,7 +74,7 @@ void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) {
   T* dpe = dwpe.as<T>();
   const T* d = dout.as<T>();
   const int64_t chunks = (C + kChannelChunk - 1) / kChannelChunk;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (cpu::worth_parallel(B * Tn * C))
   for (int64_t k = 0; k < chunks; ++k) {
     const int64_t c0 = k * kChannelChunk, c1 = std::min(C, c0 + kChannelChunk);
     for (int64_t bt = 0; bt < B * Tn; ++bt) {
@@ -97,7 +97,7 @@ void layernorm_forward(Tensor out, StatView mean, StatView rstd, Tensor inp, Ten
   const T* x = inp.as<T>();
   const T* w = weight.as<T>();
   const T* b = bias.as<T>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (cpu::worth_parallel(N * C))
   for (int64_t n = 0; n < N; ++n) {
     const T* xr = x + n * C;
     double sum = 0;
@@ -126,7 +126,7 @@ void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, 
   const T* dy = dout.as<T>();
   const T* x = inp.as<T>();
   const T* w = weight.as<T>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (cpu::worth_parallel(N * C))
   for (int64_t n = 0; n < N; ++n) {
     const T m = T(mean.get(n)), r = T(rstd.get(n));
     const T* xr = x + n * C;
@@ -145,7 +145,7 @@ void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, 
   }
   // Parameter gradients: each task owns a slice of channels, rows summed in order.
   const int64_t chunks = (C + kChannelChunk - 1) / kChannelChunk;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (cpu::worth_parallel(N * C))
   for (int64_t k = 0; k < chunks; ++k) {
     const int64_t c0 = k * kChannelChunk, c1 = std::min(C, c0 + kChannelChunk);
     for (int64_t n = 0; n < N; ++n) {
@@ -167,7 +167,7 @@ void softmax_cross_entropy(StatView losses, Tensor logits, Tensor targets, int V
   // Checked before the parallel loop: an exception must not leave an OpenMP region.
   for (int64_t n = 0; n < N; ++n)
     FG_ASSERT(tg[n] < V, "target ", tg[n], " outside the vocabulary of ", V);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (cpu::worth_parallel(N * Vp))
   for (int64_t n = 0; n < N; ++n) {
     T* row = lg + n * Vp;
     const int64_t target = tg[n];

@@ -30,7 +30,7 @@ template <class T> T* scratch(size_t n) {
 
 // dst (cols, rows) = srcᵀ, src (rows, cols).
 template <class T> void transpose(T* dst, const T* src, int64_t rows, int64_t cols) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (cpu::worth_parallel(rows * cols))
   for (int64_t c = 0; c < cols; ++c)
     for (int64_t r = 0; r < rows; ++r) dst[c * rows + r] = src[r * cols + c];
 }
@@ -61,7 +61,7 @@ template <class T>
 void gemm_nn(T* out, const T* A, const T* B, int64_t M, int64_t K, int64_t P, bool accumulate) {
   const int64_t row_tiles = (M + kRowBlock - 1) / kRowBlock;
   const int64_t col_tiles = (P + kColBlock - 1) / kColBlock;
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (cpu::worth_parallel(M * K * P))
   for (int64_t rt = 0; rt < row_tiles; ++rt)
     for (int64_t ct = 0; ct < col_tiles; ++ct) {
       const int64_t r0 = rt * kRowBlock, c0 = ct * kColBlock;
@@ -83,7 +83,7 @@ template <class T> void matmul_forward(const MatmulForward& a) {
   const T* bias = a.bias.defined() ? a.bias.as<T>() : nullptr;
   T* out = a.out.as<T>();
   if (!bias && !a.gelu) return;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (cpu::worth_parallel(N * OC))
   for (int64_t n = 0; n < N; ++n)
     for (int64_t o = 0; o < OC; ++o) {
       T v = pre[n * OC + o] + (bias ? bias[o] : T(0));
@@ -103,7 +103,7 @@ template <class T> void matmul_backward(const MatmulBackward& a) {
     gemm_nn(dinp, dout, a.weight.as<T>(), N, OC, C, /*accumulate=*/false);
     if (a.dinp_gelu_pre.defined()) {  // DGELU epilogue: inp was GELU(dinp_gelu_pre)
       const T* pre = a.dinp_gelu_pre.as<T>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (cpu::worth_parallel(N * C))
       for (int64_t i = 0; i < N * C; ++i) dinp[i] *= gelu_grad(pre[i]);
     }
   }
@@ -114,7 +114,7 @@ template <class T> void matmul_backward(const MatmulBackward& a) {
   }
   if (a.dbias.defined()) {  // dbias (OC) += Σ_n dout[n, :]
     T* db = a.dbias.as<T>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (cpu::worth_parallel(N * OC))
     for (int64_t o = 0; o < OC; ++o) {
       T s = 0;
       for (int64_t n = 0; n < N; ++n) s += dout[n * OC + o];

@@ -25,7 +25,7 @@ template <class T> void adamw_update(const AdamWArgs& a) {
   const T gs = a.grad_scale;
   const T bias1 = T(1) - std::pow(beta1, T(a.step));
   const T bias2 = T(1) - std::pow(beta2, T(a.step));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (cpu::worth_parallel(n))
   for (int64_t i = 0; i < n; ++i) {
     const T gi = g[i] * gs;
     m[i] = beta1 * m[i] + (T(1) - beta1) * gi;
@@ -41,7 +41,7 @@ template <class T> void sum_squares(StatView out, Tensor grad) {
   const T* g = grad.as<T>();
   const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
   std::vector<double> partial(size_t(chunks), 0.0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (cpu::worth_parallel(n))
   for (int64_t k = 0; k < chunks; ++k) {
     double s = 0;
     for (int64_t i = k * kSumChunk; i < std::min(n, (k + 1) * kSumChunk); ++i)
@@ -57,7 +57,7 @@ template <class T> void scale(Tensor x, float s) {
   const int64_t n = x.numel();
   T* p = x.as<T>();
   const T f = s;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (cpu::worth_parallel(n))
   for (int64_t i = 0; i < n; ++i) p[i] *= f;
 }
 

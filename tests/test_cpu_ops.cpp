@@ -1,0 +1,463 @@
+// Tests of the CPU op set (kernels/cpu/) through the Ops interface: every backward
+// against central finite differences in fp64 on awkward shapes (T of 1, 7, 33; C not a
+// power of two; OC != C), accumulate-vs-overwrite semantics, exact small-integer
+// matmuls in fp32, AdamW against a scalar formula, sum_squares, casts and bf16 rounding.
+// Attention has its own file (test_attention_cpu.cpp).
+#include <gtest/gtest.h>
+#include <cmath>
+#include <limits>
+#include "kernels/ops.h"
+#include "src/bf16.h"
+#include "testing.h"
+
+namespace flashgpt {
+namespace {
+
+using test::expect_all_close;
+using test::expect_gradient_matches;
+using test::fill_ints;
+using test::fill_uniform;
+using test::HostTensor;
+using test::RandomProjection;
+using test::test_rng;
+using H64 = HostTensor<double>;
+
+constexpr int kB = 2;
+constexpr int kLengths[] = {1, 7, 33};
+
+std::vector<double> plus(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> s(a.size());
+  for (size_t i = 0; i < a.size(); ++i) s[i] = a[i] + b[i];
+  return s;
+}
+
+class CpuOps : public ::testing::Test {
+ protected:
+  std::unique_ptr<Ops> ops = make_cpu_ops();
+};
+
+// ---------------------------------------------------------------- embedding ----
+TEST_F(CpuOps, EmbeddingBackwardMatchesFiniteDifferencesAndAccumulates) {
+  constexpr int64_t V = 11, C = 24, kMaxT = 40;
+  for (int T : kLengths) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    auto rng = test_rng(T);
+    HostTensor<int32_t> tokens({kB, T});
+    fill_ints(tokens, rng, 0, int32_t(V));  // repeats are likely: they must add up
+    H64 wte({V, C}), wpe({kMaxT, C}), out({kB, T, C});
+    fill_uniform(wte, rng);
+    fill_uniform(wpe, rng);
+    RandomProjection loss_of(out.numel(), rng);
+    auto loss = [&] {
+      ops->embedding_forward(out, tokens, wte, wpe);
+      return loss_of(out);
+    };
+    H64 dwte({V, C}), dwpe({kMaxT, C});
+    fill_uniform(dwte, rng);  // a prior gradient: backward must add to it
+    fill_uniform(dwpe, rng);
+    const H64 dwte0 = dwte, dwpe0 = dwpe;
+    ops->embedding_backward(dwte, dwpe, loss_of.weights(), tokens);
+    expect_gradient_matches("dwte", dwte.vec(), wte, loss, dwte0.vec());
+    expect_gradient_matches("dwpe", dwpe.vec(), wpe, loss, dwpe0.vec());
+  }
+}
+
+// ---------------------------------------------------------------- layernorm ----
+TEST_F(CpuOps, LayerNormBackwardMatchesFiniteDifferences) {
+  constexpr int64_t C = 36;
+  for (int T : kLengths) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    auto rng = test_rng(T);
+    const int64_t N = kB * T;
+    H64 inp({N, C}), w({C}), b({C}), out({N, C}), mean({N}), rstd({N});
+    fill_uniform(inp, rng, -2, 3);  // a non-zero mean per row
+    fill_uniform(w, rng);
+    fill_uniform(b, rng);
+    RandomProjection loss_of(out.numel(), rng);
+    auto loss = [&] {
+      ops->layernorm_forward(out, mean, rstd, inp, w, b);
+      return loss_of(out);
+    };
+    loss();
+    H64 dinp({N, C}), dw({C}), db({C});
+    fill_uniform(dinp, rng);  // all three accumulate
+    fill_uniform(dw, rng);
+    fill_uniform(db, rng);
+    const H64 dinp0 = dinp, dw0 = dw, db0 = db;
+    ops->layernorm_backward(dinp, dw, db, loss_of.weights(), inp, w, mean, rstd);
+    expect_gradient_matches("dinp", dinp.vec(), inp, loss, dinp0.vec());
+    expect_gradient_matches("dweight", dw.vec(), w, loss, dw0.vec());
+    expect_gradient_matches("dbias", db.vec(), b, loss, db0.vec());
+  }
+}
+
+TEST_F(CpuOps, LayerNormForwardSavesMeanAndRstd) {
+  constexpr int64_t N = 5, C = 24;
+  auto rng = test_rng();
+  H64 inp({N, C}), w({C}), b({C}), out({N, C}), mean({N}), rstd({N});
+  fill_uniform(inp, rng, -1, 4);
+  fill_uniform(w, rng);
+  fill_uniform(b, rng);
+  ops->layernorm_forward(out, mean, rstd, inp, w, b);
+  std::vector<double> want_mean(N), want_rstd(N);
+  for (int64_t n = 0; n < N; ++n) {
+    double s = 0, ss = 0;
+    for (int64_t c = 0; c < C; ++c) s += inp[n * C + c];
+    for (int64_t c = 0; c < C; ++c) ss += std::pow(inp[n * C + c] - s / C, 2);
+    want_mean[n] = s / C;
+    want_rstd[n] = 1 / std::sqrt(ss / C + 1e-5);  // biased variance, eps 1e-5
+  }
+  expect_all_close(mean.vec(), want_mean, 1e-14, 0, "mean");
+  expect_all_close(rstd.vec(), want_rstd, 1e-14, 0, "rstd");
+}
+
+// residual = inp1 + inp2 (a second output, seen by the loss too), out = LN(residual).
+// Backward as the model does it: d(residual) holds the gradient from its other use,
+// and layernorm_backward accumulates into it.
+TEST_F(CpuOps, ResidualLayerNormBackwardMatchesFiniteDifferences) {
+  constexpr int64_t C = 36;
+  for (int T : kLengths) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    auto rng = test_rng(T);
+    const int64_t N = kB * T;
+    H64 inp1({N, C}), inp2({N, C}), w({C}), b({C}), res({N, C}), out({N, C}), mean({N}), rstd({N});
+    fill_uniform(inp1, rng);
+    fill_uniform(inp2, rng, 0, 2);
+    fill_uniform(w, rng);
+    fill_uniform(b, rng);
+    RandomProjection loss_out(out.numel(), rng), loss_res(res.numel(), rng);
+    auto loss = [&] {
+      ops->residual_layernorm_forward(res, out, mean, rstd, inp1, inp2, w, b);
+      return loss_out(out) + loss_res(res);
+    };
+    loss();
+    H64 dres = loss_res.weights(), dw({C}), db({C});
+    ops->layernorm_backward(dres, dw, db, loss_out.weights(), res, w, mean, rstd);
+    expect_gradient_matches("dinp1", dres.vec(), inp1, loss);
+    expect_gradient_matches("dinp2", dres.vec(), inp2, loss);
+    expect_gradient_matches("dweight", dw.vec(), w, loss);
+    expect_gradient_matches("dbias", db.vec(), b, loss);
+  }
+}
+
+// ---------------------------------------------------------------- matmul ----
+struct MatmulCase {
+  bool bias, gelu;
+};
+
+TEST_F(CpuOps, MatmulBackwardMatchesFiniteDifferences) {
+  constexpr int64_t C = 36, OC = 20;  // OC != C, neither a power of two
+  for (MatmulCase mc : {MatmulCase{false, false}, MatmulCase{true, false}, MatmulCase{true, true}})
+    for (int T : kLengths) {
+      SCOPED_TRACE(::testing::Message() << "T=" << T << " bias=" << mc.bias << " gelu=" << mc.gelu);
+      auto rng = test_rng(T * 4 + mc.bias * 2 + mc.gelu);
+      const int64_t N = kB * T;
+      H64 inp({N, C}), w({OC, C}), b({OC}), out({N, OC}), pre({N, OC});
+      fill_uniform(inp, rng);
+      fill_uniform(w, rng, -0.5, 0.5);
+      fill_uniform(b, rng);
+      RandomProjection loss_of(out.numel(), rng);
+      MatmulForward fwd;
+      fwd.out = out, fwd.inp = inp, fwd.weight = w, fwd.gelu = mc.gelu;
+      if (mc.bias) fwd.bias = b;
+      if (mc.gelu) fwd.pre_gelu = pre;
+      auto loss = [&] {
+        ops->matmul_forward(fwd);
+        return loss_of(out);
+      };
+      loss();
+      // With the GELU epilogue, backward starts from d(pre-activation).
+      H64 dout = loss_of.weights();
+      if (mc.gelu) ops->gelu_backward(dout, pre, dout);
+      H64 dinp({N, C}), dw({OC, C}), db({OC});
+      fill_uniform(dinp, rng);  // overwritten: garbage must not leak through
+      fill_uniform(dw, rng);    // accumulate
+      fill_uniform(db, rng);
+      const H64 dw0 = dw, db0 = db;
+      MatmulBackward bwd;
+      bwd.dinp = dinp, bwd.dweight = dw, bwd.dout = dout, bwd.inp = inp, bwd.weight = w;
+      if (mc.bias) bwd.dbias = db;
+      ops->matmul_backward(bwd);
+      expect_gradient_matches("dinp", dinp.vec(), inp, loss);
+      expect_gradient_matches("dweight", dw.vec(), w, loss, dw0.vec());
+      if (mc.bias) expect_gradient_matches("dbias", db.vec(), b, loss, db0.vec());
+    }
+}
+
+// The model's MLP: h = GELU(x) feeds this matmul; backward with dinp_gelu_pre = x
+// writes dL/dx directly (the DGELU epilogue).
+TEST_F(CpuOps, MatmulBackwardDGeluEpilogueMatchesFiniteDifferences) {
+  constexpr int64_t C = 36, OC = 24;
+  for (int T : kLengths) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    auto rng = test_rng(T);
+    const int64_t N = kB * T;
+    H64 x({N, C}), h({N, C}), w({OC, C}), out({N, OC});
+    fill_uniform(x, rng, -3, 3);  // GELU's curved region and both tails
+    fill_uniform(w, rng);
+    RandomProjection loss_of(out.numel(), rng);
+    MatmulForward fwd;
+    fwd.out = out, fwd.inp = h, fwd.weight = w;
+    auto loss = [&] {
+      ops->gelu_forward(h, x);
+      ops->matmul_forward(fwd);
+      return loss_of(out);
+    };
+    loss();
+    H64 dx({N, C}), dw({OC, C});
+    fill_uniform(dx, rng);  // overwritten
+    MatmulBackward bwd;
+    bwd.dinp = dx, bwd.dweight = dw, bwd.dout = loss_of.weights(), bwd.inp = h, bwd.weight = w;
+    bwd.dinp_gelu_pre = x;
+    ops->matmul_backward(bwd);
+    expect_gradient_matches("d(gelu pre-activation)", dx.vec(), x, loss);
+  }
+}
+
+// Small integers make every product and sum exact in fp32 (CUTLASS's trick), so fp32
+// results must equal the reference bit for bit — on shapes that cover full 4×32 tiles
+// and ragged edges.
+TEST_F(CpuOps, MatmulFp32IsExactOnSmallIntegers) {
+  constexpr int64_t N = 67, C = 129, OC = 70;
+  auto rng = test_rng();
+  auto ints = [&](HostTensor<float>& t, int lo, int hi) {
+    std::uniform_int_distribution<int> u(lo, hi);
+    for (auto& v : t.vec()) v = float(u(rng));
+  };
+  HostTensor<float> inp({N, C}), w({OC, C}), b({OC}), out({N, OC}), dout({N, OC});
+  HostTensor<float> dinp({N, C}), dw({OC, C}), db({OC});
+  ints(inp, -8, 8), ints(w, -8, 8), ints(b, -8, 8), ints(dout, -8, 8), ints(dw, -8, 8),
+      ints(db, -8, 8);
+  const HostTensor<float> dw0 = dw, db0 = db;
+  MatmulForward fwd;
+  fwd.out = out, fwd.inp = inp, fwd.weight = w, fwd.bias = b;
+  ops->matmul_forward(fwd);
+  MatmulBackward bwd;
+  bwd.dinp = dinp, bwd.dweight = dw, bwd.dbias = db, bwd.dout = dout, bwd.inp = inp,
+  bwd.weight = w;
+  ops->matmul_backward(bwd);
+
+  std::vector<float> want_out(N * OC), want_dinp(N * C), want_dw(dw0.vec()), want_db(db0.vec());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < OC; ++o) {
+      double s = b[o];
+      for (int64_t c = 0; c < C; ++c) s += double(inp[n * C + c]) * w[o * C + c];
+      want_out[n * OC + o] = float(s);
+      want_db[o] += dout[n * OC + o];
+      for (int64_t c = 0; c < C; ++c) {
+        want_dinp[n * C + c] += dout[n * OC + o] * w[o * C + c];
+        want_dw[o * C + c] += dout[n * OC + o] * inp[n * C + c];
+      }
+    }
+  EXPECT_EQ(out.vec(), want_out);
+  EXPECT_EQ(dinp.vec(), want_dinp);
+  EXPECT_EQ(dw.vec(), want_dw);
+  EXPECT_EQ(db.vec(), want_db);
+}
+
+// ---------------------------------------------------------------- GELU ----
+TEST_F(CpuOps, GeluBackwardMatchesFiniteDifferences) {
+  auto rng = test_rng();
+  H64 x({3, 7, 37}), y({3, 7, 37});
+  fill_uniform(x, rng, -5, 5);
+  RandomProjection loss_of(y.numel(), rng);
+  auto loss = [&] {
+    ops->gelu_forward(y, x);
+    return loss_of(y);
+  };
+  loss();
+  H64 dx({3, 7, 37});
+  fill_uniform(dx, rng);  // overwritten
+  ops->gelu_backward(dx, x, loss_of.weights());
+  expect_gradient_matches("dinp", dx.vec(), x, loss);
+}
+
+TEST_F(CpuOps, GeluForwardIsTheTanhApproximation) {
+  // Reference values of 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))).
+  H64 x({4}), y({4});
+  x.vec() = {-3.0, -0.5, 1.0, 2.5};
+  ops->gelu_forward(y, x);
+  std::vector<double> want(4);
+  for (int i = 0; i < 4; ++i) {
+    const double v = x[i];
+    want[i] = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+  }
+  expect_all_close(y.vec(), want, 1e-15, 1e-300, "gelu");
+  EXPECT_NEAR(y[2], 0.8411919906082768, 1e-15);  // GELU_tanh(1), independently known
+}
+
+// ---------------------------------------------------------------- cross-entropy ----
+TEST_F(CpuOps, SoftmaxCrossEntropyMatchesFiniteDifferencesWithPaddingAndIgnoredTargets) {
+  constexpr int V = 37, Vp = 48;  // padded vocabulary: columns 37..47 must be ignored
+  constexpr double kDloss = 0.75;  // exact in fp32, as the op takes it
+  for (int T : kLengths) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    auto rng = test_rng(T);
+    const int64_t N = kB * T;
+    HostTensor<int32_t> targets({N});
+    fill_ints(targets, rng, 0, V);
+    targets[N - 1] = -1;  // ignored
+    H64 logits({N, Vp}), losses({N});
+    fill_uniform(logits, rng, -4, 4);
+    for (int64_t n = 0; n < N; ++n)  // huge padding values would dominate if read
+      for (int j = V; j < Vp; ++j) logits[n * Vp + j] = 1e3;
+    auto loss = [&] {
+      ops->softmax_cross_entropy(losses, logits, targets, V, /*dloss=*/0);  // no gradient
+      long double s = 0;
+      for (int64_t n = 0; n < N; ++n) s += kDloss * losses[n];
+      return s;
+    };
+    loss();
+    // Loss values against a direct formula; ignored row: 0.
+    for (int64_t n = 0; n < N; ++n) {
+      double want = 0;
+      if (targets[n] >= 0) {
+        double sum = 0;
+        for (int j = 0; j < V; ++j) sum += std::exp(logits[n * Vp + j]);
+        want = std::log(sum) - logits[n * Vp + targets[n]];
+      }
+      EXPECT_NEAR(losses[n], want, 1e-13 * (1 + std::fabs(want))) << "row " << n;
+    }
+    H64 dlogits = logits;  // overwritten in place with the gradient
+    ops->softmax_cross_entropy(losses, dlogits, targets, V, float(kDloss));
+    expect_gradient_matches("dlogits", dlogits.vec(), logits, loss);
+    for (int j = 0; j < Vp; ++j) EXPECT_EQ(dlogits[(N - 1) * Vp + j], 0.0) << "ignored row, col " << j;
+  }
+}
+
+// ---------------------------------------------------------------- optimizer ----
+TEST_F(CpuOps, AdamWStepMatchesScalarFormula) {
+  constexpr int64_t n = 1003;
+  auto rng = test_rng();
+  H64 p({n}), g({n}), m({n}), v({n});
+  fill_uniform(p, rng);
+  fill_uniform(g, rng);
+  fill_uniform(m, rng, -0.1, 0.1);
+  fill_uniform(v, rng, 0, 0.01);
+  const H64 p0 = p, m0 = m, v0 = v;
+  AdamWArgs a;
+  a.param = p, a.grad = g, a.m = m, a.v = v;
+  a.lr = 3e-3f, a.beta1 = 0.9f, a.beta2 = 0.95f, a.eps = 1e-8f, a.weight_decay = 0.1f;
+  a.grad_scale = 0.5f, a.step = 3;
+  ops->adamw_update(a);
+  std::vector<double> want_p(n), want_m(n), want_v(n);
+  const double b1 = a.beta1, b2 = a.beta2;
+  for (int64_t i = 0; i < n; ++i) {
+    const double gi = g[i] * double(a.grad_scale);
+    want_m[i] = b1 * m0[i] + (1 - b1) * gi;
+    want_v[i] = b2 * v0[i] + (1 - b2) * gi * gi;
+    const double mhat = want_m[i] / (1 - std::pow(b1, 3)), vhat = want_v[i] / (1 - std::pow(b2, 3));
+    want_p[i] = p0[i] - double(a.lr) * (mhat / (std::sqrt(vhat) + double(a.eps)) +
+                                        double(a.weight_decay) * p0[i]);
+  }
+  // The same formula in the same precision: only a few roundings apart.
+  expect_all_close(m.vec(), want_m, 1e-14, 1e-300, "m");
+  expect_all_close(v.vec(), want_v, 1e-14, 1e-300, "v");
+  expect_all_close(p.vec(), want_p, 1e-14, 1e-300, "param");
+}
+
+TEST_F(CpuOps, SumSquaresAddsIntoOutput) {
+  auto rng = test_rng();
+  H64 g({300003});  // parallel, several chunks and a ragged one
+  fill_uniform(g, rng);
+  H64 out({1});
+  out[0] = 2.5;  // adds, does not overwrite
+  ops->sum_squares(out, g);
+  double want = 2.5;
+  for (double x : g.vec()) want += x * x;
+  EXPECT_NEAR(out[0], want, 1e-12 * want);
+  HostTensor<float> g32({777}), out32({1});
+  for (int64_t i = 0; i < g32.numel(); ++i) g32[i] = float(g[i]);
+  ops->sum_squares(out32, g32);
+  double want32 = 0;
+  for (float x : g32.vec()) want32 += double(x) * x;
+  EXPECT_NEAR(out32[0], want32, 1e-6 * want32);  // accumulated in double, rounded once
+}
+
+TEST_F(CpuOps, ScaleMultipliesEveryElement) {
+  HostTensor<float> x({5});
+  x.vec() = {1, -2, 0.5f, 0, 3};
+  ops->scale(x, 0.25f);
+  EXPECT_EQ(x.vec(), (std::vector<float>{0.25f, -0.5f, 0.125f, 0, 0.75f}));
+}
+
+// ---------------------------------------------------------------- memory, cast ----
+TEST_F(CpuOps, AllocIsAlignedAndCopiesRoundTrip) {
+  void* p = ops->alloc(1000);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
+  Tensor t(p, DType::f32, Device::cpu, {10, 25});
+  std::vector<float> src(250), back(250, -1);
+  for (int i = 0; i < 250; ++i) src[i] = float(i) * 0.5f;
+  ops->from_host(t, src.data());
+  ops->to_host(back.data(), t);
+  EXPECT_EQ(back, src);
+  ops->memset_zero(t);
+  ops->to_host(back.data(), t);
+  EXPECT_EQ(back, std::vector<float>(250, 0.0f));
+  ops->free(p);
+}
+
+TEST(CpuBf16, RoundsToNearestEven) {
+  const float one = 1.0f, tie_down = 1.0f + 0x1p-8f, tie_up = 1.0f + 3 * 0x1p-8f;
+  EXPECT_EQ(float_to_bf16(one), 0x3F80);
+  EXPECT_EQ(float_to_bf16(tie_down), 0x3F80);  // halfway to 0x3F81: to the even 0x3F80
+  EXPECT_EQ(float_to_bf16(tie_up), 0x3F82);    // halfway between 0x3F81 and 0x3F82
+  EXPECT_EQ(float_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 0x3F81);  // just above the tie
+  EXPECT_EQ(float_to_bf16(-tie_down), 0xBF80);
+  EXPECT_EQ(float_to_bf16(std::numeric_limits<float>::infinity()), 0x7F80);
+  EXPECT_EQ(float_to_bf16(std::numeric_limits<float>::max()), 0x7F80);  // rounds up to inf
+  EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(std::nanf("")))));
+  // A double just above a tie must not be rounded twice (to the tie in float, then even).
+  EXPECT_EQ(double_to_bf16(1.0 + 0x1p-8 + 0x1p-40), 0x3F81);
+  EXPECT_EQ(double_to_bf16(1.0 + 0x1p-8), 0x3F80);
+  EXPECT_EQ(double_to_bf16(-(1.0 + 0x1p-8 + 0x1p-40)), 0xBF81);
+  EXPECT_EQ(double_to_bf16(1e300), 0x7F80);
+}
+
+TEST(CpuBf16, EveryFiniteBf16SurvivesARoundTrip) {
+  for (uint32_t h = 0; h <= 0xFFFF; ++h) {
+    const float f = bf16_to_float(uint16_t(h));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(float_to_bf16(f), h);
+    ASSERT_EQ(double_to_bf16(double(f)), h);
+  }
+}
+
+TEST_F(CpuOps, CastRoundTripsBetweenFp32Fp64AndBf16) {
+  auto rng = test_rng();
+  H64 d({257});
+  fill_uniform(d, rng, -100, 100);
+  d[0] = 1.0 + 0x1p-8 + 0x1p-40;  // the double-rounding trap
+  HostTensor<float> f({257});
+  HostTensor<uint16_t> h({257});
+  H64 back({257});
+  ops->cast(f, d);
+  for (int64_t i = 0; i < 257; ++i) ASSERT_EQ(f[i], float(d[i]));
+  ops->cast(back, f);
+  for (int64_t i = 0; i < 257; ++i) ASSERT_EQ(back[i], double(f[i]));
+  ops->cast(h, d);
+  for (int64_t i = 0; i < 257; ++i) ASSERT_EQ(h[i], double_to_bf16(d[i]));
+  EXPECT_EQ(h[0], 0x3F81);
+  ops->cast(back, h);  // bf16 -> fp64 is exact
+  for (int64_t i = 0; i < 257; ++i) ASSERT_EQ(back[i], double(bf16_to_float(h[i])));
+  HostTensor<uint16_t> h2({257});
+  ops->cast(f, h);
+  ops->cast(h2, f);  // bf16 -> fp32 -> bf16 is the identity
+  EXPECT_EQ(h2.vec(), h.vec());
+}
+
+TEST_F(CpuOps, RejectsUnsupportedDtypesAndMismatchedShapes) {
+  HostTensor<uint16_t> a({8}), b({8});
+  EXPECT_THROW(ops->gelu_forward(a, b), std::runtime_error);  // bf16 is CUDA-only
+  H64 x({8}), y({9}), z({8});
+  EXPECT_THROW(ops->gelu_forward(y, x), std::runtime_error);
+  HostTensor<float> xf({8});
+  EXPECT_THROW(ops->gelu_backward(z, x, xf), std::runtime_error);  // mixed dtypes
+  H64 inp({3, 5}), w({4, 6}), out({3, 4});
+  MatmulForward fwd;
+  fwd.out = out, fwd.inp = inp, fwd.weight = w;
+  EXPECT_THROW(ops->matmul_forward(fwd), std::runtime_error);  // C mismatch
+}
+
+}  // namespace
+}  // namespace flashgpt
