@@ -144,6 +144,7 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) 
   struct Part {
     int32_t id, prev, next;
   };
+  constexpr int32_t kDeadPart = -1;
   std::vector<Part> parts(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) parts[size_t(i)] = {byte_id_[uint8_t(piece[size_t(i)])], i - 1, i + 1 < n ? i + 1 : -1};
 
@@ -164,12 +165,13 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) 
     Candidate c = heap.top();
     heap.pop();
     Part& left = parts[size_t(c.left)];
-    // Stale if either side has merged since: a merge always changes the left part's
-    // id, and the right neighbour's id or identity.
+    // Stale if either side has changed since: a merge gives the left part a new id
+    // and marks the right part dead (id -1), which a candidate can also start at.
     if (left.id != c.left_id || left.next < 0 || parts[size_t(left.next)].id != c.right_id) continue;
-    const Part& right = parts[size_t(left.next)];
+    Part& right = parts[size_t(left.next)];
     left.id = merges_.at(pair_key(c.left_id, c.right_id)).result;
     left.next = right.next;
+    right.id = kDeadPart;
     if (left.next >= 0) parts[size_t(left.next)].prev = c.left;
     consider(left.prev);
     consider(c.left);

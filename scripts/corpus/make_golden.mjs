@@ -69,6 +69,18 @@ for (let i = 0; i < 200; ++i) {
   add(`random_${i}`, s);
 }
 
+// Long words: BPE's merge order matters most there (" seduced" once caught a bug).
+add("seduced", " seduced expedient unconstitutionally antidisestablishmentarianism");
+const letters = "eeeeeeetttttaaaaooooiiiinnnnsssshhhrrrdddllcumwfgypbvkjxqz";
+for (let i = 0; i < 100; ++i) {
+  let s = "";
+  for (let w = 0, n = 1 + rand(12); w < n; ++w) {
+    s += rand(3) ? " " : "";
+    for (let k = 0, len = 1 + rand(16); k < len; ++k) s += letters[rand(letters.length)];
+  }
+  add(`random_words_${i}`, s);
+}
+
 // --- invalid UTF-8 -------------------------------------------------------------------
 const re = new RegExp(gpt2.pat_str ?? (gpt2.default ?? gpt2).pat_str, "gu");
 const walls = new Set([0xc0, 0xc1, 0xf5, 0xf6, 0xf7, 0xf8, 0xf9, 0xfa, 0xfb, 0xfc, 0xfd, 0xfe, 0xff]);
