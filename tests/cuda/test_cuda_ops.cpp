@@ -1,0 +1,341 @@
+// Every CUDA op against the CPU op (fp64 reference, fp32 naive), in fp32 and bf16, on
+// fresh random inputs and awkward shapes: B·T = 3·37 rows (not a multiple of any block),
+// C = 768 and 1600, the GPT-2 vocabulary 50257 padded to 50304. Tolerances: see
+// cuda_test_util.h. Also: determinism of the reductions (bitwise equal on re-run),
+// AdamW's stochastic rounding, cuBLASLt plan caching. Skips without a GPU.
+#include <cmath>
+#include "kernels/cuda/cuda_kernels.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace flashgpt::test {
+namespace {
+
+constexpr DType kDtypes[] = {DType::f32, DType::bf16};
+constexpr int kB = 3, kT = 37;  // N = 111 rows: awkward on purpose
+
+class CudaOps : public CudaTest {};
+
+TEST_F(CudaOps, EmbeddingForwardBackward) {
+  for (DType dt : kDtypes) {
+    auto rng = test_rng(int(dt));
+    const int C = 768, Vp = 1024, maxT = 64;
+    OpCase c;
+    // Few distinct tokens so that many positions share one (exercises the sorted runs).
+    c.add("tokens", {kB, kT}, Kind::i32, ints(kB * kT, rng, 0, 40));
+    c.add("wte", {Vp, C}, Kind::act, uniform(int64_t(Vp) * C, rng));
+    c.add("wpe", {maxT, C}, Kind::act, uniform(int64_t(maxT) * C, rng));
+    c.add("out", {kB, kT, C}, Kind::act, {}, true);
+    c.add("dout", {kB, kT, C}, Kind::act, uniform(kB * kT * C, rng));
+    c.add("dwte", {Vp, C}, Kind::grad, uniform(int64_t(Vp) * C, rng), true);  // accumulates
+    c.add("dwpe", {maxT, C}, Kind::grad, uniform(int64_t(maxT) * C, rng), true);
+    c.compare(*cpu_, *gpu_, dt, [](Ops& ops, OpCase& a) {
+      ops.embedding_forward(a["out"], a["tokens"], a["wte"], a["wpe"]);
+      ops.embedding_backward(a["dwte"], a["dwpe"], a["dout"], a["tokens"]);
+    }, "embedding");
+  }
+}
+
+TEST_F(CudaOps, LayerNormForwardBackward) {
+  for (DType dt : kDtypes)
+    for (int C : {768, 1600}) {
+      auto rng = test_rng(int(dt) * 7 + C);
+      const int64_t N = kB * kT;
+      OpCase c;
+      // Multiples of 1/16 in [-4, 4]: their sums are exact in bf16, so the residual is
+      // the same in every precision and only the layernorm's own rounding is compared.
+      auto sixteenths = [&](int64_t n) {
+        auto v = ints(n, rng, -64, 65);
+        for (double& x : v) x /= 16;
+        return v;
+      };
+      c.add("inp1", {N, C}, Kind::act, sixteenths(N * C));
+      c.add("inp2", {N, C}, Kind::act, sixteenths(N * C));
+      c.add("w", {C}, Kind::act, uniform(C, rng, 0.5, 1.5));
+      c.add("b", {C}, Kind::act, uniform(C, rng));
+      c.add("residual", {N, C}, Kind::act, {}, true);
+      c.add("out", {N, C}, Kind::act, {}, true);
+      c.add("out_plain", {N, C}, Kind::act, {}, true);
+      c.add("mean", {N}, Kind::stat, {}, true);
+      c.add("rstd", {N}, Kind::stat, {}, true);
+      c.add("dout", {N, C}, Kind::act, uniform(N * C, rng));
+      c.add("dinp", {N, C}, Kind::act, uniform(N * C, rng), true);  // accumulates
+      c.add("dw", {C}, Kind::grad, uniform(C, rng), true);
+      c.add("db", {C}, Kind::grad, uniform(C, rng), true);
+      c.compare(*cpu_, *gpu_, dt, [](Ops& ops, OpCase& a) {
+        ops.layernorm_forward(a["out_plain"], a["mean"], a["rstd"], a["inp1"], a["w"], a["b"]);
+        ops.residual_layernorm_forward(a["residual"], a["out"], a["mean"], a["rstd"], a["inp1"],
+                                       a["inp2"], a["w"], a["b"]);
+        ops.layernorm_backward(a["dinp"], a["dw"], a["db"], a["dout"], a["residual"], a["w"],
+                               a["mean"], a["rstd"]);
+      }, "layernorm C=" + std::to_string(C));
+    }
+}
+
+TEST_F(CudaOps, GeluForwardBackward) {
+  for (DType dt : kDtypes) {
+    auto rng = test_rng(int(dt));
+    const int64_t n = kB * kT * 3072 + 5;  // a tail that is not a whole x128 pack
+    OpCase c;
+    c.add("inp", {n}, Kind::act, uniform(n, rng, -4, 4));
+    c.add("dout", {n}, Kind::act, uniform(n, rng));
+    c.add("out", {n}, Kind::act, {}, true);
+    c.add("dinp", {n}, Kind::act, {}, true);
+    c.compare(*cpu_, *gpu_, dt, [](Ops& ops, OpCase& a) {
+      ops.gelu_forward(a["out"], a["inp"]);
+      ops.gelu_backward(a["dinp"], a["inp"], a["dout"]);
+    }, "gelu");
+  }
+}
+
+struct MatmulShape {
+  int64_t N;
+  int C, OC;
+  bool bias, gelu, dgelu;
+};
+
+TEST_F(CudaOps, MatmulForwardBackward) {
+  const MatmulShape shapes[] = {
+      {kB * kT, 768, 2304, true, false, false},   // attention c_attn
+      {kB * kT, 768, 3072, true, true, false},    // MLP c_fc with GELU epilogue
+      {kB * kT, 3072, 768, true, false, true},    // MLP c_proj, DGELU into its dinp
+      {kB * kT, 1600, 4800, true, false, false},  // GPT-2 XL c_attn
+      {64, 768, 50304, false, false, false},      // LM head over the padded vocabulary
+  };
+  for (DType dt : kDtypes)
+    for (const MatmulShape& s : shapes) {
+      auto rng = test_rng(int(dt) * 13 + s.OC + s.C);
+      OpCase c;
+      c.add("inp", {s.N, s.C}, Kind::act, uniform(s.N * s.C, rng));
+      c.add("w", {s.OC, s.C}, Kind::act, uniform(int64_t(s.OC) * s.C, rng, -0.1, 0.1));
+      if (s.bias) c.add("bias", {s.OC}, Kind::act, uniform(s.OC, rng));
+      c.add("out", {s.N, s.OC}, Kind::act, {}, true);
+      if (s.gelu) c.add("pre", {s.N, s.OC}, Kind::act, {}, true);
+      if (s.dgelu) c.add("gelu_pre", {s.N, s.C}, Kind::act, uniform(s.N * s.C, rng, -3, 3));
+      c.add("dout", {s.N, s.OC}, Kind::act, uniform(s.N * s.OC, rng));
+      c.add("dinp", {s.N, s.C}, Kind::act, {}, true);
+      c.add("dw", {s.OC, s.C}, Kind::grad, uniform(int64_t(s.OC) * s.C, rng), true);
+      if (s.bias) c.add("db", {s.OC}, Kind::grad, uniform(s.OC, rng), true);
+      c.compare(*cpu_, *gpu_, dt, [&](Ops& ops, OpCase& a) {
+        MatmulForward f;
+        f.out = a["out"]; f.inp = a["inp"]; f.weight = a["w"];
+        if (s.bias) f.bias = a["bias"];
+        f.gelu = s.gelu;
+        if (s.gelu) f.pre_gelu = a["pre"];
+        ops.matmul_forward(f);
+        MatmulBackward b;
+        b.dinp = a["dinp"]; b.dweight = a["dw"]; b.dout = a["dout"]; b.inp = a["inp"];
+        b.weight = a["w"];
+        if (s.bias) b.dbias = a["db"];
+        if (s.dgelu) b.dinp_gelu_pre = a["gelu_pre"];
+        ops.matmul_backward(b);
+      }, "matmul N=" + std::to_string(s.N) + " C=" + std::to_string(s.C) + " OC=" +
+             std::to_string(s.OC));
+    }
+}
+
+TEST_F(CudaOps, SoftmaxCrossEntropyPaddedVocab) {
+  const int V = 50257, Vp = 50304;
+  for (DType dt : kDtypes)
+    for (float dloss : {0.f, 1.f / 37}) {
+      auto rng = test_rng(int(dt) + (dloss != 0));
+      const int64_t N = kT;
+      OpCase c;
+      auto logits = uniform(N * Vp, rng, -4, 4);
+      for (int64_t n = 0; n < N; ++n)  // junk in the padding must be ignored
+        for (int j = V; j < Vp; ++j) logits[size_t(n * Vp + j)] = 100.0;
+      auto targets = ints(N, rng, 0, V);
+      targets[3] = -1;  // ignored row
+      targets[5] = V - 1;
+      c.add("logits", {N, Vp}, Kind::act, logits, true);
+      c.add("targets", {N}, Kind::i32, targets);
+      c.add("losses", {N}, Kind::stat, {}, true);
+      c.compare(*cpu_, *gpu_, dt, [&](Ops& ops, OpCase& a) {
+        ops.softmax_cross_entropy(a["losses"], a["logits"], a["targets"], V, dloss);
+      }, "softmax_ce dloss=" + std::to_string(dloss));
+    }
+}
+
+// Attention in fp32 (the GPU paths that run in fp32: naive, and the row-wise path behind
+// AttentionAlgo::flash); bf16 flash is tested by the FlashAttention tests.
+TEST_F(CudaOps, AttentionFp32NaiveAndRowwise) {
+  struct S { int B, T, H, D; bool causal; };
+  for (S s : {S{2, 113, 4, 64, true}, S{1, 64, 2, 128, false}, S{2, 37, 3, 16, true}})
+    for (AttentionAlgo algo : {AttentionAlgo::naive, AttentionAlgo::flash}) {
+      auto rng = test_rng(s.T * 3 + int(algo));
+      const int64_t BT = int64_t(s.B) * s.T, HD = int64_t(s.H) * s.D, BHT = BT * s.H;
+      OpCase c;
+      c.add("qkv", {BT, 3 * HD}, Kind::act, uniform(BT * 3 * HD, rng));
+      c.add("out", {BT, HD}, Kind::act, {}, true);
+      c.add("lse", {BHT}, Kind::stat, {}, true);
+      c.add("dout", {BT, HD}, Kind::act, uniform(BT * HD, rng));
+      c.add("dqkv", {BT, 3 * HD}, Kind::act, {}, true);
+      c.add("delta", {BHT}, Kind::stat);
+      if (algo == AttentionAlgo::naive) c.add("probs", {BHT, s.T}, Kind::act);
+      c.compare(*cpu_, *gpu_, DType::f32, [&](Ops& ops, OpCase& a) {
+        AttentionForward f;
+        f.out = a["out"]; f.lse = a["lse"]; f.qkv = a["qkv"];
+        f.B = s.B; f.T = s.T; f.H = s.H; f.D = s.D; f.causal = s.causal; f.algo = algo;
+        if (algo == AttentionAlgo::naive) f.probs = a["probs"];
+        ops.attention_forward(f);
+        AttentionBackward b;
+        b.dqkv = a["dqkv"]; b.dout = a["dout"]; b.qkv = a["qkv"]; b.out = a["out"];
+        b.lse = a["lse"]; b.delta = a["delta"];
+        b.B = s.B; b.T = s.T; b.H = s.H; b.D = s.D; b.causal = s.causal; b.algo = algo;
+        if (algo == AttentionAlgo::naive) b.probs = a["probs"];
+        ops.attention_backward(b);
+      }, std::string(algo == AttentionAlgo::naive ? "naive" : "rowwise") + " attention T=" +
+             std::to_string(s.T) + " D=" + std::to_string(s.D));
+    }
+}
+
+TEST_F(CudaOps, AdamWFp32MatchesCpu) {
+  auto rng = test_rng();
+  const int64_t n = 100003;
+  OpCase c;
+  c.add("param", {n}, Kind::act, uniform(n, rng), true);
+  c.add("grad", {n}, Kind::grad, uniform(n, rng));
+  c.add("m", {n}, Kind::stat, uniform(n, rng, -0.1, 0.1), true);
+  c.add("v", {n}, Kind::stat, uniform(n, rng, 0, 0.01), true);
+  c.compare(*cpu_, *gpu_, DType::f32, [](Ops& ops, OpCase& a) {
+    AdamWArgs w;
+    w.param = a["param"]; w.grad = a["grad"]; w.m = a["m"]; w.v = a["v"];
+    w.lr = 1e-3f; w.weight_decay = 0.1f; w.grad_scale = 0.5f; w.step = 3;
+    ops.adamw_update(w);
+  }, "adamw");
+}
+
+// bf16 params: the fp32 master follows the CPU fp32 update; the bf16 param is one of the
+// two bf16 neighbours of the master (stochastic rounding), and rounds up about as often
+// as the fractional position says (unbiased).
+TEST_F(CudaOps, AdamWBf16MasterAndStochasticRounding) {
+  auto rng = test_rng();
+  const int64_t n = 1 << 20;
+  auto p0 = uniform(n, rng), g = uniform(n, rng), m0 = uniform(n, rng, -0.1, 0.1),
+       v0 = uniform(n, rng, 0, 0.01);
+  for (double& x : p0) x = round_to(DType::bf16, x);
+  for (auto* v : {&g, &m0, &v0}) for (double& x : *v) x = round_to(DType::f32, x);
+  auto dev = [&](DType t, const std::vector<double>& init) {
+    void* p = gpu_->alloc(size_t(n) * dtype_size(t));
+    Tensor x(p, t, Device::cuda, {n});
+    OpCase::upload(*gpu_, x, init);
+    return x;
+  };
+  Tensor param = dev(DType::bf16, p0), master = dev(DType::f32, p0), grad = dev(DType::f32, g),
+         m = dev(DType::f32, m0), v = dev(DType::f32, v0);
+  AdamWArgs w;
+  w.param = param; w.master = master; w.grad = grad; w.m = m; w.v = v;
+  w.lr = 1e-3f; w.weight_decay = 0.1f; w.step = 2; w.seed = 1234;
+  gpu_->adamw_update(w);
+  auto got_master = OpCase::download(*gpu_, master), got_param = OpCase::download(*gpu_, param);
+
+  // Expected master: the CPU fp32 op on the same state.
+  auto cpu_t = [&](const std::vector<double>& init) {
+    void* p = cpu_->alloc(size_t(n) * 4);
+    Tensor x(p, DType::f32, Device::cpu, {n});
+    OpCase::upload(*cpu_, x, init);
+    return x;
+  };
+  AdamWArgs cw = w;
+  cw.param = cpu_t(p0); cw.master = Tensor(); cw.grad = cpu_t(g); cw.m = cpu_t(m0); cw.v = cpu_t(v0);
+  cpu_->adamw_update(cw);
+  auto want = OpCase::download(*cpu_, cw.param);
+  expect_all_close(got_master, want, 1e-6, 1e-7, "bf16 adamw master");
+
+  int64_t ups = 0, inexact = 0;
+  double expected_ups = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double x = got_master[size_t(i)];
+    // The two bf16 neighbours of x: truncation toward zero, and the next one away.
+    uint32_t bits = float_bits(float(x)) & 0xffff0000u;
+    double down = double(float_from_bits(bits));
+    double up = double(float_from_bits(bits + 0x10000u));
+    double p = got_param[size_t(i)];
+    ASSERT_TRUE(p == down || p == up) << "param " << i << " = " << p << " not a neighbour of " << x;
+    if (down != x) {
+      ++inexact;
+      ups += p == up;
+      expected_ups += (x - down) / (up - down);
+    }
+  }
+  // Binomial: the count of round-ups is within 6 standard deviations of its mean.
+  double sd = std::sqrt(double(inexact) / 4);
+  EXPECT_NEAR(double(ups), expected_ups, 6 * sd) << "stochastic rounding is biased";
+  for (Tensor t : {param, master, grad, m, v}) gpu_->free(t.data);
+  for (Tensor t : {cw.param, cw.grad, cw.m, cw.v}) cpu_->free(t.data);
+}
+
+TEST_F(CudaOps, SumSquaresScaleCast) {
+  for (DType dt : kDtypes) {
+    auto rng = test_rng(int(dt));
+    const int64_t n = 1000003;
+    OpCase c;
+    c.add("g", {n}, Kind::grad, uniform(n, rng), true);
+    c.add("ss", {1}, Kind::grad, {0.5}, true);
+    c.add("x", {n}, Kind::act, uniform(n, rng), true);
+    c.compare(*cpu_, *gpu_, dt, [](Ops& ops, OpCase& a) {
+      ops.sum_squares(a["ss"], a["g"]);
+      ops.scale(a["g"], 0.25f);
+      ops.scale(a["x"], -3.f);
+    }, "sum_squares/scale");
+  }
+  // cast fp32 → bf16 → fp32 rounds to nearest even, like the host conversion.
+  auto rng = test_rng();
+  const int64_t n = 4099;
+  auto v = uniform(n, rng, -100, 100);
+  for (double& x : v) x = round_to(DType::f32, x);
+  void* a = gpu_->alloc(n * 4); void* b = gpu_->alloc(n * 2);
+  Tensor f(a, DType::f32, Device::cuda, {n}), h(b, DType::bf16, Device::cuda, {n});
+  OpCase::upload(*gpu_, f, v);
+  gpu_->cast(h, f);
+  gpu_->cast(f, h);
+  auto back = OpCase::download(*gpu_, f);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(back[size_t(i)], round_to(DType::bf16, v[size_t(i)])) << i;
+  gpu_->free(a); gpu_->free(b);
+}
+
+// The reductions without atomics give the same bits when run again.
+TEST_F(CudaOps, BackwardReductionsAreDeterministic) {
+  auto rng = test_rng();
+  const int C = 768, Vp = 50304;
+  const int64_t B = 8, T = 1024, N = B * T;
+  OpCase c;
+  c.add("tokens", {B, T}, Kind::i32, ints(N, rng, 0, 50257));
+  c.add("dout", {N, C}, Kind::act, uniform(N * C, rng));
+  c.add("inp", {N, C}, Kind::act, uniform(N * C, rng));
+  c.add("w", {C}, Kind::act, uniform(C, rng));
+  c.add("mean", {N}, Kind::stat, uniform(N, rng));
+  c.add("rstd", {N}, Kind::stat, uniform(N, rng, 0.5, 2));
+  c.add("dwte", {Vp, C}, Kind::grad);
+  c.add("dwpe", {T, C}, Kind::grad);
+  c.add("dinp", {N, C}, Kind::act);
+  c.add("dw", {C}, Kind::grad);
+  c.add("db", {C}, Kind::grad);
+  c.add("ss", {1}, Kind::grad);
+  auto body = [](Ops& ops, OpCase& a) {
+    ops.embedding_backward(a["dwte"], a["dwpe"], a["dout"], a["tokens"]);
+    ops.layernorm_backward(a["dinp"], a["dw"], a["db"], a["dout"], a["inp"], a["w"], a["mean"], a["rstd"]);
+    ops.sum_squares(a["ss"], a["dwte"]);
+  };
+  auto first = c.run(*gpu_, DType::bf16, body);
+  auto second = c.run(*gpu_, DType::bf16, body);
+  for (const char* k : {"dwte", "dwpe", "dinp", "dw", "db", "ss"})
+    EXPECT_TRUE(first[k] == second[k]) << k << " differs between two identical runs";
+}
+
+TEST_F(CudaOps, MatmulPlansAreCachedPerShape) {
+  cuda::Matmul mm(*ctx_);
+  const int N = 64, C = 128, OC = 256;
+  void* p = gpu_->alloc(size_t(N) * C * 2 + size_t(OC) * C * 2 + size_t(N) * OC * 2);
+  char* b = static_cast<char*>(p);
+  MatmulForward f;
+  f.inp = Tensor(b, DType::bf16, Device::cuda, {N, C});
+  f.weight = Tensor(b + N * C * 2, DType::bf16, Device::cuda, {OC, C});
+  f.out = Tensor(b + N * C * 2 + OC * C * 2, DType::bf16, Device::cuda, {N, OC});
+  for (int i = 0; i < 5; ++i) mm.forward(f, ctx_->main_stream());
+  EXPECT_EQ(mm.cached_plans(), 1u);
+  ctx_->synchronize();
+  gpu_->free(p);
+}
+
+}  // namespace
+}  // namespace flashgpt::test
