@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Builds the FlashAttention kernels, their tests and `flashgpt bench attention` alone,
+# without the rest of flashgpt: for working on these kernels while other parts of the
+# tree are mid-change. The normal build is CMake (README); this is only a shortcut.
+#   kernels/cuda/attention/build_standalone.sh OUT_DIR [ARCH=90a]
+# Produces OUT_DIR/flash_attention_tests and OUT_DIR/flashgpt (only `bench` inside).
+set -euo pipefail
+out=${1:?usage: build_standalone.sh OUT_DIR [ARCH]}
+arch=${2:-90a}
+mkdir -p "$out"
+cuda=${CUDA_HOME:-/usr/local/cuda}
+nvcc_flags=(-std=c++17 -O3 --expt-relaxed-constexpr -lineinfo -I. -gencode "arch=compute_${arch},code=sm_${arch}")
+objs=()
+for f in kernels/cuda/attention/*.cu; do
+  o="$out/$(basename "$f" .cu).o"
+  "$cuda/bin/nvcc" "${nvcc_flags[@]}" -Xptxas -v -c "$f" -o "$o" 2> "$out/$(basename "$f" .cu).ptxas.txt" &
+  objs+=("$o")
+done
+wait
+cxx=(g++ -std=c++17 -O2 -fopenmp -I. -I"$cuda/include" -DFLASHGPT_WITH_CUDA)
+libs=(-L"$cuda/lib64" -lcudart)
+"${cxx[@]}" tests/cuda/test_flash_attention.cpp src/tensor.cpp "${objs[@]}" -lgtest -lgtest_main -lpthread "${libs[@]}" \
+  -o "$out/flash_attention_tests" &
+cat > "$out/bench_main.cpp" <<'CPP'
+#include "src/commands.h"
+#include "src/errors.h"
+#include <cstdio>
+int main(int argc, char** argv) {
+  CLI::App app{"flashgpt (bench only)"};
+  app.require_subcommand(1);
+  flashgpt::add_bench_commands(app);
+  try { app.parse(argc, argv); }
+  catch (const CLI::ParseError& e) { return app.exit(e) == 0 ? 0 : 2; }
+  catch (const flashgpt::InputError& e) { std::fprintf(stderr, "error: %s\n", e.what()); return 2; }
+  catch (const std::exception& e) { std::fprintf(stderr, "fatal: %s\n", e.what()); return 1; }
+}
+CPP
+"${cxx[@]}" "$out/bench_main.cpp" train/bench.cpp src/tensor.cpp "${objs[@]}" "${libs[@]}" -o "$out/flashgpt" &
+wait
