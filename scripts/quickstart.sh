@@ -10,5 +10,5 @@ bash scripts/install_deps.sh
 bash scripts/build.sh
 bash scripts/fetch_vocab.sh
 python3 scripts/corpus/build.py --subset sotu
-./build/flashgpt prepare --input cache/corpus/sotu.txt --out cache/shards/sotu
+./build/flashgpt prepare --input cache/corpus/sotu.txt --out cache/shards/sotu --val-fraction 0.05
 ./build/flashgpt train --config configs/tiny.yaml "$@"
