@@ -45,7 +45,7 @@ def brown(root):
         paragraphs = []
         for para in re.split(r"\n\s*\n", read_text(p)):
             words = _BROWN_TAG.sub(r"\1", " ".join(para.split()))
-            words = words.replace("``", '"').replace("''", '"')
+            words = words.replace("`` ", '"').replace(" ''", '"').replace("``", '"').replace("''", '"')
             words = _SPACE_AFTER.sub(r"\1", _SPACE_BEFORE.sub(r"\1", words))
             if words.strip():
                 paragraphs.append(words.strip())
@@ -130,9 +130,9 @@ SOURCES = {
     "devil": ("A", "deb", "dict-devil", "1.0-13.1", "public domain",
               whole_files("usr/share/dictd/devil.dict.dz")),
     "bible-web": ("A", "deb", "sword-text-web", "426.0-1", "public domain",
-                  sword("usr/share/sword/modules/texts/ztext/web")),
+                  sword("usr/share/sword/modules/texts/ztext/*")),
     "bible-kjv": ("A", "deb", "sword-text-kjv", "14.3-1", "public domain",
-                  sword("usr/share/sword/modules/texts/ztext/kjv")),
+                  sword("usr/share/sword/modules/texts/ztext/*")),
     "linux-doc": ("B", "deb", "linux-doc-6.1", "6.1.192-3", "GPL-2", linux_doc),
     "python-doc": ("B", "deb", "python3.11-doc", "3.11.2-6+deb12u9", "PSF-2.0",
                    whole_files("usr/share/doc/python3.11/html/_sources/**/*.rst.txt")),
