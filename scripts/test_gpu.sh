@@ -5,9 +5,10 @@
 # Exit status: 0 when every test passed, non-zero otherwise (or if no GPU is visible:
 # the CUDA tests would only skip, which is not a pass here).
 #   scripts/test_gpu.sh [--all] [extra cmake args...]   --all: the CPU tests too
+#   FLASHGPT_TEST_FILTER='CudaOps.*' scripts/test_gpu.sh     a gtest filter of your own
 set -euo pipefail
 cd "$(dirname "$0")/.."
-filter='*Cuda*'
+filter=${FLASHGPT_TEST_FILTER:-'*Cuda*'}
 if [[ "${1:-}" == "--all" ]]; then filter='*'; shift; fi
 if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "test_gpu.sh: no NVIDIA GPU visible (nvidia-smi -L failed)" >&2
