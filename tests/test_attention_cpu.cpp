@@ -62,6 +62,13 @@ struct GradCase {
   Shape shape;
 };
 
+std::string case_name(const GradCase& c) {
+  return std::string(algo_name(c.algo)) + (c.causal ? "_causal" : "_full") + "_B" +
+         std::to_string(c.shape.B) + "_T" + std::to_string(c.shape.T) + "_H" +
+         std::to_string(c.shape.H) + "_D" + std::to_string(c.shape.D);
+}
+void PrintTo(const GradCase& c, std::ostream* os) { *os << case_name(c); }
+
 class CpuAttentionGrad : public ::testing::TestWithParam<GradCase> {};
 
 TEST_P(CpuAttentionGrad, BackwardMatchesFiniteDifferences) {
@@ -93,14 +100,7 @@ std::vector<GradCase> grad_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, CpuAttentionGrad, ::testing::ValuesIn(grad_cases()),
-                         [](const ::testing::TestParamInfo<GradCase>& info) {
-                           const GradCase& c = info.param;
-                           return std::string(algo_name(c.algo)) +
-                                  (c.causal ? "_causal" : "_full") + "_B" +
-                                  std::to_string(c.shape.B) + "_T" + std::to_string(c.shape.T) +
-                                  "_H" + std::to_string(c.shape.H) + "_D" +
-                                  std::to_string(c.shape.D);
-                         });
+                         [](const auto& info) { return case_name(info.param); });
 
 // ---------------------------------------------------------------- forward ----
 // O and LSE of the naive algorithm against the definition, written independently here.

@@ -381,6 +381,65 @@ TEST_F(CpuOps, ScaleMultipliesEveryElement) {
   EXPECT_EQ(x.vec(), (std::vector<float>{0.25f, -0.5f, 0.125f, 0, 0.75f}));
 }
 
+// ---------------------------------------------------------------- fp32 ----
+// The fp32 instantiations against the fp64 ones (validated above) on the same
+// fp32-representable inputs. Every element here is a handful of fp32 roundings after
+// reductions of <= 40 terms that are accumulated in double (layernorm, cross-entropy)
+// or are elementwise (GELU, AdamW), so it is within kRoundings·u of the fp64 value,
+// measured against the tensor's largest magnitude.
+template <class T> HostTensor<T> convert(const H64& x, std::initializer_list<int64_t> shape) {
+  HostTensor<T> y(shape);
+  for (int64_t i = 0; i < x.numel(); ++i) y[i] = T(x[i]);
+  return y;
+}
+
+template <class T> void expect_fp32_close(const HostTensor<float>& f, const HostTensor<T>& d,
+                                          const std::string& what) {
+  constexpr double kRoundings = 16;
+  const double atol = kRoundings * std::numeric_limits<float>::epsilon() * test::max_abs(d.vec());
+  expect_all_close(f.vec(), d.vec(), 0, atol, what + " fp32 vs fp64");
+}
+
+TEST_F(CpuOps, Fp32OpsMatchFp64WithinFp32Rounding) {
+  constexpr int64_t N = 13, C = 40, V = 37, Vp = 40;
+  auto rng = test_rng();
+  H64 x({N, C}), w({C}), b({C}), dy({N, C}), p({N * C}), g({N * C}), m({N * C}), v({N * C});
+  for (H64* t : {&x, &w, &b, &dy, &p, &g, &m}) fill_uniform(*t, rng, -2, 2);
+  fill_uniform(v, rng, 0, 1);
+  for (H64* t : {&x, &w, &b, &dy, &p, &g, &m, &v})  // the same inputs in both precisions
+    for (double& e : t->vec()) e = double(float(e));
+  HostTensor<int32_t> targets({N});
+  fill_ints(targets, rng, -1, V);
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<HostTensor<T>> r;
+    HostTensor<T> xt = convert<T>(x, {N, C}), wt = convert<T>(w, {C}), bt = convert<T>(b, {C});
+    HostTensor<T> out({N, C}), mean({N}), rstd({N}), dx({N, C}), dw({C}), db({C});
+    ops->layernorm_forward(out, mean, rstd, xt, wt, bt);
+    ops->layernorm_backward(dx, dw, db, convert<T>(dy, {N, C}), xt, wt, mean, rstd);
+    HostTensor<T> gl({N, C}), dgl({N, C});
+    ops->gelu_forward(gl, xt);
+    ops->gelu_backward(dgl, xt, convert<T>(dy, {N, C}));
+    HostTensor<T> logits = convert<T>(x, {N, Vp}), losses({N});
+    ops->softmax_cross_entropy(losses, logits, targets, V, 0.5f);
+    AdamWArgs a;
+    HostTensor<T> pt = convert<T>(p, {N * C}), mt = convert<T>(m, {N * C}),
+                  vt = convert<T>(v, {N * C}), gt = convert<T>(g, {N * C});
+    a.param = pt, a.grad = gt, a.m = mt, a.v = vt, a.lr = 0.01f, a.step = 2;
+    a.weight_decay = 0.1f;
+    ops->adamw_update(a);
+    for (auto* t : {&out, &mean, &rstd, &dx, &dw, &db, &gl, &dgl, &logits, &losses, &pt, &mt, &vt})
+      r.push_back(*t);
+    return r;
+  };
+  const auto f32 = run(float{});
+  const auto f64 = run(double{});
+  const char* names[] = {"LN out", "LN mean", "LN rstd", "LN dinp", "LN dweight", "LN dbias",
+                         "GELU", "GELU backward", "dlogits", "CE loss", "AdamW param",
+                         "AdamW m", "AdamW v"};
+  for (size_t i = 0; i < f32.size(); ++i) expect_fp32_close(f32[i], f64[i], names[i]);
+}
+
 // ---------------------------------------------------------------- memory, cast ----
 TEST_F(CpuOps, AllocIsAlignedAndCopiesRoundTrip) {
   void* p = ops->alloc(1000);
