@@ -294,9 +294,14 @@ TEST_P(FlashAttentionVsReference, OutputsAndGradients) {
   const Result naive = attention_reference<float, true>(pb);
   {
     ScopedEnv path("FLASHGPT_ATTENTION_PATH", "sm80");
-    check_against(pb, ref, naive, "sm80 atomic-dQ");
-    ScopedEnv det("FLASHGPT_DETERMINISTIC", "1");
-    check_against(pb, ref, naive, "sm80 deterministic");
+    // Both tile shapes of every kernel (the tuning knobs of flash_attention.cu).
+    for (const char* tile : {"0", "1"}) {
+      ScopedEnv fwd_tile("FLASHGPT_ATTENTION_FWD_TILE", tile), bwd_tile("FLASHGPT_ATTENTION_BWD_TILE", tile);
+      const std::string label = std::string("sm80 tile ") + tile;
+      check_against(pb, ref, naive, label + " atomic-dQ");
+      ScopedEnv det("FLASHGPT_DETERMINISTIC", "1");
+      check_against(pb, ref, naive, label + " deterministic");
+    }
   }
   {
     ScopedEnv path("FLASHGPT_ATTENTION_PATH", "auto");

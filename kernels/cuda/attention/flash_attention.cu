@@ -6,7 +6,9 @@
 //       built for the device. Only the portable sm80 path (mma.sync) exists so far, so
 //       auto means sm80 everywhere and sm90 is refused with an InputError.
 //   FLASHGPT_DETERMINISTIC=1  backward computes dQ without float atomics (a separate
-//       kernel looping over key tiles; ~1.3× the backward time). Default: atomics.
+//       kernel looping over key tiles). Default: atomics (faster).
+//   FLASHGPT_ATTENTION_FWD_TILE, FLASHGPT_ATTENTION_BWD_TILE = 0|1  tuning knobs: the
+//       tile shape of each kernel (flash_fwd_sm80.cu, flash_bwd_sm80.cu); 0 is the default.
 #include "kernels/cuda/attention/flash_attention.h"
 
 #include <cmath>
@@ -36,6 +38,15 @@ Path choose_path() {
 bool deterministic_requested() {
   const char* env = std::getenv("FLASHGPT_DETERMINISTIC");
   return env && std::string(env) == "1";
+}
+
+// Tuning knob: which of the two tile shapes per kernel (0, the default, or 1).
+int tile_choice(const char* var) {
+  const char* env = std::getenv(var);
+  if (!env || !*env) return 0;
+  const std::string v = env;
+  if (v != "0" && v != "1") fail_input(var, " must be 0 or 1, got '", v, "'");
+  return v == "1" ? 1 : 0;
 }
 
 void check_tensor(const Tensor& t, const char* name, DType dtype, int64_t numel) {
@@ -88,15 +99,16 @@ void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
   p.qkv = a.qkv.as<const __nv_bfloat16>();
   p.out = a.out.as<__nv_bfloat16>();
   p.lse = a.lse.as<float>();
+  const int fwd_tile = tile_choice("FLASHGPT_ATTENTION_FWD_TILE");
   switch (choose_path()) {
     case Path::sm80:
     case Path::sm90:
       if (a.D == 64)
-        a.causal ? attn::launch_fwd_sm80<64, /*kCausal=*/true>(p, stream)
-                 : attn::launch_fwd_sm80<64, /*kCausal=*/false>(p, stream);
+        a.causal ? attn::launch_fwd_sm80<64, /*kCausal=*/true>(p, fwd_tile, stream)
+                 : attn::launch_fwd_sm80<64, /*kCausal=*/false>(p, fwd_tile, stream);
       else
-        a.causal ? attn::launch_fwd_sm80<128, /*kCausal=*/true>(p, stream)
-                 : attn::launch_fwd_sm80<128, /*kCausal=*/false>(p, stream);
+        a.causal ? attn::launch_fwd_sm80<128, /*kCausal=*/true>(p, fwd_tile, stream)
+                 : attn::launch_fwd_sm80<128, /*kCausal=*/false>(p, fwd_tile, stream);
       break;
   }
 }
@@ -122,15 +134,16 @@ void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaS
   p.dqkv = a.dqkv.as<__nv_bfloat16>();
   p.delta = a.delta.as<float>();
   p.dq_accum = static_cast<float*>(workspace);
+  const int bwd_tile = tile_choice("FLASHGPT_ATTENTION_BWD_TILE");
   switch (choose_path()) {
     case Path::sm80:
     case Path::sm90:
       if (a.D == 64)
-        a.causal ? attn::launch_bwd_sm80<64, /*kCausal=*/true>(p, deterministic, stream)
-                 : attn::launch_bwd_sm80<64, /*kCausal=*/false>(p, deterministic, stream);
+        a.causal ? attn::launch_bwd_sm80<64, /*kCausal=*/true>(p, deterministic, bwd_tile, stream)
+                 : attn::launch_bwd_sm80<64, /*kCausal=*/false>(p, deterministic, bwd_tile, stream);
       else
-        a.causal ? attn::launch_bwd_sm80<128, /*kCausal=*/true>(p, deterministic, stream)
-                 : attn::launch_bwd_sm80<128, /*kCausal=*/false>(p, deterministic, stream);
+        a.causal ? attn::launch_bwd_sm80<128, /*kCausal=*/true>(p, deterministic, bwd_tile, stream)
+                 : attn::launch_bwd_sm80<128, /*kCausal=*/false>(p, deterministic, bwd_tile, stream);
       break;
   }
 }

@@ -30,6 +30,16 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// dst[0] += x, dst[1] += y. Hopper has an 8-byte vector atomic: half the instructions.
+__device__ __forceinline__ void atomic_add_pair(float* dst, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(x, y));
+#else
+  atomicAdd(dst, x);
+  atomicAdd(dst + 1, y);
+#endif
+}
+
 // ---- 1. preprocess: D = rowsum(dO ∘ O) -----------------------------------------------
 // One warp per (b, t, h) row of D elements.
 template <int kHeadDim>
@@ -69,15 +79,22 @@ struct BwdTile {
   static constexpr int kDqRowTiles = kBlockM / 16;
   static constexpr int kDqSplit = kWarps / kDqRowTiles;
   static constexpr int kDqCols = kHeadDim / kDqSplit;
+  static constexpr int kDqChunk = kDqCols < 32 ? kDqCols : 32;
   static constexpr size_t kSmemBytes =
       size_t(2 * kBlockN + 4 * kBlockM) * kHeadDim * sizeof(bf16)  // K, V, 2×Q, 2×dO
       + size_t(kBlockN) * kBlockM * sizeof(bf16)                    // dSᵀ
       + 4 * kBlockM * sizeof(float);                                // 2×LSE, 2×D
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim 64 or 128");
   static_assert(kBlockM == 64, "dSᵀ tile rows are 64 bf16 (one swizzle period of 128 bytes)");
-  static_assert(kWarps % kDqRowTiles == 0 && kDqCols % 16 == 0, "dQ work splits evenly over warps");
+  static_assert(kWarps % kDqRowTiles == 0 && kDqCols % kDqChunk == 0 && kDqChunk % 16 == 0,
+                "dQ work splits evenly over warps");
 };
-template <int kHeadDim> struct BwdConfig { using Tile = BwdTile<kHeadDim, 8, 64>; };
+// Two shapes per head dim (FLASHGPT_ATTENTION_BWD_TILE=0|1): 128 keys × 8 warps, one
+// block per SM; or 64 keys × 4 warps, two blocks per SM and twice the blocks.
+template <int kHeadDim> struct BwdConfig {
+  using Tile0 = BwdTile<kHeadDim, /*kWarps=*/8, /*kBlockM=*/64>;
+  using Tile1 = BwdTile<kHeadDim, /*kWarps=*/4, /*kBlockM=*/64>;
+};
 
 template <class Tile, bool kCausal, bool kAtomicDq>
 __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm80_kernel(const FlashParams p) {
@@ -242,35 +259,37 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm80_kernel(const
           *reinterpret_cast<uint32_t*>(sdSt + swizzle<BM>(key_row0 + g + 8 * half, nt) + 2 * t) =
               pack_bf16(ds[nt][2 * half], ds[nt][2 * half + 1]);
       __syncthreads();
-      // dQ[q0.., cols] += dS·K for this warp's 16 queries and kDqCols columns.
+      // dQ[q0.., cols] += dS·K for this warp's 16 queries and kDqCols columns, in chunks
+      // of kDqChunk columns so that the partial sums need few registers.
       const int row_tile = warp % Tile::kDqRowTiles;
-      const int col0 = (warp / Tile::kDqRowTiles) * Tile::kDqCols;
-      float dq[Tile::kDqCols / 8][4];
+      const int qry0 = q0 + row_tile * 16 + g;
 #pragma unroll
-      for (int dt = 0; dt < Tile::kDqCols / 8; ++dt)
+      for (int chunk = 0; chunk < Tile::kDqCols / Tile::kDqChunk; ++chunk) {
+        const int col0 = (warp / Tile::kDqRowTiles) * Tile::kDqCols + chunk * Tile::kDqChunk;
+        float dq[Tile::kDqChunk / 8][4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) dq[dt][i] = 0.f;
+        for (int dt = 0; dt < Tile::kDqChunk / 8; ++dt)
 #pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk) {
-        uint32_t a[4];
-        load_a_trans<BM>(a, sdSt, row_tile * 16, kk * 16, lane);
+          for (int i = 0; i < 4; ++i) dq[dt][i] = 0.f;
 #pragma unroll
-        for (int dp = 0; dp < Tile::kDqCols / 16; ++dp) {
-          uint32_t bk[4];
-          load_b_pair_trans<D>(bk, sK, kk * 16, col0 + dp * 16, lane);
-          mma_16816(dq[2 * dp], a, bk[0], bk[1]);
-          mma_16816(dq[2 * dp + 1], a, bk[2], bk[3]);
+        for (int kk = 0; kk < BN / 16; ++kk) {
+          uint32_t a[4];
+          load_a_trans<BM>(a, sdSt, row_tile * 16, kk * 16, lane);
+#pragma unroll
+          for (int dp = 0; dp < Tile::kDqChunk / 16; ++dp) {
+            uint32_t bk[4];
+            load_b_pair_trans<D>(bk, sK, kk * 16, col0 + dp * 16, lane);
+            mma_16816(dq[2 * dp], a, bk[0], bk[1]);
+            mma_16816(dq[2 * dp + 1], a, bk[2], bk[3]);
+          }
         }
-      }
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int qry = q0 + row_tile * 16 + g + 8 * half;
-        if (qry >= p.T) continue;
-        float* dst = p.dq_accum + (bh * p.T + qry) * D + col0 + 2 * t;
+        for (int half = 0; half < 2; ++half) {
+          if (qry0 + 8 * half >= p.T) continue;
+          float* dst = p.dq_accum + (bh * p.T + qry0 + 8 * half) * D + col0 + 2 * t;
 #pragma unroll
-        for (int dt = 0; dt < Tile::kDqCols / 8; ++dt) {
-          atomicAdd(dst + dt * 8, dq[dt][2 * half]);
-          atomicAdd(dst + dt * 8 + 1, dq[dt][2 * half + 1]);
+          for (int dt = 0; dt < Tile::kDqChunk / 8; ++dt)
+            atomic_add_pair(dst + dt * 8, dq[dt][2 * half], dq[dt][2 * half + 1]);
         }
       }
     }
@@ -452,11 +471,9 @@ void opt_in_smem(Kernel kernel, size_t bytes) {
   FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
-}  // namespace
-
-template <int kHeadDim, bool kCausal>
-void launch_bwd_sm80(const FlashParams& p, bool deterministic, cudaStream_t stream) {
-  using Tile = typename BwdConfig<kHeadDim>::Tile;
+template <class Tile, bool kCausal>
+void launch_bwd_tile(const FlashParams& p, bool deterministic, cudaStream_t stream) {
+  constexpr int kHeadDim = Tile::kHeadDim;
   using DTile = DqTile<kHeadDim>;
   auto main_atomic = flash_bwd_sm80_kernel<Tile, kCausal, /*kAtomicDq=*/true>;
   auto main_no_dq = flash_bwd_sm80_kernel<Tile, kCausal, /*kAtomicDq=*/false>;
@@ -494,9 +511,19 @@ void launch_bwd_sm80(const FlashParams& p, bool deterministic, cudaStream_t stre
   }
 }
 
-template void launch_bwd_sm80<64, /*kCausal=*/true>(const FlashParams&, bool, cudaStream_t);
-template void launch_bwd_sm80<64, /*kCausal=*/false>(const FlashParams&, bool, cudaStream_t);
-template void launch_bwd_sm80<128, /*kCausal=*/true>(const FlashParams&, bool, cudaStream_t);
-template void launch_bwd_sm80<128, /*kCausal=*/false>(const FlashParams&, bool, cudaStream_t);
+}  // namespace
+
+template <int kHeadDim, bool kCausal>
+void launch_bwd_sm80(const FlashParams& p, bool deterministic, int tile, cudaStream_t stream) {
+  if (tile == 1)
+    launch_bwd_tile<typename BwdConfig<kHeadDim>::Tile1, kCausal>(p, deterministic, stream);
+  else
+    launch_bwd_tile<typename BwdConfig<kHeadDim>::Tile0, kCausal>(p, deterministic, stream);
+}
+
+template void launch_bwd_sm80<64, /*kCausal=*/true>(const FlashParams&, bool, int, cudaStream_t);
+template void launch_bwd_sm80<64, /*kCausal=*/false>(const FlashParams&, bool, int, cudaStream_t);
+template void launch_bwd_sm80<128, /*kCausal=*/true>(const FlashParams&, bool, int, cudaStream_t);
+template void launch_bwd_sm80<128, /*kCausal=*/false>(const FlashParams&, bool, int, cudaStream_t);
 
 }  // namespace flashgpt::cuda::attn

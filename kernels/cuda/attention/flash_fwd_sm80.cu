@@ -35,11 +35,20 @@ struct FwdTile {
   static_assert(kBlockN % 16 == 0, "K/V tile is a whole number of MMA k-steps");
 };
 
-// The tile shapes the models use. D=128 keeps kBlockN at 64 so that the O accumulator
-// (kMTiles·16 × 128 fp32 per warp) and S still fit in 255 registers without spilling.
+// The tile shapes, two per head dim (FLASHGPT_ATTENTION_FWD_TILE=0|1 picks one; see
+// flash_attention.cu). Limits: the O accumulator (16·kMTiles × D fp32 per warp) and S
+// (16·kMTiles × kBlockN) must fit in 255 registers without spilling, which is why D=128
+// with 32 rows per warp takes 32-key tiles. 32 rows per warp halve the shared-memory
+// reads of K and V per MMA compared with 16.
 template <int kHeadDim> struct FwdConfig;
-template <> struct FwdConfig<64> { using Tile = FwdTile<64, 4, 2, 64>; };
-template <> struct FwdConfig<128> { using Tile = FwdTile<128, 8, 1, 64>; };
+template <> struct FwdConfig<64> {
+  using Tile0 = FwdTile<64, /*kWarps=*/4, /*kMTiles=*/2, /*kBlockN=*/64>;
+  using Tile1 = FwdTile<64, /*kWarps=*/8, /*kMTiles=*/1, /*kBlockN=*/128>;
+};
+template <> struct FwdConfig<128> {
+  using Tile0 = FwdTile<128, /*kWarps=*/8, /*kMTiles=*/1, /*kBlockN=*/64>;
+  using Tile1 = FwdTile<128, /*kWarps=*/4, /*kMTiles=*/2, /*kBlockN=*/32>;
+};
 
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
@@ -253,11 +262,8 @@ __global__ void __launch_bounds__(Tile::kThreads) flash_fwd_sm80_kernel(const Fl
   store_output<Tile>(p, o, row_max, row_sum, b, h, warp_row0, lane);
 }
 
-}  // namespace
-
-template <int kHeadDim, bool kCausal>
-void launch_fwd_sm80(const FlashParams& p, cudaStream_t stream) {
-  using Tile = typename FwdConfig<kHeadDim>::Tile;
+template <class Tile, bool kCausal>
+void launch_fwd_tile(const FlashParams& p, cudaStream_t stream) {
   auto kernel = flash_fwd_sm80_kernel<Tile, kCausal>;
   // Above 48 KB of dynamic shared memory a kernel must opt in, once per process.
   static const bool opted_in = [&] {
@@ -271,9 +277,19 @@ void launch_fwd_sm80(const FlashParams& p, cudaStream_t stream) {
   FA_CHECK_LAUNCH();
 }
 
-template void launch_fwd_sm80<64, /*kCausal=*/true>(const FlashParams&, cudaStream_t);
-template void launch_fwd_sm80<64, /*kCausal=*/false>(const FlashParams&, cudaStream_t);
-template void launch_fwd_sm80<128, /*kCausal=*/true>(const FlashParams&, cudaStream_t);
-template void launch_fwd_sm80<128, /*kCausal=*/false>(const FlashParams&, cudaStream_t);
+}  // namespace
+
+template <int kHeadDim, bool kCausal>
+void launch_fwd_sm80(const FlashParams& p, int tile, cudaStream_t stream) {
+  if (tile == 1)
+    launch_fwd_tile<typename FwdConfig<kHeadDim>::Tile1, kCausal>(p, stream);
+  else
+    launch_fwd_tile<typename FwdConfig<kHeadDim>::Tile0, kCausal>(p, stream);
+}
+
+template void launch_fwd_sm80<64, /*kCausal=*/true>(const FlashParams&, int, cudaStream_t);
+template void launch_fwd_sm80<64, /*kCausal=*/false>(const FlashParams&, int, cudaStream_t);
+template void launch_fwd_sm80<128, /*kCausal=*/true>(const FlashParams&, int, cudaStream_t);
+template void launch_fwd_sm80<128, /*kCausal=*/false>(const FlashParams&, int, cudaStream_t);
 
 }  // namespace flashgpt::cuda::attn

@@ -29,10 +29,11 @@ struct FlashParams {
 };
 
 // Portable path (mma.sync, cp.async): sm_80 and newer.
+// tile: which of the two tile shapes of each launcher (0 = default; a tuning knob).
 template <int kHeadDim, bool kCausal>
-void launch_fwd_sm80(const FlashParams& p, cudaStream_t stream);
+void launch_fwd_sm80(const FlashParams& p, int tile, cudaStream_t stream);
 // deterministic: dQ by a separate kernel that loops over K/V tiles (no float atomics).
 template <int kHeadDim, bool kCausal>
-void launch_bwd_sm80(const FlashParams& p, bool deterministic, cudaStream_t stream);
+void launch_bwd_sm80(const FlashParams& p, bool deterministic, int tile, cudaStream_t stream);
 
 }  // namespace flashgpt::cuda::attn
