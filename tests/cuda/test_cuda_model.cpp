@@ -211,9 +211,12 @@ TEST_F(CudaModel, BenchTrainStepGpt2_124M) {
   ModelConfig cfg;
   cfg.n_layer = 12; cfg.n_head = 12; cfg.n_embd = 768;
   cfg.vocab_size = 50257; cfg.padded_vocab = 50304; cfg.max_seq_len = 1024;
+  // FLASHGPT_BENCH_ATTN=naive: the materialised-P attention instead of FlashAttention.
+  const char* attn = std::getenv("FLASHGPT_BENCH_ATTN");
+  const bool naive = attn && std::string(attn) == "naive";
   auto timed = make_timed_ops(*gpu_, *ctx_);
   timed->set_enabled(false);
-  GPT2 m(cfg, *timed, DType::bf16, B, T);
+  GPT2 m(cfg, *timed, DType::bf16, B, T, naive ? AttentionAlgo::naive : AttentionAlgo::flash);
   m.init_random(1);
   AdamWConfig oc;
   AdamW opt(m, oc);
@@ -241,14 +244,15 @@ TEST_F(CudaModel, BenchTrainStepGpt2_124M) {
   }
   size_t free_b = 0, total_b = 0;
   cudaMemGetInfo(&free_b, &total_b);
-  std::printf("flashgpt train step GPT-2 124M bf16 B=%d T=%d: %.1f ms/step, %.0f tokens/s, "
+  std::printf("flashgpt train step GPT-2 124M bf16 B=%d T=%d attention=%s: %.1f ms/step, %.0f tokens/s, "
               "%.1f TFLOP/s (model FLOPs %.3g/token), loss %.4f, GPU memory used %.1f GiB\n",
-              B, T, 1e3 * sec / kSteps, tok_s, tflops, m.flops_per_token(), m.last_loss(),
+              B, T, naive ? "naive" : "flash", 1e3 * sec / kSteps, tok_s, tflops, m.flops_per_token(), m.last_loss(),
               double(total_b - free_b) / double(1ull << 30));
   std::printf("per-op breakdown (CUDA events around each op call, %d steps):\n%s", kSteps,
               timed->report(kSteps).c_str());
-  std::printf("FLASHGPT_BENCH_JSON {\"B\": %d, \"T\": %d, \"ms_per_step\": %.3f, \"tokens_per_s\": %.1f, "
-              "\"tflops\": %.2f}\n", B, T, 1e3 * sec / kSteps, tok_s, tflops);
+  std::printf("FLASHGPT_BENCH_JSON {\"B\": %d, \"T\": %d, \"attention\": \"%s\", \"ms_per_step\": %.3f, "
+              "\"tokens_per_s\": %.1f, \"tflops\": %.2f}\n", B, T, naive ? "naive" : "flash",
+              1e3 * sec / kSteps, tok_s, tflops);
   EXPECT_TRUE(std::isfinite(m.last_loss()));
 }
 
