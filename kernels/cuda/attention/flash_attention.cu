@@ -2,9 +2,10 @@
 // FlashParams, pick the code path and the instantiation (head dim × causal).
 //
 // Run-time switches (environment):
-//   FLASHGPT_ATTENTION_PATH=sm80|sm90|auto  code path; auto (default) takes the best one
-//       built for the device. Only the portable sm80 path (mma.sync) exists so far, so
-//       auto means sm80 everywhere and sm90 is refused with an InputError.
+//   FLASHGPT_ATTENTION_PATH=sm80|sm90|auto  code path. sm80: the portable mma.sync
+//       kernels (any GPU from sm_80 on). sm90: the forward on wgmma (needs an sm_90a build
+//       and a Hopper GPU, else InputError); the backward is the sm80 one on both paths.
+//       auto (default): see choose_path().
 //   FLASHGPT_DETERMINISTIC=1  backward computes dQ without float atomics (a separate
 //       kernel looping over key tiles). Default: atomics (faster).
 //   FLASHGPT_ATTENTION_FWD_TILE, FLASHGPT_ATTENTION_BWD_TILE = 0|1  tuning knobs: the
@@ -27,11 +28,15 @@ enum class Path { sm80, sm90 };
 
 Path choose_path() {
   const char* env = std::getenv("FLASHGPT_ATTENTION_PATH");
-  const std::string want = env ? env : "auto";
-  if (want == "auto" || want == "sm80") return Path::sm80;
-  if (want == "sm90")
-    fail_input("FLASHGPT_ATTENTION_PATH=sm90: the Hopper (wgmma/TMA) attention path is not "
-               "implemented yet; use sm80 or auto");
+  const std::string want = env && *env ? env : "auto";
+  if (want == "sm80") return Path::sm80;
+  if (want == "sm90") {
+    if (!attn::sm90_kernels_built())
+      fail_input("FLASHGPT_ATTENTION_PATH=sm90 needs a Hopper GPU and a build with the 90a "
+                 "architecture (FLASHGPT_CUDA_ARCHS)");
+    return Path::sm90;
+  }
+  if (want == "auto") return Path::sm80;  // the sm90 forward is not yet measured faster
   fail_input("FLASHGPT_ATTENTION_PATH must be sm80, sm90 or auto, got '", want, "'");
 }
 
@@ -102,13 +107,20 @@ void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
   const int fwd_tile = tile_choice("FLASHGPT_ATTENTION_FWD_TILE");
   switch (choose_path()) {
     case Path::sm80:
-    case Path::sm90:
       if (a.D == 64)
         a.causal ? attn::launch_fwd_sm80<64, /*kCausal=*/true>(p, fwd_tile, stream)
                  : attn::launch_fwd_sm80<64, /*kCausal=*/false>(p, fwd_tile, stream);
       else
         a.causal ? attn::launch_fwd_sm80<128, /*kCausal=*/true>(p, fwd_tile, stream)
                  : attn::launch_fwd_sm80<128, /*kCausal=*/false>(p, fwd_tile, stream);
+      break;
+    case Path::sm90:
+      if (a.D == 64)
+        a.causal ? attn::launch_fwd_sm90<64, /*kCausal=*/true>(p, stream)
+                 : attn::launch_fwd_sm90<64, /*kCausal=*/false>(p, stream);
+      else
+        a.causal ? attn::launch_fwd_sm90<128, /*kCausal=*/true>(p, stream)
+                 : attn::launch_fwd_sm90<128, /*kCausal=*/false>(p, stream);
       break;
   }
 }

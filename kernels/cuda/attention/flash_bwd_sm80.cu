@@ -24,12 +24,6 @@
 namespace flashgpt::cuda::attn {
 namespace {
 
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // dst[0] += x, dst[1] += y. Hopper has an 8-byte vector atomic: half the instructions.
 __device__ __forceinline__ void atomic_add_pair(float* dst, float x, float y) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

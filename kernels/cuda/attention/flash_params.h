@@ -32,6 +32,12 @@ struct FlashParams {
 // tile: which of the two tile shapes of each launcher (0 = default; a tuning knob).
 template <int kHeadDim, bool kCausal>
 void launch_fwd_sm80(const FlashParams& p, int tile, cudaStream_t stream);
+// Hopper path (wgmma): forward only; backward runs the sm80 kernels.
+template <int kHeadDim, bool kCausal>
+void launch_fwd_sm90(const FlashParams& p, cudaStream_t stream);
+// True when this build has sm_90a code and the current device runs it.
+bool sm90_kernels_built();
+
 // deterministic: dQ by a separate kernel that loops over K/V tiles (no float atomics).
 template <int kHeadDim, bool kCausal>
 void launch_bwd_sm80(const FlashParams& p, bool deterministic, int tile, cudaStream_t stream);

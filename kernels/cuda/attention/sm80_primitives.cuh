@@ -136,6 +136,13 @@ __device__ __forceinline__ void c_pair_to_a(uint32_t (&a)[4], const float (&c0)[
   a[3] = pack_bf16(c1[2], c1[3]);
 }
 
+// 2^x on the special-function unit; ex2(-inf) = +0, which is what masked scores need.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Reductions over the 4 threads (a "quad") that share one accumulator row.
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));

@@ -1,0 +1,96 @@
+// The parts of the attention forward shared by the sm80 and sm90 paths, all per warp
+// on m16n8 accumulator fragments (16·kMTiles query rows × 8-column tiles):
+// the causal/length mask, the online-softmax step and the epilogue (O / l, LSE).
+// A Tile type provides kHeadDim, kMTiles, kNTiles (score tiles), kDTiles (output tiles).
+#pragma once
+#include <cmath>
+#include "kernels/cuda/attention/flash_params.h"
+#include "kernels/cuda/attention/sm80_primitives.cuh"
+
+namespace flashgpt::cuda::attn {
+
+// Scores of keys >= T, and (causal) of keys after the query, become -inf.
+template <class Tile, bool kCausal>
+__device__ __forceinline__ void apply_mask(float (&s)[Tile::kMTiles][Tile::kNTiles][4],
+                                           int warp_row0, int n0, int T, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < Tile::kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < Tile::kNTiles; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int row = warp_row0 + mt * 16 + g + (i >> 1) * 8;
+        const int col = n0 + nt * 8 + 2 * t + (i & 1);
+        if (col >= T || (kCausal && col > row)) s[mt][nt][i] = -INFINITY;
+      }
+}
+
+// Online softmax step: updates the running max/sum, turns s into P (unnormalised), and
+// rescales the O accumulator by exp2((m_old − m_new)·c).
+template <class Tile>
+__device__ __forceinline__ void online_softmax(float (&s)[Tile::kMTiles][Tile::kNTiles][4],
+                                               float (&o)[Tile::kMTiles][Tile::kDTiles][4],
+                                               float (&row_max)[Tile::kMTiles][2],
+                                               float (&row_sum)[Tile::kMTiles][2], float scale_log2) {
+#pragma unroll
+  for (int mt = 0; mt < Tile::kMTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {  // rows g and g+8 of the 16-row tile
+      float mx = row_max[mt][half];
+#pragma unroll
+      for (int nt = 0; nt < Tile::kNTiles; ++nt)
+        mx = fmaxf(mx, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
+      mx = quad_max(mx);
+      // A row that has seen only masked keys keeps max -inf: subtract 0 instead, which
+      // avoids (-inf) − (-inf) = NaN; its P is then exp2(-inf) = 0.
+      const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
+      const float alpha = fast_exp2(row_max[mt][half] * scale_log2 - m_scaled);
+      row_max[mt][half] = mx;
+      // Per-thread partial row sum: alpha is the same for the 4 threads of a row, so the
+      // quad reduction can wait until the epilogue.
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < Tile::kNTiles; ++nt)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          float& x = s[mt][nt][2 * half + j];
+          x = fast_exp2(fmaf(x, scale_log2, -m_scaled));
+          sum += x;
+        }
+      row_sum[mt][half] = row_sum[mt][half] * alpha + sum;
+#pragma unroll
+      for (int dt = 0; dt < Tile::kDTiles; ++dt) {
+        o[mt][dt][2 * half] *= alpha;
+        o[mt][dt][2 * half + 1] *= alpha;
+      }
+    }
+}
+
+// O / l → bf16 (B,T,H,D) and LSE → (B,H,T), rows < T only.
+template <class Tile>
+__device__ __forceinline__ void store_output(const FlashParams& p,
+                                             float (&o)[Tile::kMTiles][Tile::kDTiles][4],
+                                             const float (&row_max)[Tile::kMTiles][2],
+                                             const float (&row_sum)[Tile::kMTiles][2], int b, int h,
+                                             int warp_row0, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < Tile::kMTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = warp_row0 + mt * 16 + g + 8 * half;
+      const float sum = quad_sum(row_sum[mt][half]);
+      if (row >= p.T) continue;
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      bf16* dst = p.out + (int64_t(b) * p.T + row) * p.o_row_stride + h * Tile::kHeadDim + 2 * t;
+#pragma unroll
+      for (int dt = 0; dt < Tile::kDTiles; ++dt)
+        *reinterpret_cast<uint32_t*>(dst + dt * 8) =
+            pack_bf16(o[mt][dt][2 * half] * inv, o[mt][dt][2 * half + 1] * inv);
+      if (t == 0)
+        p.lse[(int64_t(b) * p.H + h) * p.T + row] = row_max[mt][half] * p.scale + logf(sum);
+    }
+}
+
+}  // namespace flashgpt::cuda::attn

@@ -1,0 +1,200 @@
+// FlashAttention forward, Hopper path (sm_90a): the sm80 algorithm with its two matmuls
+// on warpgroup MMA (wgmma) instead of mma.sync.
+//
+// One block = 2 warpgroups = 128 query rows (64 per warpgroup); K/V tiles of kBlockN keys
+// double-buffered in shared memory by cp.async, in the 128B-swizzled layout wgmma reads.
+//   S = Q·Kᵀ   wgmma m64n{kBlockN}k16, A (Q) and B (K) from shared memory
+//   mask, online softmax   flash_fwd_parts.cuh, per warp, unchanged from sm80
+//   O += P·V   wgmma m64n{D}k16, A (P, bf16) from registers, B (V) from shared memory
+//              with the transpose flag (V is stored [key][d]: d-contiguous = N-major)
+// Not (yet) here: TMA loads, producer/consumer warp specialisation, overlapping the
+// softmax of one tile with the QKᵀ of the next (FlashAttention-3); backward on Hopper
+// uses the sm80 kernels.
+#include <cmath>
+#include <string>
+#include "kernels/cuda/attention/cuda_check.h"
+#include "kernels/cuda/attention/flash_fwd_parts.cuh"
+#include "kernels/cuda/attention/flash_params.h"
+#include "kernels/cuda/attention/wgmma_sm90.cuh"
+
+// wgmma exists only in the sm_90a target; other targets compile a stub.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FLASHGPT_HAS_WGMMA 1
+#else
+#define FLASHGPT_HAS_WGMMA 0
+#endif
+
+namespace flashgpt::cuda::attn {
+namespace {
+
+template <int kHeadDim_, int kBlockN_>
+struct Sm90FwdTile {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kWarpGroups = 2;
+  static constexpr int kThreads = kWarpGroups * 128;
+  static constexpr int kBlockM = kWarpGroups * 64;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kMTiles = 1;  // per warp: 16 rows (the m64 accumulator split over 4 warps)
+  static constexpr int kNTiles = kBlockN / 8;
+  static constexpr int kDTiles = kHeadDim / 8;
+  // Q + 2 × (K, V), and slack to align the base to 1024 bytes (the swizzle period).
+  static constexpr size_t kSmemBytes = size_t(kBlockM + 4 * kBlockN) * kHeadDim * sizeof(bf16) + 1024;
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim 64 or 128");
+  static_assert(kBlockN == 64 || kBlockN == 128, "wgmma wrappers exist for N = 64 and 128");
+};
+template <int kHeadDim> struct Sm90FwdConfig { using Tile = Sm90FwdTile<kHeadDim, /*kBlockN=*/128>; };
+
+// Keeps the compiler from moving reads of wgmma accumulators across the wait (the asm
+// statements do not tell it that the registers change asynchronously).
+template <int N>
+__device__ __forceinline__ void fence_accumulators(float (&d)[N][4]) {
+#pragma unroll
+  for (int j = 0; j < N; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) asm volatile("" : "+f"(d[j][i])::"memory");
+}
+
+#if FLASHGPT_HAS_WGMMA
+template <int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint64_t b, int accumulate) {
+  if constexpr (N == 64) sm90::wgmma_ss_n64(d, a, b, accumulate);
+  else sm90::wgmma_ss_n128(d, a, b, accumulate);
+}
+template <int N>
+__device__ __forceinline__ void wgmma_rs_tb(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b) {
+  if constexpr (N == 64) sm90::wgmma_rs_n64_tb(d, a, b);
+  else sm90::wgmma_rs_n128_tb(d, a, b);
+}
+#endif
+
+template <class Tile, bool kCausal>
+__global__ void __launch_bounds__(Tile::kThreads, 1) flash_fwd_sm90_kernel(const FlashParams p) {
+#if FLASHGPT_HAS_WGMMA
+  constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN;
+  extern __shared__ unsigned char smem_raw[];
+  // The hardware applies the 128B swizzle from address bits: tiles start 1024-aligned.
+  unsigned char* smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  bf16* sQ = reinterpret_cast<bf16*>(smem);  // [BM][D]      wgmma layout
+  bf16* sK = sQ + BM * D;                    // [2][BN][D]
+  bf16* sV = sK + 2 * BN * D;                // [2][BN][D]
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wg = warp / 4;
+  const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest (causal) tiles first
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int m0 = m_block * BM;
+  const int warp_row0 = m0 + wg * 64 + (warp % 4) * 16;
+
+  const bf16* q = p.qkv + int64_t(b) * p.T * p.qkv_row_stride + h * D;
+  const bf16* k = q + int64_t(p.H) * D;
+  const bf16* v = k + int64_t(p.H) * D;
+  const int n_end = kCausal ? min(p.T, m0 + BM) : p.T;
+  const int n_blocks = (n_end + BN - 1) / BN;
+
+  sm90::load_tile_async<BM, D, Tile::kThreads>(sQ, q, p.qkv_row_stride, m0, p.T, tid);
+  sm90::load_tile_async<BN, D, Tile::kThreads>(sK, k, p.qkv_row_stride, 0, p.T, tid);
+  sm90::load_tile_async<BN, D, Tile::kThreads>(sV, v, p.qkv_row_stride, 0, p.T, tid);
+  cp_async_commit();
+
+  float o[1][Tile::kDTiles][4];
+  float row_max[1][2] = {{-INFINITY, -INFINITY}}, row_sum[1][2] = {{0.f, 0.f}};
+#pragma unroll
+  for (int dt = 0; dt < Tile::kDTiles; ++dt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[0][dt][i] = 0.f;
+
+  // This warpgroup's 64 query rows: 64 rows × 128 bytes into column block 0.
+  const uint32_t q_base = smem_u32(sQ) + wg * 64 * 128;
+  constexpr uint32_t kSwizzleAtom = 8 * 128;  // 8 rows of 128 bytes: the stride-dimension offset
+
+  for (int nb = 0; nb < n_blocks; ++nb) {
+    const int buf = nb & 1;
+    cp_async_wait<0>();
+    sm90::fence_proxy_async();
+    __syncthreads();
+    if (nb + 1 < n_blocks) {
+      const int nxt = (nb + 1) * BN;
+      sm90::load_tile_async<BN, D, Tile::kThreads>(sK + (buf ^ 1) * BN * D, k, p.qkv_row_stride, nxt, p.T, tid);
+      sm90::load_tile_async<BN, D, Tile::kThreads>(sV + (buf ^ 1) * BN * D, v, p.qkv_row_stride, nxt, p.T, tid);
+      cp_async_commit();
+    }
+    const uint32_t k_base = smem_u32(sK + buf * BN * D);
+    const uint32_t v_base = smem_u32(sV + buf * BN * D);
+
+    // S = Q·Kᵀ: k-step kk is 16 columns = 32 bytes into column block kk/4.
+    float s[1][Tile::kNTiles][4];
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t col_bytes = (kk & 3) * 32;
+      const uint64_t desc_q = sm90::make_desc(q_base + (kk >> 2) * BM * 128 + col_bytes, 16, kSwizzleAtom);
+      const uint64_t desc_k = sm90::make_desc(k_base + (kk >> 2) * BN * 128 + col_bytes, 16, kSwizzleAtom);
+      wgmma_ss<BN>(s[0], desc_q, desc_k, /*accumulate=*/kk > 0);
+    }
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    fence_accumulators(s[0]);
+
+    const int n0 = nb * BN;
+    const bool needs_mask = n0 + BN > p.T || (kCausal && n0 + BN - 1 > m0);
+    if (needs_mask) apply_mask<Tile, kCausal>(s, warp_row0, n0, p.T, lane);
+    online_softmax<Tile>(s, o, row_max, row_sum, p.scale_log2);
+
+    // O += P·V: k-step kk is keys 16kk.. = 16 rows of 128 bytes; the d dimension spans
+    // D/64 column blocks, BN·128 bytes apart (the leading-dimension offset, N-major).
+    uint32_t a[BN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) c_pair_to_a(a[kk], s[0][2 * kk], s[0][2 * kk + 1]);
+    fence_accumulators(o[0]);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+      wgmma_rs_tb<D>(o[0], a[kk], sm90::make_desc(v_base + kk * 16 * 128, BN * 128, kSwizzleAtom));
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    fence_accumulators(o[0]);
+  }
+  store_output<Tile>(p, o, row_max, row_sum, b, h, warp_row0, lane);
+#else
+  static_assert(Tile::kMTiles == 1 && Tile::kNTiles > 0 && Tile::kDTiles > 0, "tile shape");
+  __trap();  // never launched: the dispatcher checks that sm_90a code was built
+#endif
+}
+
+}  // namespace
+
+template <int kHeadDim, bool kCausal>
+void launch_fwd_sm90(const FlashParams& p, cudaStream_t stream) {
+  using Tile = typename Sm90FwdConfig<kHeadDim>::Tile;
+  auto kernel = flash_fwd_sm90_kernel<Tile, kCausal>;
+  static const bool opted_in = [&] {
+    FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(Tile::kSmemBytes)));
+    return true;
+  }();
+  (void)opted_in;
+  const dim3 grid((p.T + Tile::kBlockM - 1) / Tile::kBlockM, p.H, p.B);
+  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
+  FA_CHECK_LAUNCH();
+}
+
+bool sm90_kernels_built() {
+#ifdef FLASHGPT_CUDA_ARCHS
+  // A plain sm_90 target (no "a") has no wgmma: its kernel is the stub.
+  if (std::string(FLASHGPT_CUDA_ARCHS).find("90a") == std::string::npos) return false;
+#endif
+  // The kernel's binary version is the SASS target the runtime picked for this device:
+  // 90 only when the build included sm_90 code and the device is a Hopper.
+  cudaFuncAttributes attr{};
+  FA_CUDA_CHECK(cudaFuncGetAttributes(
+      &attr, flash_fwd_sm90_kernel<typename Sm90FwdConfig<64>::Tile, /*kCausal=*/true>));
+  return attr.binaryVersion >= 90;
+}
+
+template void launch_fwd_sm90<64, /*kCausal=*/true>(const FlashParams&, cudaStream_t);
+template void launch_fwd_sm90<64, /*kCausal=*/false>(const FlashParams&, cudaStream_t);
+template void launch_fwd_sm90<128, /*kCausal=*/true>(const FlashParams&, cudaStream_t);
+template void launch_fwd_sm90<128, /*kCausal=*/false>(const FlashParams&, cudaStream_t);
+
+}  // namespace flashgpt::cuda::attn
