@@ -55,11 +55,25 @@ struct Problem {
   bool causal;
   std::vector<float> qkv;   // (B,T,3,H,D), values exactly representable in bf16
   std::vector<float> dout;  // (B,T,H,D), likewise
-  float q(int b, int t, int h, int d) const { return qkv[(((size_t(b) * T + t) * 3 + 0) * H + h) * D + d]; }
-  float k(int b, int t, int h, int d) const { return qkv[(((size_t(b) * T + t) * 3 + 1) * H + h) * D + d]; }
-  float v(int b, int t, int h, int d) const { return qkv[(((size_t(b) * T + t) * 3 + 2) * H + h) * D + d]; }
-  float dO(int b, int t, int h, int d) const { return dout[((size_t(b) * T + t) * H + h) * D + d]; }
+  // Rows of length D.
+  const float* q(int b, int t, int h) const { return &qkv[(((size_t(b) * T + t) * 3 + 0) * H + h) * D]; }
+  const float* k(int b, int t, int h) const { return &qkv[(((size_t(b) * T + t) * 3 + 1) * H + h) * D]; }
+  const float* v(int b, int t, int h) const { return &qkv[(((size_t(b) * T + t) * 3 + 2) * H + h) * D]; }
+  const float* dO(int b, int t, int h) const { return &dout[((size_t(b) * T + t) * H + h) * D]; }
 };
+
+// x·y in Real arithmetic; four partial sums so the loop is not one long dependency chain.
+template <class Real>
+Real dot(const float* x, const float* y, int n) {
+  Real s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  for (int d = 0; d < n; d += 4) {
+    s0 += Real(x[d]) * Real(y[d]);
+    s1 += Real(x[d + 1]) * Real(y[d + 1]);
+    s2 += Real(x[d + 2]) * Real(y[d + 2]);
+    s3 += Real(x[d + 3]) * Real(y[d + 3]);
+  }
+  return (s0 + s1) + (s2 + s3);
+}
 
 struct Result {
   std::vector<double> out;   // (B,T,H,D)
@@ -80,11 +94,7 @@ Result attention_reference(const Problem& pb) {
   r.dqkv.assign(size_t(B) * T * 3 * H * D, 0);
   std::vector<double> delta(size_t(B) * H * T, 0);
   auto keys_of = [&](int i) { return pb.causal ? i + 1 : T; };
-  auto score = [&](int b, int h, int i, int j) {
-    Real s = 0;
-    for (int d = 0; d < D; ++d) s += Real(pb.q(b, i, h, d)) * Real(pb.k(b, j, h, d));
-    return s * scale;
-  };
+  auto score = [&](int b, int h, int i, int j) { return dot<Real>(pb.q(b, i, h), pb.k(b, j, h), D) * scale; };
   // Forward and the row terms of the backward (LSE, D, dQ): one row per iteration.
 #pragma omp parallel for collapse(3) schedule(dynamic)
   for (int b = 0; b < B; ++b)
@@ -99,22 +109,23 @@ Result attention_reference(const Problem& pb) {
         const Real lse = mx + std::log(sum);
         for (int j = 0; j < n; ++j) {
           const Real p = rnd(std::exp(s[j] - lse));
-          for (int d = 0; d < D; ++d) o[d] += p * Real(pb.v(b, j, h, d));
+          const float* vj = pb.v(b, j, h);
+          for (int d = 0; d < D; ++d) o[d] += p * Real(vj[d]);
         }
+        const float* doi = pb.dO(b, i, h);
         Real dlt = 0;
         for (int d = 0; d < D; ++d) {
           o[d] = rnd(o[d]);
-          dlt += o[d] * Real(pb.dO(b, i, h, d));
+          dlt += o[d] * Real(doi[d]);
           r.out[((size_t(b) * T + i) * H + h) * D + d] = double(o[d]);
         }
         r.lse[(size_t(b) * H + h) * T + i] = double(lse);
         delta[(size_t(b) * H + h) * T + i] = double(dlt);
         for (int j = 0; j < n; ++j) {
           const Real p = std::exp(s[j] - lse);
-          Real dp = 0;
-          for (int d = 0; d < D; ++d) dp += Real(pb.dO(b, i, h, d)) * Real(pb.v(b, j, h, d));
-          const Real ds = rnd(p * (dp - dlt));
-          for (int d = 0; d < D; ++d) dq[d] += ds * Real(pb.k(b, j, h, d));
+          const Real ds = rnd(p * (dot<Real>(doi, pb.v(b, j, h), D) - dlt));
+          const float* kj = pb.k(b, j, h);
+          for (int d = 0; d < D; ++d) dq[d] += ds * Real(kj[d]);
         }
         for (int d = 0; d < D; ++d)
           r.dqkv[(((size_t(b) * T + i) * 3 + 0) * H + h) * D + d] = double(rnd(dq[d] * scale));
@@ -129,13 +140,13 @@ Result attention_reference(const Problem& pb) {
           const Real lse = Real(r.lse[(size_t(b) * H + h) * T + i]);
           const Real dlt = Real(delta[(size_t(b) * H + h) * T + i]);
           const Real p = std::exp(score(b, h, i, j) - lse);
-          Real dp = 0;
-          for (int d = 0; d < D; ++d) dp += Real(pb.dO(b, i, h, d)) * Real(pb.v(b, j, h, d));
-          const Real ds = rnd(p * (dp - dlt));
+          const float* doi = pb.dO(b, i, h);
+          const float* qi = pb.q(b, i, h);
+          const Real ds = rnd(p * (dot<Real>(doi, pb.v(b, j, h), D) - dlt));
           const Real pr = rnd(p);
           for (int d = 0; d < D; ++d) {
-            dk[d] += ds * Real(pb.q(b, i, h, d));
-            dv[d] += pr * Real(pb.dO(b, i, h, d));
+            dk[d] += ds * Real(qi[d]);
+            dv[d] += pr * Real(doi[d]);
           }
         }
         for (int d = 0; d < D; ++d) {

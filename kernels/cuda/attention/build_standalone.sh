@@ -17,7 +17,7 @@ for f in kernels/cuda/attention/*.cu; do
   objs+=("$o")
 done
 wait
-cxx=(g++ -std=c++17 -O2 -fopenmp -I. -I"$cuda/include" -DFLASHGPT_WITH_CUDA)
+cxx=(g++ -std=c++17 -O3 -fopenmp -I. -I"$cuda/include" -DFLASHGPT_WITH_CUDA)
 libs=(-L"$cuda/lib64" -lcudart)
 "${cxx[@]}" tests/cuda/test_flash_attention.cpp src/tensor.cpp "${objs[@]}" -lgtest -lgtest_main -lpthread "${libs[@]}" \
   -o "$out/flash_attention_tests" &
