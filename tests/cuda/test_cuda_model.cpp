@@ -131,10 +131,11 @@ TEST_F(CudaModel, TenAdamWStepsFp32MatchCpu) {
 
 // bf16 has no CPU counterpart; checked for sanity only: the first loss within 1% of the
 // fp64 one (bf16 weights and activations: ~3 significant digits), and training on one
-// repeated batch lowers it clearly.
+// repeated batch lowers it clearly (the fp32 test's varied batches lose 0.4 in 10 steps).
 TEST_F(CudaModel, Bf16TrainsAndStaysNearFp32) {
   auto rng = test_rng();
   ModelConfig cfg = tiny_config();
+  cfg.n_embd = 128; cfg.n_head = 2;  // head dim 64: the FlashAttention kernels take 64 or 128
   GPT2 gpu(cfg, *gpu_, DType::bf16, kB, kT);
   GPT2 ref(cfg, *cpu_, DType::f64, kB, kT);
   gpu.init_random(3);
@@ -144,7 +145,7 @@ TEST_F(CudaModel, Bf16TrainsAndStaysNearFp32) {
   std::vector<Batch> same(10, b);
   auto losses = train_losses(gpu, same);
   EXPECT_NEAR(losses[0], r, 0.01 * r);
-  EXPECT_LT(losses.back(), 0.95 * losses.front());
+  EXPECT_LT(losses.back(), losses.front() - 0.1) << "training on one batch did not lower the loss";
 }
 
 // ---------------------------------------------------------------- harnesses
