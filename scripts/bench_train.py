@@ -97,7 +97,7 @@ def bench_torch(B, steps, warmup):
     sec = time.time() - t0
     mem = torch.cuda.max_memory_allocated() / 2**30
     return {"ms_per_step": 1e3 * sec / steps, "tokens_per_s": B * T * steps / sec,
-            "loss": float(loss), "max_mem_gib": mem}
+            "loss": float(loss.detach()), "max_mem_gib": mem}
 
 
 def bench_flashgpt(tests, B, attn="flash"):

@@ -110,7 +110,7 @@ def run_torch(meta, params, inputs, targets, dtype, device):
     (losses.sum() / (meta["B"] * meta["T"])).backward()
     grads = {p["name"]: named[p["name"]].grad.detach().double().cpu().numpy().ravel()
              for p in meta["params"]}
-    return float(mean_loss), grads
+    return float(mean_loss.detach()), grads
 
 
 def main():
