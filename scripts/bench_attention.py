@@ -7,8 +7,13 @@ CUDNN_ATTENTION backends on the same shapes (bf16, (B, H, T, D) inputs), and pri
 one table. FLOP convention (FlashAttention's): fwd 4*B*H*T^2*D, halved when causal;
 bwd 2.5x fwd. Timing: CUDA events, warm-up, median of --iters.
 
-  python3 scripts/bench_attention.py --flashgpt build/flashgpt [--iters 10]
+  python3 scripts/bench_attention.py --flashgpt build/flashgpt [--iters 10] [--paths sm80,sm90]
+
+--paths runs our suite once per FLASHGPT_ATTENTION_PATH value and shows a forward
+column for each (the backward is the same sm80 kernels on every path; its column is
+from the first path).
 """
+import os
 import argparse
 import json
 import subprocess
@@ -64,33 +69,45 @@ def main():
     ap.add_argument("--flashgpt", default="build/flashgpt", help="path of the flashgpt binary")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--paths", default="auto", help="comma-separated FLASHGPT_ATTENTION_PATH values")
     args = ap.parse_args()
+    paths = args.paths.split(",")
 
-    cmd = [args.flashgpt, "bench", "attention", "--suite", "--json", "--iters", str(args.iters),
-           "--warmup", str(args.warmup)]
-    print("$", " ".join(cmd), flush=True)
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    if res.returncode != 0:
-        sys.exit(f"flashgpt bench failed ({res.returncode}):\n{res.stderr}")
-    ours = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    runs = {}  # path -> {(B,H,T,D,causal): result}
+    for path in paths:
+        cmd = [args.flashgpt, "bench", "attention", "--suite", "--json", "--iters", str(args.iters),
+               "--warmup", str(args.warmup)]
+        print(f"$ FLASHGPT_ATTENTION_PATH={path}", " ".join(cmd), flush=True)
+        res = subprocess.run(cmd, capture_output=True, text=True,
+                             env=dict(os.environ, FLASHGPT_ATTENTION_PATH=path))
+        if res.returncode != 0:
+            print(f"  path {path} failed ({res.returncode}): {res.stderr.strip()[-500:]}", file=sys.stderr)
+        runs[path] = {(r["B"], r["H"], r["T"], r["D"], r["causal"]): r
+                      for r in (json.loads(line) for line in res.stdout.splitlines() if line.startswith("{"))}
+    shapes = [{"B": k[0], "H": k[1], "T": k[2], "D": k[3], "causal": k[4]} for k in runs[paths[0]]]
 
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; TFLOP/s, bf16; "
           "fwd 4*B*H*T^2*D (/2 causal), bwd 2.5x fwd; median of", args.iters)
-    hdr = (f"{'B':>3} {'H':>3} {'T':>6} {'D':>4} {'mask':>6} | {'ours':>6} {'FA2':>6} {'cuDNN':>6} "
-           f"{'/FA2':>5} | {'ours':>6} {'FA2':>6} {'cuDNN':>6} {'/FA2':>5}")
+    fmt = lambda x: f"{x:6.1f}" if x is not None else f"{'-':>6}"
+    ratio = lambda a, b: f"{a / b:5.2f}" if a and b else f"{'-':>5}"
+    ours_cols = " ".join(f"{p[:6]:>6}" for p in paths)
+    hdr = (f"{'B':>3} {'H':>3} {'T':>6} {'D':>4} {'mask':>6} | {ours_cols} {'FA2':>6} {'cuDNN':>6} {'/FA2':>5} | "
+           f"{'ours':>6} {'FA2':>6} {'cuDNN':>6} {'/FA2':>5}")
     rows = []
-    for s in ours:
+    for s in shapes:
+        key = (s["B"], s["H"], s["T"], s["D"], s["causal"])
         fa2 = bench_sdpa(s, SDPBackend.FLASH_ATTENTION, args.warmup, args.iters)
         cud = bench_sdpa(s, SDPBackend.CUDNN_ATTENTION, args.warmup, args.iters)
-        fmt = lambda x: f"{x:6.1f}" if x is not None else f"{'-':>6}"
-        ratio = lambda a, b: f"{a / b:5.2f}" if b else f"{'-':>5}"
+        fwd = [runs[p][key]["fwd_tflops"] if key in runs[p] else None for p in paths]
+        best_fwd = max((x for x in fwd if x is not None), default=None)
+        bwd = runs[paths[0]][key]["bwd_tflops"]
         rows.append(f"{s['B']:>3} {s['H']:>3} {s['T']:>6} {s['D']:>4} {'causal' if s['causal'] else 'full':>6} | "
-                    f"{fmt(s['fwd_tflops'])} {fmt(fa2[0])} {fmt(cud[0])} {ratio(s['fwd_tflops'], fa2[0])} | "
-                    f"{fmt(s['bwd_tflops'])} {fmt(fa2[1])} {fmt(cud[1])} {ratio(s['bwd_tflops'], fa2[1])}")
+                    + " ".join(fmt(x) for x in fwd)
+                    + f" {fmt(fa2[0])} {fmt(cud[0])} {ratio(best_fwd, fa2[0])} | "
+                    f"{fmt(bwd)} {fmt(fa2[1])} {fmt(cud[1])} {ratio(bwd, fa2[1])}")
         torch.cuda.empty_cache()
-    print(f"{'':31}| {'forward':^27} | {'backward':^27}")
     print(hdr)
-    print("\n".join(rows))
+    print("\n".join(rows), flush=True)
 
 
 if __name__ == "__main__":
