@@ -5,6 +5,7 @@
 #include <cstring>
 #include <random>
 #include "src/errors.h"
+#include "src/host_floats.h"
 
 namespace flashgpt {
 namespace {
@@ -16,38 +17,16 @@ constexpr double kInitStd = 0.02;
 size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 DType stat_dtype(DType act) { return act == DType::f64 ? DType::f64 : DType::f32; }
 
-// Host copy of any float tensor as doubles (fp32, fp64 or bf16 storage).
+// Host copy of any float tensor as doubles.
 std::vector<double> host_doubles(Ops& ops, const Tensor& t) {
   std::vector<char> raw(t.nbytes());
   ops.to_host(raw.data(), t);
-  std::vector<double> out(size_t(t.numel()));
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (t.dtype == DType::f32) out[i] = reinterpret_cast<float*>(raw.data())[i];
-    else if (t.dtype == DType::f64) out[i] = reinterpret_cast<double*>(raw.data())[i];
-    else {  // bf16: the top 16 bits of an fp32
-      uint32_t bits = uint32_t(reinterpret_cast<uint16_t*>(raw.data())[i]) << 16;
-      float f;
-      std::memcpy(&f, &bits, 4);
-      out[i] = f;
-    }
-  }
-  return out;
+  return doubles_from_raw(raw.data(), t.dtype, size_t(t.numel()));
 }
 
-// Upload doubles into a tensor of any float dtype (host-side conversion).
 void upload_doubles(Ops& ops, const Tensor& t, const std::vector<double>& v) {
   std::vector<char> raw(t.nbytes());
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (t.dtype == DType::f32) reinterpret_cast<float*>(raw.data())[i] = float(v[i]);
-    else if (t.dtype == DType::f64) reinterpret_cast<double*>(raw.data())[i] = v[i];
-    else {  // bf16, round to nearest even
-      float f = float(v[i]);
-      uint32_t bits;
-      std::memcpy(&bits, &f, 4);
-      bits += 0x7fff + ((bits >> 16) & 1);
-      reinterpret_cast<uint16_t*>(raw.data())[i] = uint16_t(bits >> 16);
-    }
-  }
+  doubles_to_raw(raw.data(), t.dtype, v);
   ops.from_host(t, raw.data());
 }
 

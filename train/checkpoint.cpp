@@ -6,6 +6,7 @@
 #include <sstream>
 #include <vector>
 #include "src/errors.h"
+#include "src/host_floats.h"
 
 namespace fs = std::filesystem;
 
@@ -85,20 +86,9 @@ void verify_checksums(const fs::path& dir) {
 // Fills `t` (any float dtype) from raw `src` bytes of dtype `src_dtype`.
 void upload_converted(Ops& ops, const Tensor& t, const char* src, DType src_dtype) {
   if (src_dtype == t.dtype) { ops.from_host(t, src); return; }
-  // Different precision (e.g. a bf16 run evaluated on the CPU): convert through fp32/fp64 on host.
-  const size_t n = size_t(t.numel());
-  std::vector<double> v(n);
-  for (size_t i = 0; i < n; ++i) {
-    if (src_dtype == DType::f32) v[i] = reinterpret_cast<const float*>(src)[i];
-    else if (src_dtype == DType::f64) v[i] = reinterpret_cast<const double*>(src)[i];
-    else { uint32_t b = uint32_t(reinterpret_cast<const uint16_t*>(src)[i]) << 16; float f; std::memcpy(&f, &b, 4); v[i] = f; }
-  }
+  // Different precision (e.g. a bf16 run evaluated on the CPU): convert on the host.
   std::string raw(t.nbytes(), '\0');
-  for (size_t i = 0; i < n; ++i) {
-    if (t.dtype == DType::f32) reinterpret_cast<float*>(raw.data())[i] = float(v[i]);
-    else if (t.dtype == DType::f64) reinterpret_cast<double*>(raw.data())[i] = v[i];
-    else { float f = float(v[i]); uint32_t b; std::memcpy(&b, &f, 4); b += 0x7fff + ((b >> 16) & 1); reinterpret_cast<uint16_t*>(raw.data())[i] = uint16_t(b >> 16); }
-  }
+  doubles_to_raw(raw.data(), t.dtype, doubles_from_raw(src, src_dtype, size_t(t.numel())));
   ops.from_host(t, raw.data());
 }
 
