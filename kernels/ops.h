@@ -15,6 +15,7 @@
 //    activation gradients accumulate is said per op.
 //  * A matmul weight has the PyTorch nn.Linear layout (OC, C): out = inp · Wᵀ + b.
 #pragma once
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include "../src/tensor.h"
@@ -96,6 +97,13 @@ class Ops {
   virtual void to_host(void* dst, const Tensor& src) = 0;     // blocking copy
   virtual void from_host(const Tensor& dst, const void* src) = 0;
   virtual void synchronize() = 0;
+  // Page-locked host memory (plain host memory on the CPU), for uploads that overlap
+  // with compute.
+  virtual void* alloc_host(size_t bytes) { return std::malloc(bytes); }
+  virtual void free_host(void* p) { std::free(p); }
+  // Like from_host but may return before the copy is done: src must come from
+  // alloc_host and must not change until the next synchronize() or to_host().
+  virtual void from_host_async(const Tensor& dst, const void* src) { from_host(dst, src); }
   // dst = src converted to dst.dtype (same numel; dtypes among f32, f64, bf16).
   virtual void cast(Tensor dst, Tensor src) = 0;
 

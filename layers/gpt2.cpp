@@ -94,6 +94,7 @@ GPT2::~GPT2() {
   if (param_mem_) ops_.free(param_mem_);
   if (grad_mem_) ops_.free(grad_mem_);
   if (act_mem_) ops_.free(act_mem_);
+  if (staging_) ops_.free_host(staging_);
   delete acts_;
 }
 
@@ -222,6 +223,7 @@ void GPT2::plan_activations() {
   plan.add(A.delta, s, dev, {B, H, T});
   act_bytes_ = plan.bytes;
   act_mem_ = plan.allocate(ops_);
+  staging_ = static_cast<int32_t*>(ops_.alloc_host(size_t(2 * BT) * sizeof(int32_t)));
 }
 
 void GPT2::init_random(uint64_t seed) {
@@ -256,8 +258,13 @@ void GPT2::set_batch(const int32_t* inputs, const int32_t* targets) {
     if (targets[i] >= cfg_.vocab_size)
       fail_input("target id ", targets[i], " at position ", i, " is outside the vocabulary");
   }
-  ops_.from_host(acts_->tokens, inputs);
-  ops_.from_host(acts_->targets, targets);
+  // Stage in page-locked memory and upload asynchronously: the copy overlaps with
+  // whatever the GPU is still doing. forward() reads the losses back (a synchronising
+  // to_host), so the staging buffer is free again by the next set_batch().
+  std::memcpy(staging_, inputs, size_t(BT) * sizeof(int32_t));
+  std::memcpy(staging_ + BT, targets, size_t(BT) * sizeof(int32_t));
+  ops_.from_host_async(acts_->tokens, staging_);
+  ops_.from_host_async(acts_->targets, staging_ + BT);
   host_targets_.assign(targets, targets + BT);
 }
 

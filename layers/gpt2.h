@@ -102,6 +102,7 @@ class GPT2 {
   struct Acts;
   Acts* acts_ = nullptr;
   std::vector<int32_t> host_targets_;
+  int32_t* staging_ = nullptr;  // (2·B·T) page-locked: inputs then targets
   double last_loss_ = 0;
 };
 

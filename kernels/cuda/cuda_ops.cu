@@ -75,6 +75,19 @@ class CudaOps final : public Ops {
     CUDA_CHECK(cudaStreamSynchronize(stream()));
   }
   void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream())); }
+  void* alloc_host(size_t bytes) override {
+    void* p = nullptr;
+    CUDA_CHECK(cudaMallocHost(&p, std::max<size_t>(bytes, 1)));
+    return p;
+  }
+  void free_host(void* p) override {
+    if (p) CUDA_CHECK(cudaFreeHost(p));
+  }
+  void from_host_async(const Tensor& dst, const void* src) override {
+    check_dev(dst, "from_host_async destination");
+    // Ordered on the compute stream: the next kernels see the data; the host returns at once.
+    CUDA_CHECK(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream()));
+  }
   void cast(Tensor dst, Tensor src) override {
     check_dev(dst, "cast destination");
     check_dev(src, "cast source");

@@ -43,6 +43,9 @@ class TimedOpsImpl final : public TimedOps {
   void to_host(void* d, const Tensor& s) override { in_.to_host(d, s); }
   void from_host(const Tensor& d, const void* s) override { in_.from_host(d, s); }
   void synchronize() override { in_.synchronize(); }
+  void* alloc_host(size_t b) override { return in_.alloc_host(b); }
+  void free_host(void* p) override { in_.free_host(p); }
+  void from_host_async(const Tensor& d, const void* s) override { in_.from_host_async(d, s); }
   void cast(Tensor d, Tensor s) override { timed("cast", [&] { in_.cast(d, s); }); }
   void embedding_forward(Tensor o, Tensor t, Tensor a, Tensor b) override {
     timed("embedding_forward", [&] { in_.embedding_forward(o, t, a, b); });
