@@ -115,23 +115,59 @@ def austen(root):
 
 # Sword modules (zText/zCom): <part>.bzs is an index of 12-byte little-endian entries
 # (offset, size, uncompressed size) into zlib blocks in <part>.bzz; the text is OSIS
-# or ThML markup, which we strip.
+# or ThML markup, which we strip. Modules with chapter blocks (zCom4, e.g. TDavid) name
+# the same files .czs/.czz. A block may carry a few stray bytes after its zlib stream.
 _TAG = re.compile(r"<[^>]*>")
 
 
+def _sword_blocks(root, module_glob):
+    for index in files(root, module_glob + "/*.?zs"):
+        blocks = index.with_suffix(index.suffix[:-1] + "z").read_bytes()
+        raw = index.read_bytes()
+        for i in range(0, len(raw) - 11, 12):
+            offset = int.from_bytes(raw[i:i + 4], "little")
+            size = int.from_bytes(raw[i + 4:i + 8], "little")
+            if size == 0:
+                continue
+            yield zlib.decompress(blocks[offset:offset + size]).decode("utf-8", "replace")
+
+
 def sword(module_glob):
+    """Bibles: one document per block (a book), markup replaced by spaces, one line each."""
     def extract(root):
-        for index in files(root, module_glob + "/*.bzs"):
-            blocks = index.with_suffix(".bzz").read_bytes()
-            raw = index.read_bytes()
-            for i in range(0, len(raw) - 11, 12):
-                offset = int.from_bytes(raw[i:i + 4], "little")
-                size = int.from_bytes(raw[i + 4:i + 8], "little")
-                if size == 0:
-                    continue
-                text = zlib.decompress(blocks[offset:offset + size]).decode("utf-8", "replace")
-                text = html.unescape(_TAG.sub(" ", text))
-                text = re.sub(r"[ \t]+", " ", text).strip()
+        for text in _sword_blocks(root, module_glob):
+            text = html.unescape(_TAG.sub(" ", text))
+            text = re.sub(r"[ \t]+", " ", text).strip()
+            if text:
+                yield text
+    return extract
+
+
+# Commentaries keep their structure: OSIS block elements (div, title, chapter, list, table,
+# lg, p) become paragraph breaks, list items / table rows / verse lines single line breaks,
+# other (inline) markup is dropped; one document per chapter (a block holds a whole book in
+# MHCC and Scofield, one psalm in TDavid; a block is cut at its <chapter sID=...> tags).
+_OSIS_CHAPTER = re.compile(r"<chapter\b[^>]*\bsID=[^>]*>")
+_OSIS_PARA = re.compile(r"</?(?:div|chapter|title|list|table|lg|p)\b[^>]*>")
+_OSIS_LINE = re.compile(r"</?(?:item|row|l|lb)\b[^>]*>")
+_OSIS_CELL = re.compile(r"</cell>")
+
+
+def _osis_text(markup):
+    text = _OSIS_PARA.sub("\x00", markup)
+    text = _OSIS_LINE.sub("\x01", text)
+    text = _TAG.sub("", _OSIS_CELL.sub(" ", text))
+    text = re.sub(r"\s+", " ", html.unescape(text))
+    text = re.sub(r" ?[\x00\x01][\x00\x01 ]*",
+                  lambda m: "\n\n" if "\x00" in m.group() else "\n", text)
+    return text.strip()
+
+
+def sword_commentary(module_glob):
+    def extract(root):
+        for block in _sword_blocks(root, module_glob):
+            for chapter in _OSIS_CHAPTER.split(block):
+                text = _osis_text(chapter)
                 if text:
                     yield text
     return extract
@@ -179,6 +215,12 @@ SOURCES = {
                   sword("usr/share/sword/modules/texts/ztext/*")),
     "bible-kjv": ("A", "deb", "sword-text-kjv", "14.3-1", "public domain",
                   sword("usr/share/sword/modules/texts/ztext/*")),
+    "comm-tdavid": ("A", "deb", "sword-comm-tdavid", "2.1-1", "public domain",
+                    sword_commentary("usr/share/sword/modules/comments/zcom/*")),
+    "comm-mhcc": ("A", "deb", "sword-comm-mhcc", "2.0-1", "public domain",
+                  sword_commentary("usr/share/sword/modules/comments/zcom/*")),
+    "comm-scofield": ("A", "deb", "sword-comm-scofield", "2.1-1", "public domain",
+                      sword_commentary("usr/share/sword/modules/comments/zcom/*")),
     "linux-doc": ("B", "deb", "linux-doc-6.1", "6.1.192-3", "GPL-2", linux_doc),
     "python-doc": ("B", "deb", "python3.11-doc", "3.11.2-6+deb12u9", "PSF-2.0",
                    whole_files("usr/share/doc/python3.11/html/_sources/**/*.rst.txt")),
