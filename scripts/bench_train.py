@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """Training-step throughput: flashgpt vs PyTorch, GPT-2 124M, bf16, B x 1024 tokens.
 
-flashgpt: runs the C++ harness (tests/cuda/test_cuda_model.cpp, BenchTrainStepGpt2_124M):
+flashgpt: `flashgpt bench train -c configs/gpt2-124m.yaml --breakdown`:
 forward + backward + grad norm + AdamW with fp32 master weights, bf16 activations,
 FlashAttention; it prints tokens/s and a per-op breakdown (CUDA events around each op).
 PyTorch: the same model (vocab padded to 50304, tied LM head, tanh GELU) with
 torch.compile, bf16 autocast, SDPA (is_causal), fused AdamW, grad-norm clipping,
-gradient accumulation 1. Both: 3 warm-up steps, then the mean over --steps steps.
-Prints both tokens/s and the ratio flashgpt / PyTorch.
+gradient accumulation 1. Both: --warmup steps, then the median step time over --steps
+steps (each step ends with a device synchronisation). Prints both tokens/s and the
+ratio flashgpt / PyTorch.
 
-  python3 scripts/bench_train.py --tests build/flashgpt_tests [--B 64] [--steps 10]
+  python3 scripts/bench_train.py [--flashgpt build/flashgpt] [--B 64] [--steps 20]
 """
 import argparse
 import json
@@ -90,41 +91,46 @@ def bench_torch(B, steps, warmup):
         step()
     torch.cuda.synchronize()
     print(f"pytorch: compile + {warmup} warm-up steps took {time.time() - t0:.1f} s", flush=True)
-    t0 = time.time()
+    times = []
     for _ in range(steps):
+        t0 = time.perf_counter()
         loss = step()
-    torch.cuda.synchronize()
-    sec = time.time() - t0
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    sec = sorted(times)[len(times) // 2]
     mem = torch.cuda.max_memory_allocated() / 2**30
-    return {"ms_per_step": 1e3 * sec / steps, "tokens_per_s": B * T * steps / sec,
+    return {"ms_per_step": 1e3 * sec, "tokens_per_s": B * T / sec,
             "loss": float(loss.detach()), "max_mem_gib": mem}
 
 
-def bench_flashgpt(tests, B, attn="flash"):
-    env = dict(os.environ, FLASHGPT_BENCH="1", FLASHGPT_BENCH_B=str(B), FLASHGPT_BENCH_ATTN=attn)
-    p = subprocess.run([tests, "--gtest_filter=CudaModel.BenchTrainStepGpt2_124M"], env=env,
-                       capture_output=True, text=True)
+def bench_flashgpt(flashgpt, B, steps, warmup, attn="flash"):
+    cmd = [flashgpt, "bench", "train", "-c", "configs/gpt2-124m.yaml", "--set", f"train.batch_size={B}",
+           "--set", "train.total_batch=0", "--set", f"model.attention={attn}",
+           "--steps", str(steps), "--warmup", str(warmup), "--breakdown"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
     print(p.stdout, end="", flush=True)
     print(p.stderr, end="", file=sys.stderr)
     for line in p.stdout.splitlines():
-        if line.startswith("FLASHGPT_BENCH_JSON "):
-            return json.loads(line[len("FLASHGPT_BENCH_JSON "):])
+        if line.startswith("FLASHGPT_BENCH_TRAIN_JSON "):
+            r = json.loads(line[len("FLASHGPT_BENCH_TRAIN_JSON "):])
+            r["attention"] = attn
+            return r
     print(f"flashgpt benchmark (attention={attn}) failed (exit {p.returncode})", flush=True)
     return None
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tests", required=True, help="path of flashgpt_tests")
+    ap.add_argument("--flashgpt", default="build/flashgpt", help="path of the flashgpt binary")
     ap.add_argument("--B", type=int, default=64)
-    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--skip-torch", action="store_true")
     args = ap.parse_args()
     print(f"GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}", flush=True)
-    ours = bench_flashgpt(args.tests, args.B)
+    ours = bench_flashgpt(args.flashgpt, args.B, args.steps, args.warmup)
     if ours is None:  # FlashAttention failing must not hide the rest of the step
-        ours = bench_flashgpt(args.tests, args.B, attn="naive")
+        ours = bench_flashgpt(args.flashgpt, args.B, args.steps, args.warmup, attn="naive")
     if ours is None:
         raise SystemExit("flashgpt benchmark failed")
     theirs = None if args.skip_torch else bench_torch(args.B, args.steps, args.warmup)
