@@ -38,6 +38,6 @@ done
 echo "tests: $passes passed (skips included), $fails failed, $((SECONDS - start)) s"
 timeout "${PARITY_TIMEOUT:-35}" python3 scripts/parity_torch.py --tests $tests >"$out/parity.log" 2>&1
 echo "parity rc=$?"
-timeout "${BENCH_TIMEOUT:-140}" python3 scripts/bench_train.py --tests $tests >"$out/bench.log" 2>&1
+timeout "${BENCH_TIMEOUT:-140}" python3 scripts/bench_train.py --flashgpt $b/flashgpt >"$out/bench.log" 2>&1
 echo "bench rc=$?"
 exit $rc
