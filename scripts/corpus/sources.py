@@ -8,6 +8,7 @@ import gzip
 import html
 import re
 import zlib
+from html.parser import HTMLParser
 from pathlib import Path
 
 from rdata import read_lazyload
@@ -187,6 +188,109 @@ def perl_doc(root):
             yield read_text(p)
 
 
+# HTML manuals: one document per page. Text of the page body with navigation (DocBook
+# navheader/navfooter, Sphinx related/sidebar/footer, tables of contents) left out; block
+# elements become paragraph breaks, list items / rows / <br> line breaks, <pre> keeps its
+# lines and indentation, other whitespace collapses to single spaces.
+_HTML_SKIP_TAGS = {"head", "script", "style", "nav", "noscript", "template"}
+_HTML_SKIP_CLASSES = {"navheader", "navfooter", "related", "sphinxsidebar", "footer", "toc",
+                      "docnav", "breadcrumbs", "headerlink", "sidebar-toc"}
+_HTML_SKIP_IDS = {"footer", "searchbox", "site_footer", "header-nav", "banner"}
+_HTML_PARA = {"p", "div", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "ul", "ol", "dl", "table",
+              "blockquote", "section", "article", "hr", "figure", "address", "center",
+              "thead", "tbody", "tfoot", "caption", "body", "form", "fieldset"}
+_HTML_LINE = {"li", "tr", "br", "dt", "dd"}
+_HTML_CELL = {"td", "th"}
+_HTML_VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta",
+              "source", "track", "wbr"}
+# Sentinels while collecting: paragraph break, line break, and a hard newline / space that
+# comes from <pre> (protected from whitespace collapsing).
+_PARA, _LINE, _PRE_NL, _PRE_SP = "\x00", "\x01", "\x02", "\x03"
+
+
+class _HTMLText(HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.out = []
+        self.skip_tag, self.skip_depth = None, 0
+        self.pre = 0
+
+    def handle_starttag(self, tag, attrs):
+        if self.skip_tag:
+            if tag == self.skip_tag:
+                self.skip_depth += 1
+            return
+        attrs = dict(attrs)
+        classes = set((attrs.get("class") or "").split())
+        if tag in _HTML_SKIP_TAGS or classes & _HTML_SKIP_CLASSES or attrs.get("id") in _HTML_SKIP_IDS:
+            if tag not in _HTML_VOID:
+                self.skip_tag, self.skip_depth = tag, 1
+            return
+        self._open_or_close(tag)
+        if tag == "pre":
+            self.pre += 1
+
+    def handle_startendtag(self, tag, attrs):
+        if not self.skip_tag:
+            self._open_or_close(tag)
+
+    def handle_endtag(self, tag):
+        if self.skip_tag:
+            if tag == self.skip_tag:
+                self.skip_depth -= 1
+                if self.skip_depth == 0:
+                    self.skip_tag = None
+            return
+        if tag == "pre" and self.pre:
+            self.pre -= 1
+        self._open_or_close(tag)
+
+    def _open_or_close(self, tag):
+        if tag in _HTML_PARA:
+            self.out.append(_PARA)
+        elif tag in _HTML_LINE:
+            self.out.append(_LINE)
+        elif tag in _HTML_CELL:
+            self.out.append(" ")
+
+    def handle_data(self, data):
+        if self.skip_tag:
+            return
+        if self.pre:
+            data = data.replace("\r\n", "\n").replace("\n", _PRE_NL).replace(" ", _PRE_SP)
+            self.out.append(data.replace("\t", _PRE_SP * 8))
+        else:
+            self.out.append(re.sub(r"\s+", " ", data))
+
+    def text(self):
+        text = re.sub(r" {2,}", " ", "".join(self.out))   # spaces from adjacent text nodes
+        text = re.sub(r" ?[\x00\x01][\x00\x01 ]*",
+                      lambda m: "\n\n" if _PARA in m.group() else "\n", text)
+        text = text.replace(_PRE_NL, "\n").replace(_PRE_SP, " ")
+        text = "\n".join(line.rstrip() for line in text.split("\n"))
+        return re.sub(r"\n{3,}", "\n\n", text).strip("\n")
+
+
+def html_text(markup):
+    parser = _HTMLText()
+    parser.feed(markup)
+    parser.close()
+    return parser.text()
+
+
+def html_pages(*patterns, skip=()):
+    """Every page matching one of `patterns` (in that order, each sorted), except file names
+    matching a regex in `skip`; one document per page."""
+    skip_re = [re.compile(s) for s in skip]
+
+    def extract(root):
+        for pattern in patterns:
+            for p in files(root, pattern):
+                if not any(r.search(p.name) for r in skip_re):
+                    yield html_text(read_text(p))
+    return extract
+
+
 # --- tier C: reference ----------------------------------------------------------------
 
 def wordnet(root):
@@ -225,5 +329,23 @@ SOURCES = {
     "python-doc": ("B", "deb", "python3.11-doc", "3.11.2-6+deb12u9", "PSF-2.0",
                    whole_files("usr/share/doc/python3.11/html/_sources/**/*.rst.txt")),
     "perl-doc": ("B", "deb", "perl-doc", "5.36.0-7+deb12u4", "GPL-1+ or Artistic", perl_doc),
+    "postgresql-doc": ("B", "deb", "postgresql-doc-15", "15.20-0+deb12u1", "PostgreSQL",
+                       html_pages("usr/share/doc/postgresql-doc-15/html/*.html",
+                                  skip=[r"^bookindex\.html$"])),
+    "git-doc": ("B", "deb", "git-doc", "1:2.39.5-0+deb12u3", "GPL-2",
+                html_pages("usr/share/doc/git-doc/**/*.html")),
+    "debian-handbook": ("B", "deb", "debian-handbook", "11.20220922", "GPL-2+ or CC-BY-SA-3.0",
+                        html_pages("usr/share/doc/debian-handbook/html/en-US/*.html")),
+    "debian-reference": ("B", "deb", "debian-reference-en", "2.100", "GPL-2+",
+                         html_pages("usr/share/debian-reference/*.en.html")),
+    # Multi-page manuals only: the single-page copies (*-1.html) would repeat them.
+    "debian-policy": ("B", "deb", "debian-policy", "4.6.2.0", "GPL-2+ (policy); FHS licence",
+                      html_pages("usr/share/doc/debian-policy/**/*.html",
+                                 skip=[r"-1\.html$", r"^(genindex|search|README)\.html$"])),
+    "developers-reference": ("B", "deb", "developers-reference", "12.18", "GPL-2",
+                             html_pages("usr/share/developers-reference/*.html",
+                                        skip=[r"^(developers-reference|search|genindex)\.html$"])),
+    "maint-guide": ("B", "deb", "maint-guide", "1.2.53", "GPL-2+",
+                    html_pages("usr/share/doc/maint-guide/html/*.en.html")),
     "wordnet": ("C", "deb", "wordnet-base", "1:3.0-37", "WordNet 3.0 licence", wordnet),
 }
