@@ -17,6 +17,7 @@
 
 #include "src/commands.h"
 #include "src/errors.h"
+#include "train/bench_train.h"
 #ifdef FLASHGPT_WITH_CUDA
 #include <cuda_runtime.h>
 #include "kernels/cuda/attention/flash_attention.h"
@@ -188,6 +189,7 @@ void add_bench_commands(CLI::App& app) {
     fail_input("bench attention needs the CUDA backend: this flashgpt was built without CUDA");
 #endif
   });
+  add_bench_train_command(*bench);
 }
 
 }  // namespace flashgpt
