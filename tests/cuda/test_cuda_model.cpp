@@ -3,7 +3,8 @@
 //    CPU fp32 model as the "naive" computation that fixes the bound (cuda_test_util.h);
 //    the loss also to 1e-5 relative. Both attention algorithms.
 //  * ten AdamW steps, GPU fp32 vs CPU fp64 (bound from CPU fp32): the losses agree.
-//  * bf16: a smoke test (loss near fp32, and training lowers it).
+//  * bf16: FlashAttention inside the model vs the naive attention, both against fp64
+//    (loss and every gradient); and a smoke test (loss near fp32, training lowers it).
 // And two harnesses that only run when asked (skipped otherwise):
 //  * FLASHGPT_PARITY_DIR=dir: writes the weights, batch, loss and gradients of a small
 //    GPT-2 (fp32, GPU) as raw files for scripts/parity_torch.py.
@@ -127,6 +128,41 @@ TEST_F(CudaModel, TenAdamWStepsFp32MatchCpu) {
     std::printf("step %zu: gpu fp32 %.9f  cpu fp64 %.9f  cpu fp32 %.9f\n", s, g[s], r[s], n[s]);
   OpCase::expect_within(g, n, r, /*derived=*/true, "training losses");
   EXPECT_LT(g.back(), g.front()) << "training did not lower the loss";
+}
+
+double l2(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += (a[i] - (b.empty() ? 0.0 : b[i])) * (a[i] - (b.empty() ? 0.0 : b[i]));
+  return std::sqrt(s);
+}
+
+// The model on our FlashAttention kernels (bf16) against the same model on the naive
+// attention (S and P materialised, bf16), both against the fp64 CPU model from the same
+// weights: flash may be at most 2× as far from fp64 as naive is, plus half a bf16 ulp
+// (2^-9) of the reference — the kernel tests' rule, applied to the loss and to every
+// gradient tensor (L2 norms). T = 113 is no multiple of any tile.
+TEST_F(CudaModel, Bf16FlashAttentionMatchesNaiveAttentionAgainstFp64) {
+  auto rng = test_rng();
+  ModelConfig cfg = tiny_config();
+  cfg.n_embd = 128; cfg.n_head = 2; cfg.max_seq_len = 128;  // head dim 64
+  const int B = 2, T = 113;
+  GPT2 flash(cfg, *gpu_, DType::bf16, B, T, AttentionAlgo::flash);
+  GPT2 naive(cfg, *gpu_, DType::bf16, B, T, AttentionAlgo::naive);
+  GPT2 ref(cfg, *cpu_, DType::f64, B, T, AttentionAlgo::flash);
+  flash.init_random(21);
+  copy_params(flash, naive);  // bf16 → bf16 and bf16 → fp64 are exact
+  copy_params(flash, ref);
+  Batch b = random_batch(B, T, cfg.vocab_size, rng);
+  StepResult f = run_step(flash, b, false), n = run_step(naive, b, false), r = run_step(ref, b, false);
+  const double kHalfUlp = 1.0 / 512;
+  EXPECT_LE(std::fabs(f.loss - r.loss), 2 * std::fabs(n.loss - r.loss) + kHalfUlp * std::fabs(r.loss))
+      << "loss: flash " << f.loss << ", naive " << n.loss << ", fp64 " << r.loss;
+  for (const ParamInfo& p : flash.param_list()) {
+    auto fr = slice(r.grads, p);
+    const double ef = l2(slice(f.grads, p), fr), en = l2(slice(n.grads, p), fr), norm = l2(fr, {});
+    EXPECT_LE(ef, 2 * en + kHalfUlp * norm) << "grad " << p.name << ": |flash-fp64| " << ef
+                                            << ", |naive-fp64| " << en << ", |fp64| " << norm;
+  }
 }
 
 // bf16 has no CPU counterpart; checked for sanity only: the first loss within 1% of the
