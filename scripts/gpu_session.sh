@@ -33,6 +33,20 @@ part "attention sweep vs SDPA"
 timeout 150 python3 scripts/bench_attention.py --flashgpt build/flashgpt --paths auto --iters 10 --warmup 3 >"$out/attention.log" 2>&1
 echo "rc=$?"; tail -30 "$out/attention.log"
 
+part "device copy bandwidth (the ceiling for memory-bound kernels)"
+python3 - <<'PY' 2>&1 | tee "$out/copy.log"
+import torch
+x = torch.randn(1 << 30, device="cuda", dtype=torch.bfloat16)   # 2 GiB, far above L2
+y = torch.empty_like(x)
+for _ in range(3): y.copy_(x)
+ts = []
+for _ in range(20):
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record(); y.copy_(x); b.record(); b.synchronize(); ts.append(a.elapsed_time(b))
+ms = sorted(ts)[len(ts) // 2]
+print(f"device-to-device copy: {2 * x.numel() * 2 / ms / 1e9:.0f} GB/s (bytes read + written, median of 20)")
+PY
+
 part "training step vs torch.compile"
 timeout 180 python3 scripts/bench_train.py --flashgpt build/flashgpt --B 64 --steps 20 --warmup 5 >"$out/train_step.log" 2>&1
 echo "rc=$?"; grep -A4 "training step, bf16" "$out/train_step.log"; grep -E "step time|throughput" "$out/train_step.log"
@@ -58,3 +72,4 @@ timeout 150 build/flashgpt train -c configs/gpt2-124m.yaml --set train.steps=150
 echo "rc=$?"; grep -E "^step|^done|^device|val loss" "$out/train124m.log" | tail -24
 timeout 60 build/flashgpt eval runs/gpt2-124m --steps 20 >>"$out/train124m.log" 2>&1; tail -1 "$out/train124m.log"
 part done
+tar czf "$out/../logs.tgz" -C "$out" . 2>/dev/null
