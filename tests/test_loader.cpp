@@ -9,20 +9,15 @@
 
 #include "data/loader.h"
 #include "src/errors.h"
+#include "tests/testing.h"
 
 namespace fs = std::filesystem;
 using namespace flashgpt;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("fg_loader_" + std::to_string(std::random_device{}()));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
+struct TempDir : flashgpt::test::ScratchDir {
+  TempDir() : ScratchDir("fg_loader_") {}
 };
 
 // Shards of random tokens with awkward sizes (not multiples of B*T).

@@ -10,20 +10,15 @@
 
 #include "data/shard.h"
 #include "src/errors.h"
+#include "tests/testing.h"
 
 namespace fs = std::filesystem;
 using namespace flashgpt;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("fg_shard_" + std::to_string(std::random_device{}()));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
+struct TempDir : flashgpt::test::ScratchDir {
+  TempDir() : ScratchDir("fg_shard_") {}
 };
 
 std::vector<uint16_t> random_tokens(size_t n, std::mt19937& rng) {

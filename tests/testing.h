@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <initializer_list>
 #include <random>
@@ -15,6 +16,19 @@
 #include "src/tensor.h"
 
 namespace flashgpt::test {
+
+// A fresh scratch directory under the system temp dir, removed with everything in it
+// when the object goes out of scope.
+struct ScratchDir {
+  std::filesystem::path path;
+  explicit ScratchDir(const std::string& prefix) {
+    path = std::filesystem::temp_directory_path() / (prefix + std::to_string(std::random_device{}()));
+    std::filesystem::create_directories(path);
+  }
+  ~ScratchDir() { std::filesystem::remove_all(path); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
 
 template <class T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return DType::f32; }
