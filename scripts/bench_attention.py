@@ -7,11 +7,12 @@ CUDNN_ATTENTION backends on the same shapes (bf16, (B, H, T, D) inputs), and pri
 one table. FLOP convention (FlashAttention's): fwd 4*B*H*T^2*D, halved when causal;
 bwd 2.5x fwd. Timing: CUDA events, warm-up, median of --iters.
 
-  python3 scripts/bench_attention.py --flashgpt build/flashgpt [--iters 10] [--paths sm80,sm90]
+  python3 scripts/bench_attention.py --flashgpt build/flashgpt [--iters 10] [--paths sm80,sm90,auto]
 
---paths runs our suite once per FLASHGPT_ATTENTION_PATH value and shows a forward
-column for each (the backward is the same sm80 kernels on every path; its column is
-from the first path).
+--paths runs our suite once per entry and shows a forward and a backward column for
+each. An entry is a FLASHGPT_ATTENTION_PATH value (sm80, sm90, auto), optionally with
+tile knobs: "sm80/bt1" adds FLASHGPT_ATTENTION_BWD_TILE=1, "/ft1" FLASHGPT_ATTENTION_FWD_TILE=1.
+The /FA2 columns divide the best of our columns by FA2.
 """
 import os
 import argparse
@@ -69,42 +70,48 @@ def main():
     ap.add_argument("--flashgpt", default="build/flashgpt", help="path of the flashgpt binary")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--paths", default="auto", help="comma-separated FLASHGPT_ATTENTION_PATH values")
+    ap.add_argument("--paths", default="auto", help="comma-separated FLASHGPT_ATTENTION_PATH values, each optionally /bt1 or /ft1")
     args = ap.parse_args()
     paths = args.paths.split(",")
 
-    runs = {}  # path -> {(B,H,T,D,causal): result}
-    for path in paths:
+    runs = {}  # entry -> {(B,H,T,D,causal): result}
+    knobs = {"bt1": ("FLASHGPT_ATTENTION_BWD_TILE", "1"), "ft1": ("FLASHGPT_ATTENTION_FWD_TILE", "1")}
+    for entry in paths:
+        path, *extra = entry.split("/")
+        env = dict(os.environ, FLASHGPT_ATTENTION_PATH=path)
+        env.update(dict(knobs[x] for x in extra))
         cmd = [args.flashgpt, "bench", "attention", "--suite", "--json", "--iters", str(args.iters),
                "--warmup", str(args.warmup)]
-        print(f"$ FLASHGPT_ATTENTION_PATH={path}", " ".join(cmd), flush=True)
-        res = subprocess.run(cmd, capture_output=True, text=True,
-                             env=dict(os.environ, FLASHGPT_ATTENTION_PATH=path))
+        print(f"$ FLASHGPT_ATTENTION_PATH={path}", " ".join(f"{knobs[x][0]}=1" for x in extra), " ".join(cmd),
+              flush=True)
+        res = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if res.returncode != 0:
-            print(f"  path {path} failed ({res.returncode}): {res.stderr.strip()[-500:]}", file=sys.stderr)
-        runs[path] = {(r["B"], r["H"], r["T"], r["D"], r["causal"]): r
-                      for r in (json.loads(line) for line in res.stdout.splitlines() if line.startswith("{"))}
-    shapes = [{"B": k[0], "H": k[1], "T": k[2], "D": k[3], "causal": k[4]} for k in runs[paths[0]]]
+            print(f"  {entry} failed ({res.returncode}): {res.stderr.strip()[-500:]}", file=sys.stderr)
+        runs[entry] = {(r["B"], r["H"], r["T"], r["D"], r["causal"]): r
+                       for r in (json.loads(line) for line in res.stdout.splitlines() if line.startswith("{"))}
+    shapes = [{"B": k[0], "H": k[1], "T": k[2], "D": k[3], "causal": k[4]}
+              for k in next((r for r in runs.values() if r), {})]
 
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; TFLOP/s, bf16; "
           "fwd 4*B*H*T^2*D (/2 causal), bwd 2.5x fwd; median of", args.iters)
     fmt = lambda x: f"{x:6.1f}" if x is not None else f"{'-':>6}"
     ratio = lambda a, b: f"{a / b:5.2f}" if a and b else f"{'-':>5}"
     ours_cols = " ".join(f"{p[:6]:>6}" for p in paths)
-    hdr = (f"{'B':>3} {'H':>3} {'T':>6} {'D':>4} {'mask':>6} | {ours_cols} {'FA2':>6} {'cuDNN':>6} {'/FA2':>5} | "
-           f"{'ours':>6} {'FA2':>6} {'cuDNN':>6} {'/FA2':>5}")
+    hdr = (f"{'B':>3} {'H':>3} {'T':>6} {'D':>4} {'mask':>6} | fwd {ours_cols} {'FA2':>6} {'cuDNN':>6} {'/FA2':>5} | "
+           f"bwd {ours_cols} {'FA2':>6} {'cuDNN':>6} {'/FA2':>5}")
     rows = []
     for s in shapes:
         key = (s["B"], s["H"], s["T"], s["D"], s["causal"])
         fa2 = bench_sdpa(s, SDPBackend.FLASH_ATTENTION, args.warmup, args.iters)
         cud = bench_sdpa(s, SDPBackend.CUDNN_ATTENTION, args.warmup, args.iters)
-        fwd = [runs[p][key]["fwd_tflops"] if key in runs[p] else None for p in paths]
-        best_fwd = max((x for x in fwd if x is not None), default=None)
-        bwd = runs[paths[0]][key]["bwd_tflops"]
-        rows.append(f"{s['B']:>3} {s['H']:>3} {s['T']:>6} {s['D']:>4} {'causal' if s['causal'] else 'full':>6} | "
-                    + " ".join(fmt(x) for x in fwd)
-                    + f" {fmt(fa2[0])} {fmt(cud[0])} {ratio(best_fwd, fa2[0])} | "
-                    f"{fmt(bwd)} {fmt(fa2[1])} {fmt(cud[1])} {ratio(bwd, fa2[1])}")
+        cells = []
+        for i, what in enumerate(("fwd_tflops", "bwd_tflops")):
+            ours = [runs[p][key][what] if key in runs[p] else None for p in paths]
+            best = max((x for x in ours if x is not None), default=None)
+            cells.append("     " + " ".join(fmt(x) for x in ours)
+                         + f" {fmt(fa2[i])} {fmt(cud[i])} {ratio(best, fa2[i])}")
+        rows.append(f"{s['B']:>3} {s['H']:>3} {s['T']:>6} {s['D']:>4} {'causal' if s['causal'] else 'full':>6} |"
+                    + " |".join(cells))
         torch.cuda.empty_cache()
     print(hdr)
     print("\n".join(rows), flush=True)

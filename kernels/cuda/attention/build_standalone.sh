@@ -24,7 +24,13 @@ libs=(-L"$cuda/lib64" -lcudart)
 cat > "$out/bench_main.cpp" <<'CPP'
 #include "src/commands.h"
 #include "src/errors.h"
+#include "train/bench_train.h"
 #include <cstdio>
+// `bench train` needs the whole model: not part of this build.
+void flashgpt::add_bench_train_command(CLI::App& bench) {
+  bench.add_subcommand("train", "(not in the standalone attention build)")
+      ->callback([] { flashgpt::fail_input("bench train: use the full CMake build"); });
+}
 int main(int argc, char** argv) {
   CLI::App app{"flashgpt (bench only)"};
   app.require_subcommand(1);

@@ -3,13 +3,12 @@
 //
 // Run-time switches (environment):
 //   FLASHGPT_ATTENTION_PATH=sm80|sm90|auto  code path. sm80: the portable mma.sync
-//       kernels (any GPU from sm_80 on). sm90: the forward on wgmma (needs an sm_90a build
-//       and a Hopper GPU, else InputError); the backward is the sm80 one on both paths.
-//       auto (default): the faster of the two for the forward as measured on an H200
-//       (BENCHMARKS.md "## Attention"): sm90 for head dim 128, and for head dim 64 from
-//       T = 4096 on; sm80 otherwise and on non-Hopper GPUs.
+//       kernels (any GPU from sm_80 on). sm90: forward and backward on wgmma (needs an
+//       sm_90a build and a Hopper GPU, else InputError). auto (default): per pass, the
+//       faster path as measured on an H200 (BENCHMARKS.md "## Attention"; see
+//       sm90_faster below); sm80 on non-Hopper GPUs.
 //   FLASHGPT_DETERMINISTIC=1  backward computes dQ without float atomics (a separate
-//       kernel looping over key tiles). Default: atomics (faster).
+//       kernel looping over key tiles; sm80 kernels on every path). Default: atomics.
 //   FLASHGPT_ATTENTION_FWD_TILE, FLASHGPT_ATTENTION_BWD_TILE = 0|1  tuning knobs: the
 //       tile shape of each kernel (flash_fwd_sm80.cu, flash_bwd_sm80.cu); 0 is the default.
 #include "kernels/cuda/attention/flash_attention.h"
@@ -34,9 +33,18 @@ bool sm90_available() {
   return available;
 }
 
-// The code path of the forward for head dim D and length T (the backward runs the sm80
-// kernels on both paths; it calls this only to validate the variable).
-Path choose_path(int D, int T) {
+enum class Pass { forward, backward };
+
+// Measured on an H200 (BENCHMARKS.md "## Attention"). Forward: the wgmma kernel wins by
+// 1.3-1.6x at D=128; at D=64 it loses slightly below T=4096 (fewer, fatter blocks) and
+// wins above. Backward: see BENCHMARKS.md.
+bool sm90_faster(Pass pass, int D, int T) {
+  if (pass == Pass::forward) return D == 128 || T >= 4096;
+  return false;  // not measured yet
+}
+
+// The code path of one pass for head dim D and length T (FLASHGPT_ATTENTION_PATH).
+Path choose_path(Pass pass, int D, int T) {
   const char* env = std::getenv("FLASHGPT_ATTENTION_PATH");
   const std::string want = env && *env ? env : "auto";
   if (want == "sm80") return Path::sm80;
@@ -46,12 +54,7 @@ Path choose_path(int D, int T) {
                  "architecture (FLASHGPT_CUDA_ARCHS)");
     return Path::sm90;
   }
-  if (want == "auto") {
-    // Measured (H200): the wgmma forward wins by 1.3-1.6x at D=128; at D=64 it loses
-    // slightly below T=4096 (fewer, fatter blocks) and wins above.
-    const bool sm90_faster = D == 128 || T >= 4096;
-    return sm90_faster && sm90_available() ? Path::sm90 : Path::sm80;
-  }
+  if (want == "auto") return sm90_faster(pass, D, T) && sm90_available() ? Path::sm90 : Path::sm80;
   fail_input("FLASHGPT_ATTENTION_PATH must be sm80, sm90 or auto, got '", want, "'");
 }
 
@@ -120,7 +123,7 @@ void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
   p.out = a.out.as<__nv_bfloat16>();
   p.lse = a.lse.as<float>();
   const int fwd_tile = tile_choice("FLASHGPT_ATTENTION_FWD_TILE");
-  switch (choose_path(a.D, a.T)) {
+  switch (choose_path(Pass::forward, a.D, a.T)) {
     case Path::sm80:
       if (a.D == 64)
         a.causal ? attn::launch_fwd_sm80<64, /*kCausal=*/true>(p, fwd_tile, stream)
@@ -162,17 +165,23 @@ void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaS
   p.delta = a.delta.as<float>();
   p.dq_accum = static_cast<float*>(workspace);
   const int bwd_tile = tile_choice("FLASHGPT_ATTENTION_BWD_TILE");
-  switch (choose_path(a.D, a.T)) {
-    case Path::sm80:
-    case Path::sm90:
-      if (a.D == 64)
-        a.causal ? attn::launch_bwd_sm80<64, /*kCausal=*/true>(p, deterministic, bwd_tile, stream)
-                 : attn::launch_bwd_sm80<64, /*kCausal=*/false>(p, deterministic, bwd_tile, stream);
-      else
-        a.causal ? attn::launch_bwd_sm80<128, /*kCausal=*/true>(p, deterministic, bwd_tile, stream)
-                 : attn::launch_bwd_sm80<128, /*kCausal=*/false>(p, deterministic, bwd_tile, stream);
-      break;
+  const Path path = choose_path(Pass::backward, a.D, a.T);
+  // The sm90 backward has atomic dQ only: the deterministic mode runs the sm80 kernels.
+  if (path == Path::sm90 && !deterministic) {
+    if (a.D == 64)
+      a.causal ? attn::launch_bwd_sm90<64, /*kCausal=*/true>(p, stream)
+               : attn::launch_bwd_sm90<64, /*kCausal=*/false>(p, stream);
+    else
+      a.causal ? attn::launch_bwd_sm90<128, /*kCausal=*/true>(p, stream)
+               : attn::launch_bwd_sm90<128, /*kCausal=*/false>(p, stream);
+    return;
   }
+  if (a.D == 64)
+    a.causal ? attn::launch_bwd_sm80<64, /*kCausal=*/true>(p, deterministic, bwd_tile, stream)
+             : attn::launch_bwd_sm80<64, /*kCausal=*/false>(p, deterministic, bwd_tile, stream);
+  else
+    a.causal ? attn::launch_bwd_sm80<128, /*kCausal=*/true>(p, deterministic, bwd_tile, stream)
+             : attn::launch_bwd_sm80<128, /*kCausal=*/false>(p, deterministic, bwd_tile, stream);
 }
 
 }  // namespace flashgpt::cuda

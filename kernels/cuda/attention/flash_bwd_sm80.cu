@@ -480,22 +480,12 @@ void launch_bwd_tile(const FlashParams& p, bool deterministic, cudaStream_t stre
   }();
   (void)opted_in;
 
-  const int64_t rows = int64_t(p.B) * p.T * p.H;
-  constexpr int kPreThreads = 256;
-  flash_bwd_preprocess_kernel<kHeadDim>
-      <<<unsigned((rows * 32 + kPreThreads - 1) / kPreThreads), kPreThreads, 0, stream>>>(p);
-  FA_CHECK_LAUNCH();
-
+  launch_bwd_preprocess<kHeadDim>(p, /*zero_dq_accum=*/!deterministic, stream);
   const dim3 grid((p.T + Tile::kBlockN - 1) / Tile::kBlockN, p.H, p.B);
   if (!deterministic) {
-    FA_CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, size_t(rows) * kHeadDim * sizeof(float), stream));
     main_atomic<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
     FA_CHECK_LAUNCH();
-    const int64_t vec4 = rows * kHeadDim / 4;
-    constexpr int kPostThreads = 256;
-    flash_bwd_postprocess_kernel<kHeadDim>
-        <<<unsigned((vec4 + kPostThreads - 1) / kPostThreads), kPostThreads, 0, stream>>>(p);
-    FA_CHECK_LAUNCH();
+    launch_bwd_postprocess<kHeadDim>(p, stream);
   } else {
     main_no_dq<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
     FA_CHECK_LAUNCH();
@@ -506,6 +496,32 @@ void launch_bwd_tile(const FlashParams& p, bool deterministic, cudaStream_t stre
 }
 
 }  // namespace
+
+// The kernels around the main one, shared with the sm90 path (flash_params.h).
+template <int kHeadDim>
+void launch_bwd_preprocess(const FlashParams& p, bool zero_dq_accum, cudaStream_t stream) {
+  const int64_t rows = int64_t(p.B) * p.T * p.H;
+  constexpr int kPreThreads = 256;
+  flash_bwd_preprocess_kernel<kHeadDim>
+      <<<unsigned((rows * 32 + kPreThreads - 1) / kPreThreads), kPreThreads, 0, stream>>>(p);
+  FA_CHECK_LAUNCH();
+  if (zero_dq_accum)
+    FA_CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, size_t(rows) * kHeadDim * sizeof(float), stream));
+}
+
+template <int kHeadDim>
+void launch_bwd_postprocess(const FlashParams& p, cudaStream_t stream) {
+  const int64_t vec4 = int64_t(p.B) * p.T * p.H * kHeadDim / 4;
+  constexpr int kPostThreads = 256;
+  flash_bwd_postprocess_kernel<kHeadDim>
+      <<<unsigned((vec4 + kPostThreads - 1) / kPostThreads), kPostThreads, 0, stream>>>(p);
+  FA_CHECK_LAUNCH();
+}
+
+template void launch_bwd_preprocess<64>(const FlashParams&, bool, cudaStream_t);
+template void launch_bwd_preprocess<128>(const FlashParams&, bool, cudaStream_t);
+template void launch_bwd_postprocess<64>(const FlashParams&, cudaStream_t);
+template void launch_bwd_postprocess<128>(const FlashParams&, cudaStream_t);
 
 template <int kHeadDim, bool kCausal>
 void launch_bwd_sm80(const FlashParams& p, bool deterministic, int tile, cudaStream_t stream) {

@@ -17,13 +17,6 @@
 #include "kernels/cuda/attention/flash_params.h"
 #include "kernels/cuda/attention/wgmma_sm90.cuh"
 
-// wgmma exists only in the sm_90a target; other targets compile a stub.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define FLASHGPT_HAS_WGMMA 1
-#else
-#define FLASHGPT_HAS_WGMMA 0
-#endif
-
 namespace flashgpt::cuda::attn {
 namespace {
 
@@ -43,29 +36,6 @@ struct Sm90FwdTile {
   static_assert(kBlockN == 64 || kBlockN == 128, "wgmma wrappers exist for N = 64 and 128");
 };
 template <int kHeadDim> struct Sm90FwdConfig { using Tile = Sm90FwdTile<kHeadDim, /*kBlockN=*/128>; };
-
-// Keeps the compiler from moving reads of wgmma accumulators across the wait (the asm
-// statements do not tell it that the registers change asynchronously).
-template <int N>
-__device__ __forceinline__ void fence_accumulators(float (&d)[N][4]) {
-#pragma unroll
-  for (int j = 0; j < N; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) asm volatile("" : "+f"(d[j][i])::"memory");
-}
-
-#if FLASHGPT_HAS_WGMMA
-template <int N>
-__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint64_t b, int accumulate) {
-  if constexpr (N == 64) sm90::wgmma_ss_n64(d, a, b, accumulate);
-  else sm90::wgmma_ss_n128(d, a, b, accumulate);
-}
-template <int N>
-__device__ __forceinline__ void wgmma_rs_tb(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b) {
-  if constexpr (N == 64) sm90::wgmma_rs_n64_tb(d, a, b);
-  else sm90::wgmma_rs_n128_tb(d, a, b);
-}
-#endif
 
 template <class Tile, bool kCausal>
 __global__ void __launch_bounds__(Tile::kThreads, 1) flash_fwd_sm90_kernel(const FlashParams p) {
@@ -130,11 +100,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_fwd_sm90_kernel(const
       const uint32_t col_bytes = (kk & 3) * 32;
       const uint64_t desc_q = sm90::make_desc(q_base + (kk >> 2) * BM * 128 + col_bytes, 16, kSwizzleAtom);
       const uint64_t desc_k = sm90::make_desc(k_base + (kk >> 2) * BN * 128 + col_bytes, 16, kSwizzleAtom);
-      wgmma_ss<BN>(s[0], desc_q, desc_k, /*accumulate=*/kk > 0);
+      sm90::wgmma_ss<BN>(s[0], desc_q, desc_k, /*accumulate=*/kk > 0);
     }
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
-    fence_accumulators(s[0]);
+    sm90::fence_accumulators(s[0]);
 
     const int n0 = nb * BN;
     const bool needs_mask = n0 + BN > p.T || (kCausal && n0 + BN - 1 > m0);
@@ -146,14 +116,14 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_fwd_sm90_kernel(const
     uint32_t a[BN / 16][4];
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) c_pair_to_a(a[kk], s[0][2 * kk], s[0][2 * kk + 1]);
-    fence_accumulators(o[0]);
+    sm90::fence_accumulators(o[0]);
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk)
-      wgmma_rs_tb<D>(o[0], a[kk], sm90::make_desc(v_base + kk * 16 * 128, BN * 128, kSwizzleAtom));
+      sm90::wgmma_rs_tb<D>(o[0], a[kk], sm90::make_desc(v_base + kk * 16 * 128, BN * 128, kSwizzleAtom));
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
-    fence_accumulators(o[0]);
+    sm90::fence_accumulators(o[0]);
   }
   store_output<Tile>(p, o, row_max, row_sum, b, h, warp_row0, lane);
 #else

@@ -1,5 +1,5 @@
 // What the FlashAttention kernels read and write, as one struct, and the launchers of
-// each code path (defined in flash_fwd_sm80.cu, flash_bwd_sm80.cu). Internal to
+// each code path (defined in flash_{fwd,bwd}_sm{80,90}.cu). Internal to
 // kernels/cuda/attention/: the rest of flashgpt calls flash_attention.h.
 #pragma once
 #include <cuda_bf16.h>
@@ -32,14 +32,25 @@ struct FlashParams {
 // tile: which of the two tile shapes of each launcher (0 = default; a tuning knob).
 template <int kHeadDim, bool kCausal>
 void launch_fwd_sm80(const FlashParams& p, int tile, cudaStream_t stream);
-// Hopper path (wgmma): forward only; backward runs the sm80 kernels.
+// Hopper path (wgmma, flash_fwd_sm90.cu, flash_bwd_sm90.cu). The backward has atomic
+// dQ only; the deterministic mode runs the sm80 kernels.
 template <int kHeadDim, bool kCausal>
 void launch_fwd_sm90(const FlashParams& p, cudaStream_t stream);
+template <int kHeadDim, bool kCausal>
+void launch_bwd_sm90(const FlashParams& p, cudaStream_t stream);
 // True when this build has sm_90a code and the current device runs it.
 bool sm90_kernels_built();
 
 // deterministic: dQ by a separate kernel that loops over K/V tiles (no float atomics).
 template <int kHeadDim, bool kCausal>
 void launch_bwd_sm80(const FlashParams& p, bool deterministic, int tile, cudaStream_t stream);
+
+// The backward's first and last kernels, the same on both paths (flash_bwd_sm80.cu):
+// D = rowsum(dO ∘ O) into p.delta (and, when asked, zeroing of the dQ accumulator);
+// dQ accumulator · scale → bf16 into the Q slot of p.dqkv.
+template <int kHeadDim>
+void launch_bwd_preprocess(const FlashParams& p, bool zero_dq_accum, cudaStream_t stream);
+template <int kHeadDim>
+void launch_bwd_postprocess(const FlashParams& p, cudaStream_t stream);
 
 }  // namespace flashgpt::cuda::attn

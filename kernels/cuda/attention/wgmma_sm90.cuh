@@ -1,6 +1,6 @@
-// Hopper (sm_90a) warpgroup MMA building blocks for the attention forward: shared-memory
-// matrix descriptors for 128-byte-swizzled tiles, and wgmma.mma_async wrappers
-// (m64nNk16, bf16 inputs, fp32 accumulators) for the shapes the kernel uses.
+// Hopper (sm_90a) warpgroup MMA building blocks for the attention forward and backward:
+// shared-memory matrix descriptors for 128-byte-swizzled tiles, and wgmma.mma_async wrappers
+// (m64nNk16, bf16 inputs, fp32 accumulators) for the shapes the kernels use.
 //
 // Tile layout ("wgmma layout"): a (rows x D) bf16 tile is stored as D/64 column blocks of
 // (rows x 64); each row of a block is 128 bytes whose 16-byte chunks are XOR-ed with
@@ -16,6 +16,13 @@
 #pragma once
 #include <cstdint>
 #include "kernels/cuda/attention/sm80_primitives.cuh"
+
+// wgmma exists only in the sm_90a target; other targets compile a stub.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FLASHGPT_HAS_WGMMA 1
+#else
+#define FLASHGPT_HAS_WGMMA 0
+#endif
 
 namespace flashgpt::cuda::attn::sm90 {
 
@@ -141,5 +148,48 @@ __device__ __forceinline__ void wgmma_rs_n128_tb(float (&d)[16][4], const uint32
         "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 }
+
+// D (64 x 64, fp32) (+)= A (64 x 16, smem) * B (16 x 64, smem) with per-operand major-ness:
+// kTransA / kTransB = 1 when that operand is MN-major (stored [k][m] / [k][n], the 64
+// contiguous elements along M / N), 0 when K-major. The backward's dQ = dS·K reads dS
+// from a [key][query] tile and K from a [key][d] tile: both MN-major.
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_ss_n64_t(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+}
+
+// Keeps the compiler from moving reads of wgmma accumulators across the wait (the asm
+// statements do not tell it that the registers change asynchronously).
+template <int N>
+__device__ __forceinline__ void fence_accumulators(float (&d)[N][4]) {
+#pragma unroll
+  for (int j = 0; j < N; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) asm volatile("" : "+f"(d[j][i])::"memory");
+}
+
+#if FLASHGPT_HAS_WGMMA
+template <int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint64_t b, int accumulate) {
+  if constexpr (N == 64) wgmma_ss_n64(d, a, b, accumulate);
+  else wgmma_ss_n128(d, a, b, accumulate);
+}
+template <int N>
+__device__ __forceinline__ void wgmma_rs_tb(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b) {
+  if constexpr (N == 64) wgmma_rs_n64_tb(d, a, b);
+  else wgmma_rs_n128_tb(d, a, b);
+}
+#endif
 
 }  // namespace flashgpt::cuda::attn::sm90

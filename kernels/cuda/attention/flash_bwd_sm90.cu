@@ -1,0 +1,291 @@
+// FlashAttention backward, Hopper path (sm_90a): the algorithm of flash_bwd_sm80.cu
+// (recompute P from the LSE, one block per K/V tile looping over the query tiles that
+// see it, dK and dV in registers, dQ by fp32 atomics) with all five matmuls on
+// warpgroup MMA (wgmma). Preprocess (D = rowsum(dO∘O)) and postprocess (dQ → bf16) are
+// the sm80 kernels.
+//
+// One block = 2 warpgroups = kBlockN = 128 keys (64 per warpgroup); query tiles of
+// kBlockM rows, Q, dO, LSE and D double-buffered by cp.async (the next tile in flight
+// while this one is used). Per query tile, each warpgroup:
+//   Sᵀ  = K·Qᵀ      wgmma m64n{BM}k16, A (its 64 keys of K) and B (Q) K-major in smem
+//   dPᵀ = V·dOᵀ     the same with V and dO (issued right behind Sᵀ)
+//   Pᵀ = exp2(Sᵀ·c − LSE·log2 e), dSᵀ = Pᵀ ∘ (dPᵀ − D)    on the accumulators
+//   dV += Pᵀ·dO     wgmma m64n{D}k16, A (Pᵀ, bf16) from registers, B (dO) MN-major
+//   dK += dSᵀ·Q     the same with dSᵀ and Q
+//   dSᵀ → shared memory (bf16, [key][query]); barrier over both warpgroups
+//   dQ = dS·K       wgmma m64n64k16, A (dS) and B (K) MN-major in smem, all 128 keys;
+//                   each warpgroup takes one 64×64 block of the BM×D tile of dQ
+//   dQ → fp32 atomics (8-byte red.global.add.v2.f32) into the (B,H,T,D) accumulator.
+// Because Sᵀ is computed with keys as M, Pᵀ and dSᵀ come out of the accumulators in the
+// A-fragment layout of the register operand: neither goes through shared memory for
+// dV and dK. Not (yet) here: TMA, warp specialisation, overlap of one tile's softmax
+// with the next tile's matmuls (FlashAttention-3), a deterministic dQ (that mode runs
+// the sm80 kernels).
+#include <cmath>
+#include "kernels/cuda/attention/cuda_check.h"
+#include "kernels/cuda/attention/flash_params.h"
+#include "kernels/cuda/attention/wgmma_sm90.cuh"
+
+namespace flashgpt::cuda::attn {
+namespace {
+
+template <int kHeadDim_, int kBlockM_>
+struct Sm90BwdTile {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kWarpGroups = 2;
+  static constexpr int kThreads = kWarpGroups * 128;
+  static constexpr int kBlockN = kWarpGroups * 64;  // keys per block: 64 per warpgroup
+  static constexpr int kBlockM = kBlockM_;          // queries per inner step
+  static constexpr int kMTiles = kBlockM / 8;       // 8-column accumulator tiles of Sᵀ
+  static constexpr int kDTiles = kHeadDim / 8;
+  // dQ (kBlockM × kHeadDim) in 64×64 blocks, one per warpgroup: split along the queries
+  // when kBlockM = 128 (D = 64), along the head dim when kHeadDim = 128 (kBlockM = 64).
+  static constexpr bool kDqSplitsD = kHeadDim == 128;
+  // K, V; 2 × (Q, dO); dSᵀ; 2 × (LSE, D); slack to align the base to 1024 bytes.
+  static constexpr size_t kSmemBytes = size_t(2 * kBlockN + 4 * kBlockM) * kHeadDim * sizeof(bf16) +
+                                       size_t(kBlockN) * kBlockM * sizeof(bf16) +
+                                       4 * kBlockM * sizeof(float) + 1024;
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim 64 or 128");
+  static_assert(kBlockM == 64 || kBlockM == 128, "wgmma wrappers exist for N = 64 and 128");
+  static_assert(kBlockM * kHeadDim == 2 * 64 * 64, "dQ is exactly one 64x64 block per warpgroup");
+};
+// Registers per thread decide the shapes: dK + dV hold 2·64·D/128 fp32 (128 at D = 128),
+// Sᵀ and dPᵀ 2·64·BM/128 (64 at BM = 64), which leaves no room for BM = 128 at D = 128.
+template <int kHeadDim> struct Sm90BwdConfig;
+template <> struct Sm90BwdConfig<64> { using Tile = Sm90BwdTile<64, /*kBlockM=*/128>; };
+template <> struct Sm90BwdConfig<128> { using Tile = Sm90BwdTile<128, /*kBlockM=*/64>; };
+
+#if FLASHGPT_HAS_WGMMA
+// dst[0] += x, dst[1] += y in one 8-byte vector atomic (sm_90 only).
+__device__ __forceinline__ void atomic_add_pair(float* dst, float x, float y) {
+  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(x, y));
+}
+#endif
+
+template <class Tile, bool kCausal>
+__global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const FlashParams p) {
+#if FLASHGPT_HAS_WGMMA
+  constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN;
+  extern __shared__ unsigned char smem_raw[];
+  // The hardware applies the 128B swizzle from address bits: tiles start 1024-aligned.
+  unsigned char* smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  bf16* sK = reinterpret_cast<bf16*>(smem);  // [BN][D]      wgmma layout
+  bf16* sV = sK + BN * D;                    // [BN][D]
+  bf16* sQ = sV + BN * D;                    // [2][BM][D]
+  bf16* sdO = sQ + 2 * BM * D;               // [2][BM][D]
+  bf16* sdSt = sdO + 2 * BM * D;             // [BN][BM]  dSᵀ, keys × queries
+  float* sLse = reinterpret_cast<float*>(sdSt + BN * BM);  // [2][BM]  LSE·log2(e)
+  float* sDelta = sLse + 2 * BM;                            // [2][BM]
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wg = warp / 4, g = lane >> 2, t = lane & 3;
+  const int n_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;  // causal: longest first
+  const int n0 = n_block * BN;
+  const int64_t bh = int64_t(b) * p.H + h;
+  const int warp_key0 = wg * 64 + (warp % 4) * 16;  // this warp's first key within the tile
+
+  const bf16* q = p.qkv + int64_t(b) * p.T * p.qkv_row_stride + h * D;
+  const bf16* k = q + int64_t(p.H) * D;
+  const bf16* v = k + int64_t(p.H) * D;
+  const bf16* dout = p.dout + int64_t(b) * p.T * p.o_row_stride + h * D;
+  const float* lse = p.lse + bh * p.T;
+  const float* delta = p.delta + bh * p.T;
+
+  // Causal: queries before this tile's first key see none of it.
+  const int m_begin = kCausal ? n0 / BM : 0;
+  const int m_blocks = (p.T + BM - 1) / BM;
+
+  auto load_q_tile = [&](int m, int buf) {
+    sm90::load_tile_async<BM, D, Tile::kThreads>(sQ + buf * BM * D, q, p.qkv_row_stride, m * BM, p.T, tid);
+    sm90::load_tile_async<BM, D, Tile::kThreads>(sdO + buf * BM * D, dout, p.o_row_stride, m * BM, p.T, tid);
+    if (tid < BM) {  // plain loads: visible after the next __syncthreads
+      const int row = m * BM + tid;
+      sLse[buf * BM + tid] = row < p.T ? lse[row] * kLog2e : 0.f;
+      sDelta[buf * BM + tid] = row < p.T ? delta[row] : 0.f;
+    }
+  };
+  sm90::load_tile_async<BN, D, Tile::kThreads>(sK, k, p.qkv_row_stride, n0, p.T, tid);
+  sm90::load_tile_async<BN, D, Tile::kThreads>(sV, v, p.qkv_row_stride, n0, p.T, tid);
+  load_q_tile(m_begin, 0);
+  cp_async_commit();
+
+  float dk[Tile::kDTiles][4], dv[Tile::kDTiles][4];
+#pragma unroll
+  for (int dt = 0; dt < Tile::kDTiles; ++dt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dk[dt][i] = dv[dt][i] = 0.f;
+
+  constexpr uint32_t kSwizzleAtom = 8 * 128;  // 8 rows of 128 bytes: the stride-dimension offset
+  const uint32_t k_base = smem_u32(sK), v_base = smem_u32(sV), dst_base = smem_u32(sdSt);
+  // This warpgroup's 64 keys as the A operand: rows 64·wg.. of column block 0.
+  const uint32_t k_rows = k_base + wg * 64 * 128, v_rows = v_base + wg * 64 * 128;
+  // This warpgroup's 64×64 block of dQ: queries from dq_q0, head-dim columns from dq_d0.
+  const int dq_q0 = Tile::kDqSplitsD ? 0 : wg * 64;
+  const int dq_d0 = Tile::kDqSplitsD ? wg * 64 : 0;
+
+  for (int m = m_begin; m < m_blocks; ++m) {
+    const int buf = (m - m_begin) & 1;
+    // Tile m has landed, every warp is done with the other buffer and with sdSt, and the
+    // cp.async writes are visible to the async proxy that wgmma reads through.
+    cp_async_wait<0>();
+    sm90::fence_proxy_async();
+    __syncthreads();
+    if (m + 1 < m_blocks) {
+      load_q_tile(m + 1, buf ^ 1);
+      cp_async_commit();
+    }
+    const uint32_t q_base = smem_u32(sQ + buf * BM * D), do_base = smem_u32(sdO + buf * BM * D);
+    const float* cLse = sLse + buf * BM;
+    const float* cDelta = sDelta + buf * BM;
+    const int q0 = m * BM;
+
+    // Sᵀ = K·Qᵀ, then dPᵀ = V·dOᵀ: k-step kk is 16 head-dim columns = 32 bytes into
+    // column block kk/4. Two commit groups, so that the softmax starts on Sᵀ while the
+    // tensor cores still work on dPᵀ.
+    float s[Tile::kMTiles][4], dp[Tile::kMTiles][4];
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t col_bytes = (kk & 3) * 32;
+      sm90::wgmma_ss<BM>(s, sm90::make_desc(k_rows + (kk >> 2) * BN * 128 + col_bytes, 16, kSwizzleAtom),
+                         sm90::make_desc(q_base + (kk >> 2) * BM * 128 + col_bytes, 16, kSwizzleAtom),
+                         /*accumulate=*/kk > 0);
+    }
+    sm90::wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t col_bytes = (kk & 3) * 32;
+      sm90::wgmma_ss<BM>(dp, sm90::make_desc(v_rows + (kk >> 2) * BN * 128 + col_bytes, 16, kSwizzleAtom),
+                         sm90::make_desc(do_base + (kk >> 2) * BM * 128 + col_bytes, 16, kSwizzleAtom),
+                         /*accumulate=*/kk > 0);
+    }
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<1>();
+    sm90::fence_accumulators(s);
+
+    // Pᵀ = exp2(Sᵀ·scale·log2e − LSE·log2e); masked: queries >= T, keys >= T and
+    // (causal) keys after the query. Accumulator row = key, column = query.
+    const bool needs_mask = q0 + BM > p.T || n0 + BN > p.T || (kCausal && n0 + BN - 1 > q0);
+#pragma unroll
+    for (int nt = 0; nt < Tile::kMTiles; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int col = nt * 8 + 2 * t + (i & 1);
+        float x = s[nt][i];
+        if (needs_mask) {
+          const int key = n0 + warp_key0 + g + (i >> 1) * 8, qry = q0 + col;
+          if (qry >= p.T || key >= p.T || (kCausal && key > qry)) x = -INFINITY;
+        }
+        s[nt][i] = fast_exp2(fmaf(x, p.scale_log2, -cLse[col]));
+      }
+    sm90::wgmma_wait<0>();
+    sm90::fence_accumulators(dp);
+    // dSᵀ = Pᵀ ∘ (dPᵀ − D), and both as bf16 A fragments (k-step kk = queries 16kk..).
+    uint32_t pa[BM / 16][4], dsa[BM / 16][4];
+#pragma unroll
+    for (int nt = 0; nt < Tile::kMTiles; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) dp[nt][i] = s[nt][i] * (dp[nt][i] - cDelta[nt * 8 + 2 * t + (i & 1)]);
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk) {
+      c_pair_to_a(pa[kk], s[2 * kk], s[2 * kk + 1]);
+      c_pair_to_a(dsa[kk], dp[2 * kk], dp[2 * kk + 1]);
+    }
+
+    // dV += Pᵀ·dO and dK += dSᵀ·Q (scale applied in the epilogue): k-step kk is queries
+    // 16kk.. = 16 rows of 128 bytes; the head dim spans D/64 column blocks, BM·128
+    // bytes apart (the leading-dimension offset, MN-major).
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk)
+      sm90::wgmma_rs_tb<D>(dv, pa[kk], sm90::make_desc(do_base + kk * 16 * 128, BM * 128, kSwizzleAtom));
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk)
+      sm90::wgmma_rs_tb<D>(dk, dsa[kk], sm90::make_desc(q_base + kk * 16 * 128, BM * 128, kSwizzleAtom));
+    sm90::wgmma_commit();
+
+    // dSᵀ → shared memory while dV and dK run. A fragment register r of k-step kk holds
+    // the bf16 pair (row g + 8·(r&1), columns 16kk + 8·(r>>1) + 2t, +1).
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int row = warp_key0 + g + 8 * (r & 1), col = kk * 16 + 8 * (r >> 1) + 2 * t;
+        *reinterpret_cast<uint32_t*>(sdSt + sm90::tile_offset<BN>(row, col)) = dsa[kk][r];
+      }
+    sm90::fence_proxy_async();  // st.shared above, read next by wgmma (async proxy)
+    __syncthreads();            // dQ needs the dSᵀ of both warpgroups
+
+    // dQ (this warpgroup's 64×64 block) = dS·K over all BN keys: k-step kk is keys
+    // 16kk.. = 16 rows of 128 bytes of both dSᵀ (column block dq_q0/64) and K (column
+    // block dq_d0/64); both MN-major.
+    float dq[8][4];
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+      sm90::wgmma_ss_n64_t</*kTransA=*/1, /*kTransB=*/1>(
+          dq, sm90::make_desc(dst_base + (dq_q0 / 64) * BN * 128 + kk * 16 * 128, BN * 128, kSwizzleAtom),
+          sm90::make_desc(k_base + (dq_d0 / 64) * BN * 128 + kk * 16 * 128, BN * 128, kSwizzleAtom),
+          /*accumulate=*/kk > 0);
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();  // dV, dK and dQ
+    sm90::fence_accumulators(dq);
+    sm90::fence_accumulators(dk);
+    sm90::fence_accumulators(dv);
+
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int qry = q0 + dq_q0 + (warp % 4) * 16 + g + 8 * half;
+      if (qry >= p.T) continue;
+      float* dst = p.dq_accum + (bh * p.T + qry) * D + dq_d0 + 2 * t;
+#pragma unroll
+      for (int dt = 0; dt < 8; ++dt) atomic_add_pair(dst + dt * 8, dq[dt][2 * half], dq[dt][2 * half + 1]);
+    }
+  }
+
+  // Epilogue: dK·scale and dV → bf16 into the K and V slots of dqkv (B,T,3,H,D).
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int key = n0 + warp_key0 + g + 8 * half;
+    if (key >= p.T) continue;
+    bf16* dk_dst = p.dqkv + (int64_t(b) * p.T + key) * p.qkv_row_stride + int64_t(p.H) * D + h * D + 2 * t;
+    bf16* dv_dst = dk_dst + int64_t(p.H) * D;
+#pragma unroll
+    for (int dt = 0; dt < Tile::kDTiles; ++dt) {
+      *reinterpret_cast<uint32_t*>(dk_dst + dt * 8) =
+          pack_bf16(dk[dt][2 * half] * p.scale, dk[dt][2 * half + 1] * p.scale);
+      *reinterpret_cast<uint32_t*>(dv_dst + dt * 8) = pack_bf16(dv[dt][2 * half], dv[dt][2 * half + 1]);
+    }
+  }
+#else
+  static_assert(Tile::kMTiles > 0 && Tile::kDTiles > 0, "tile shape");
+  __trap();  // never launched: the dispatcher checks that sm_90a code was built
+#endif
+}
+
+}  // namespace
+
+template <int kHeadDim, bool kCausal>
+void launch_bwd_sm90(const FlashParams& p, cudaStream_t stream) {
+  using Tile = typename Sm90BwdConfig<kHeadDim>::Tile;
+  auto kernel = flash_bwd_sm90_kernel<Tile, kCausal>;
+  static const bool opted_in = [&] {  // above 48 KB a kernel must opt in, once
+    FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(Tile::kSmemBytes)));
+    return true;
+  }();
+  (void)opted_in;
+  launch_bwd_preprocess<kHeadDim>(p, /*zero_dq_accum=*/true, stream);
+  const dim3 grid((p.T + Tile::kBlockN - 1) / Tile::kBlockN, p.H, p.B);
+  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
+  FA_CHECK_LAUNCH();
+  launch_bwd_postprocess<kHeadDim>(p, stream);
+}
+
+template void launch_bwd_sm90<64, /*kCausal=*/true>(const FlashParams&, cudaStream_t);
+template void launch_bwd_sm90<64, /*kCausal=*/false>(const FlashParams&, cudaStream_t);
+template void launch_bwd_sm90<128, /*kCausal=*/true>(const FlashParams&, cudaStream_t);
+template void launch_bwd_sm90<128, /*kCausal=*/false>(const FlashParams&, cudaStream_t);
+
+}  // namespace flashgpt::cuda::attn
