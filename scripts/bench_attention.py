@@ -82,8 +82,7 @@ def main():
         env.update(dict(knobs[x] for x in extra))
         cmd = [args.flashgpt, "bench", "attention", "--suite", "--json", "--iters", str(args.iters),
                "--warmup", str(args.warmup)]
-        print(f"$ FLASHGPT_ATTENTION_PATH={path}", " ".join(f"{knobs[x][0]}=1" for x in extra), " ".join(cmd),
-              flush=True)
+        print("$", *[f"FLASHGPT_ATTENTION_PATH={path}"] + [f"{knobs[x][0]}=1" for x in extra] + cmd, flush=True)
         res = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if res.returncode != 0:
             print(f"  {entry} failed ({res.returncode}): {res.stderr.strip()[-500:]}", file=sys.stderr)

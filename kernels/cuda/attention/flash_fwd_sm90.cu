@@ -8,8 +8,8 @@
 //   O += P·V   wgmma m64n{D}k16, A (P, bf16) from registers, B (V) from shared memory
 //              with the transpose flag (V is stored [key][d]: d-contiguous = N-major)
 // Not (yet) here: TMA loads, producer/consumer warp specialisation, overlapping the
-// softmax of one tile with the QKᵀ of the next (FlashAttention-3); backward on Hopper
-// uses the sm80 kernels.
+// softmax of one tile with the QKᵀ of the next (FlashAttention-3). The Hopper backward
+// is flash_bwd_sm90.cu.
 #include <cmath>
 #include <string>
 #include "kernels/cuda/attention/cuda_check.h"
