@@ -47,7 +47,8 @@ struct Sm90BwdTile {
                                        4 * kBlockM * sizeof(float) + 1024;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim 64 or 128");
   static_assert(kBlockM == 64 || kBlockM == 128, "wgmma wrappers exist for N = 64 and 128");
-  static_assert(kBlockM * kHeadDim == 2 * 64 * 64, "dQ is exactly one 64x64 block per warpgroup");
+  static_assert(kBlockM * kHeadDim == 2 * 64 * 64 && kBlockM == (kDqSplitsD ? 64 : 128),
+                "dQ is exactly one 64x64 block per warpgroup");
 };
 // Registers per thread decide the shapes: dK + dV hold 2·64·D/128 fp32 (128 at D = 128),
 // Sᵀ and dPᵀ 2·64·BM/128 (64 at BM = 64), which leaves no room for BM = 128 at D = 128.
