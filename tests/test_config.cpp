@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <unistd.h>
 #include "optim/schedule.h"
 #include "src/config.h"
 #include "src/errors.h"
@@ -14,7 +15,9 @@ namespace {
 
 std::string write_yaml(const std::string& text) {
   static int n = 0;
-  std::string path = ::testing::TempDir() + "cfg_" + std::to_string(n++) + ".yaml";
+  // ctest runs tests as parallel processes: the pid keeps their files apart.
+  std::string path = ::testing::TempDir() + "flashgpt_cfg_" + std::to_string(getpid()) + "_" +
+                     std::to_string(n++) + ".yaml";
   std::ofstream(path) << text;
   return path;
 }
