@@ -44,7 +44,7 @@ for _ in range(20):
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record(); y.copy_(x); b.record(); b.synchronize(); ts.append(a.elapsed_time(b))
 ms = sorted(ts)[len(ts) // 2]
-print(f"device-to-device copy: {2 * x.numel() * 2 / ms / 1e9:.0f} GB/s (bytes read + written, median of 20)")
+print(f"device-to-device copy: {2 * x.numel() * 2 / (ms * 1e-3) / 1e12:.2f} TB/s (bytes read + written, median of 20)")
 PY
 
 part "training step vs torch.compile"
