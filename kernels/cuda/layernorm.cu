@@ -4,11 +4,12 @@
 //   backward: xhat = (x - mean)·rstd,  g = dout·w
 //             dinp += rstd·(g - mean(g) - xhat·mean(g·xhat))    (one warp per row)
 //             dw += Σ_rows dout·xhat,  db += Σ_rows dout         (deterministic:)
-// The column sums are deterministic: each warp accumulates its rows into its own
-// shared-memory partial (no two threads touch one address), the block adds its warps
-// in order and writes one partial per block; a second kernel adds the block partials
-// in order into dw, db. Statistics are computed in fp32 from the rounded residual,
-// which is what the next layers read.
+// The column sums are deterministic (no float atomics): each lane keeps its columns'
+// sums over its rows in registers, the block adds its warps in a fixed order and writes
+// one partial per block; a second kernel adds the block partials in a fixed order into
+// dw, db. The grid is all the blocks that fit on the device, so the bits are the same
+// from run to run on one device (not across devices with other SM counts). Statistics
+// are computed in fp32 from the rounded residual, which is what the next layers read.
 #include <algorithm>
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
@@ -17,8 +18,7 @@ namespace flashgpt::cuda {
 namespace {
 
 constexpr float kEps = 1e-5f;
-constexpr int kWarpsPerBlock = 4;
-constexpr int kBwdMaxBlocks = 256;  // fixed per shape: the reduction order never changes
+constexpr int kWarpsPerBlock = 4;  // forward
 
 // ---------------------------------------------------------------- kernels
 
@@ -69,76 +69,186 @@ __global__ void layernorm_forward_kernel(T* __restrict__ residual, T* __restrict
   if (lane == 0) { mean[row] = m; rstd[row] = rs; }
 }
 
-// Dynamic shared memory: kWarpsPerBlock × 2 × C floats (per-warp dw, db partials).
-// partials: (gridDim.x, 2, C) fp32.
-template <class T>
-__global__ void layernorm_backward_kernel(T* __restrict__ dinp, float* __restrict__ partials,
-                                          const T* __restrict__ dout, const T* __restrict__ inp,
-                                          const T* __restrict__ w, const float* __restrict__ mean,
-                                          const float* __restrict__ rstd, int64_t N, int C) {
+// Backward: one warp per row, the warps of the grid striding over the rows (the grid is
+// as many blocks as fit on the device at once). Lane `lane` owns the columns of packs
+// j·32 + lane (j < kPacks); a row's inp, dout (and dinp) are read once into registers,
+// and the lane's dw, db column sums stay in registers over all its rows. At the end the
+// block's warps add their sums into shared memory one warp after another (fixed order),
+// and the block writes one partial (2, C) to `partials`.
+//
+// Registers (ptxas, sm_90a): the compiler keeps the bf16 row unpacked to fp32, so a lane
+// holds ~4 floats per column (x, dy, dw, db) plus the dinp prefetch; bf16 C = 768 (3
+// packs) takes 160 registers, i.e. 3 blocks of 4 warps per SM, ~55 KB of loads in flight
+// per SM. Where that would pass ~210 registers the dinp prefetch goes (dinp is loaded
+// after the row sums), and beyond that the row is read again in the second loop instead
+// of kept (L1/L2 hits). No spills up to bf16 C = 1536 and fp32 C = 1664; bf16 C = 1600
+// spills 8 bytes, C = 2048 ~300 (ptxas -v, sm_90a). w is read per row (L1 hits):
+// kept across rows, the compiler hoists its fp32 conversion out of the loop (+1 float
+// per column).
+constexpr int kBwdWarps = 4;
+constexpr int kBwdThreads = kBwdWarps * kWarpSize;
+template <class T> constexpr int kBwdMaxPacks = sizeof(T) == 2 ? 8 : 13;  // bf16 C ≤ 2048, fp32 C ≤ 1664
+
+template <class T, int kPacks>
+struct BwdPlan {
+  static constexpr int kCols = kPacks * Pack<T>::N;          // columns per lane
+  static constexpr int kPackRegs = kPacks * kPackBytes / 4;  // registers of one packed row array
+  static constexpr bool kKeepRow = 4 * kCols + 24 <= 210;
+  static constexpr bool kPrefetchDinp = kKeepRow && 4 * kCols + kPackRegs + 24 <= 210;
+};
+
+// Dynamic shared memory: 2 × C floats (the block's dw, db partial).
+// partials: (gridDim.x, 2, C) fp32. Needs C a multiple of P and C ≤ 32·P·kPacks.
+template <class T, int kPacks>
+__global__ void __launch_bounds__(kBwdThreads)
+layernorm_backward_kernel(T* __restrict__ dinp, float* __restrict__ partials,
+                          const T* __restrict__ dout, const T* __restrict__ inp,
+                          const T* __restrict__ w, const float* __restrict__ mean,
+                          const float* __restrict__ rstd, int64_t N, int C) {
+  using Plan = BwdPlan<T, kPacks>;
   constexpr int P = Pack<T>::N;
-  extern __shared__ float smem[];
-  int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  float* dw_part = smem + warp * 2 * C;
-  float* db_part = dw_part + C;
-  for (int c = lane; c < 2 * C; c += kWarpSize) dw_part[c] = 0.f;
-  __syncwarp();
-  for (int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + warp; row < N;
-       row += int64_t(gridDim.x) * kWarpsPerBlock) {
-    const T* x = inp + row * C;
-    const T* dy = dout + row * C;
-    float m = mean[row], rs = rstd[row];
-    float sum_g = 0.f, sum_gx = 0.f;
-    for (int c = lane * P; c < C; c += kWarpSize * P) {
-      Pack<T> xp = load_pack(x + c), dp = load_pack(dy + c), wp = load_pack(w + c);
+  extern __shared__ float block_part[];  // (2, C): dw then db
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  // First column of this lane's pack j. C is a multiple of P, so a pack lies wholly
+  // inside or wholly past the row; only the last j can be past it.
+  auto col = [&](int j) { return (j * kWarpSize + lane) * P; };
+
+  float dw[Plan::kCols], db[Plan::kCols];
+#pragma unroll
+  for (int i = 0; i < Plan::kCols; ++i) dw[i] = db[i] = 0.f;
+
+  for (int64_t row = int64_t(blockIdx.x) * kBwdWarps + warp; row < N;
+       row += int64_t(gridDim.x) * kBwdWarps) {
+    const int64_t off = row * C;
+    Pack<T> x[kPacks], dy[kPacks], di[kPacks], wv[kPacks];
+    // Every load of the row first: 2 or 3 × kPacks independent 16-byte loads in flight.
+#pragma unroll
+    for (int j = 0; j < kPacks; ++j) {
+      if (col(j) >= C) continue;
+      if constexpr (Plan::kKeepRow) {
+        x[j] = load_pack_cs(inp + off + col(j));  // read once: evict first
+        dy[j] = load_pack_cs(dout + off + col(j));
+      } else {
+        x[j] = load_pack(inp + off + col(j));  // read twice: the second from L1/L2
+        dy[j] = load_pack(dout + off + col(j));
+      }
+      if constexpr (Plan::kPrefetchDinp) di[j] = load_pack(dinp + off + col(j));
+    }
+    const float m = mean[row], rs = rstd[row];
+    float sum_g = 0.f, sum_gx = 0.f;  // Σ g, Σ g·xhat over this lane's columns
+#pragma unroll
+    for (int j = 0; j < kPacks; ++j) {
+      if (col(j) >= C) continue;
+      wv[j] = load_pack(w + col(j));
 #pragma unroll
       for (int k = 0; k < P; ++k) {
-        float xhat = (to_f(xp.v[k]) - m) * rs, d = to_f(dp.v[k]);
-        float g = d * to_f(wp.v[k]);
+        float xhat = (to_f(x[j].v[k]) - m) * rs, d = to_f(dy[j].v[k]);
+        float g = d * to_f(wv[j].v[k]);
         sum_g += g;
         sum_gx += g * xhat;
-        dw_part[c + k] += d * xhat;
-        db_part[c + k] += d;
+        dw[j * P + k] += d * xhat;
+        db[j * P + k] += d;
       }
     }
-    sum_g = warp_sum(sum_g) / C;
-    sum_gx = warp_sum(sum_gx) / C;
-    for (int c = lane * P; c < C; c += kWarpSize * P) {
-      Pack<T> xp = load_pack(x + c), dp = load_pack(dy + c), wp = load_pack(w + c);
-      Pack<T> di = load_pack(dinp + row * C + c);
+    const float mean_g = warp_sum(sum_g) / C, mean_gx = warp_sum(sum_gx) / C;
+#pragma unroll
+    for (int j = 0; j < kPacks; ++j) {
+      if (col(j) >= C) continue;
+      if constexpr (!Plan::kPrefetchDinp) di[j] = load_pack(dinp + off + col(j));
+      if constexpr (!Plan::kKeepRow) {
+        x[j] = load_pack(inp + off + col(j));
+        dy[j] = load_pack(dout + off + col(j));
+      }
+      wv[j] = load_pack(w + col(j));
 #pragma unroll
       for (int k = 0; k < P; ++k) {
-        float xhat = (to_f(xp.v[k]) - m) * rs;
-        float g = to_f(dp.v[k]) * to_f(wp.v[k]);
-        di.v[k] = from_f<T>(to_f(di.v[k]) + rs * (g - sum_g - xhat * sum_gx));
+        float xhat = (to_f(x[j].v[k]) - m) * rs;
+        float g = to_f(dy[j].v[k]) * to_f(wv[j].v[k]);
+        di[j].v[k] = from_f<T>(to_f(di[j].v[k]) + rs * (g - mean_g - xhat * mean_gx));
       }
-      store_pack(dinp + row * C + c, di);
+      store_pack(dinp + off + col(j), di[j]);
     }
   }
-  __syncthreads();
+
+  // Block partial: warp 0 writes its sums, then warps 1, 2, ... add theirs in turn. Each
+  // column c < C belongs to exactly one lane of every warp, so every entry is written.
+  for (int turn = 0; turn < kBwdWarps; ++turn) {
+    if (warp == turn) {
+#pragma unroll
+      for (int j = 0; j < kPacks; ++j) {
+        if (col(j) >= C) continue;
+#pragma unroll
+        for (int k = 0; k < P; ++k) {
+          int c = col(j) + k;
+          block_part[c] = (turn == 0 ? 0.f : block_part[c]) + dw[j * P + k];
+          block_part[C + c] = (turn == 0 ? 0.f : block_part[C + c]) + db[j * P + k];
+        }
+      }
+    }
+    __syncthreads();
+  }
   float* dst = partials + int64_t(blockIdx.x) * 2 * C;
-  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
-    float s = 0.f;
-    for (int w8 = 0; w8 < kWarpsPerBlock; ++w8) s += smem[w8 * 2 * C + c];
-    dst[c] = s;
+  for (int c = threadIdx.x; c < 2 * C; c += kBwdThreads) dst[c] = block_part[c];
+}
+
+// dw[c] += Σ_g partials[g][0][c];  db[c] += Σ_g partials[g][1][c]   (fixed order).
+// Block (32, 32): 32 of the 2C columns (x) × 32 strided slices of the blocks (y); slice y
+// sums g = y, y + 32, ... in order, then thread y = 0 adds the 32 slices in order.
+constexpr int kReduceCols = 32, kReduceSlices = 32;
+__global__ void __launch_bounds__(kReduceCols * kReduceSlices)
+layernorm_reduce_kernel(float* __restrict__ dw, float* __restrict__ db,
+                        const float* __restrict__ partials, int blocks, int C) {
+  __shared__ float slice[kReduceSlices][kReduceCols + 1];
+  const int q = blockIdx.x * kReduceCols + threadIdx.x;  // column of the (2C) view
+  float s = 0.f;
+  if (q < 2 * C) {
+#pragma unroll 4
+    for (int g = threadIdx.y; g < blocks; g += kReduceSlices) s += partials[int64_t(g) * 2 * C + q];
+  }
+  slice[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y != 0 || q >= 2 * C) return;
+  float t = 0.f;
+  for (int y = 0; y < kReduceSlices; ++y) t += slice[y][threadIdx.x];
+  if (q < C) dw[q] += t;
+  else db[q - C] += t;
+}
+
+template <class T>
+using BackwardKernel = void (*)(T*, float*, const T*, const T*, const T*, const float*,
+                                const float*, int64_t, int);
+
+// The instantiation with exactly `packs` packs per lane.
+template <class T, int kPacks = 1>
+BackwardKernel<T> backward_kernel(int packs) {
+  if constexpr (kPacks > kBwdMaxPacks<T>) {
+    ::flashgpt::fail("layernorm_backward: no instantiation for ", packs, " packs per lane");
+  } else {
+    if (packs == kPacks) return layernorm_backward_kernel<T, kPacks>;
+    return backward_kernel<T, kPacks + 1>(packs);
   }
 }
 
-// dw[c] += Σ_g partials[g][0][c];  db[c] += Σ_g partials[g][1][c]   (fixed order)
-__global__ void layernorm_reduce_kernel(float* __restrict__ dw, float* __restrict__ db,
-                                        const float* __restrict__ partials, int blocks, int C) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float sw = 0.f, sb = 0.f;
-  for (int g = 0; g < blocks; ++g) {
-    sw += partials[int64_t(g) * 2 * C + c];
-    sb += partials[int64_t(g) * 2 * C + C + c];
-  }
-  dw[c] += sw;
-  db[c] += sb;
+// Packs per lane for C in dtype T, or 0 where the kernel does not take this C.
+template <class T>
+int backward_packs(int64_t C) {
+  constexpr int P = Pack<T>::N;
+  int64_t packs = ceil_div(C, kWarpSize * P);
+  return C > 0 && C % P == 0 && packs <= kBwdMaxPacks<T> ? int(packs) : 0;
 }
 
-int backward_blocks(int64_t N) { return int(std::min<int64_t>(ceil_div(N, kWarpsPerBlock), kBwdMaxBlocks)); }
+// Blocks of the backward grid: all that fit on the device at once (fewer for small N).
+// Fixed per (device, dtype, N, C), and so is the order of the dw, db sums.
+template <class T>
+int backward_blocks(int64_t N, int C) {
+  int dev = 0, sms = 0, per_sm = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, backward_kernel<T>(backward_packs<T>(C)), kBwdThreads, 2 * size_t(C) * sizeof(float)));
+  FG_ASSERT(per_sm > 0, "layernorm backward kernel does not fit on an SM, C=", C);
+  return int(std::min<int64_t>(ceil_div(N, kBwdWarps), int64_t(sms) * per_sm));
+}
 
 }  // namespace
 
@@ -174,8 +284,12 @@ void layernorm_forward(Tensor residual, Tensor out, Tensor mean, Tensor rstd, Te
   });
 }
 
+// Sized for whichever dtype needs more blocks (the caller does not say which it uses).
 size_t layernorm_backward_scratch_bytes(int64_t N, int64_t C) {
-  return size_t(backward_blocks(N)) * 2 * size_t(C) * sizeof(float);
+  int64_t blocks = 0;
+  if (N > 0 && backward_packs<float>(C)) blocks = std::max<int64_t>(blocks, backward_blocks<float>(N, int(C)));
+  if (N > 0 && backward_packs<bf16>(C)) blocks = std::max<int64_t>(blocks, backward_blocks<bf16>(N, int(C)));
+  return size_t(blocks) * 2 * size_t(C) * sizeof(float);
 }
 
 void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
@@ -185,23 +299,30 @@ void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, 
   int64_t N = inp.numel() / C;
   FG_ASSERT(dinp.numel() == N * C && dout.numel() == N * C, "layernorm backward shapes");
   FG_ASSERT(dweight.dtype == DType::f32 && dbias.dtype == DType::f32, "LN grads are fp32");
+  FG_ASSERT(dweight.numel() == C && dbias.numel() == C, "dweight, dbias must be (C)");
+  FG_ASSERT(mean.dtype == DType::f32 && rstd.dtype == DType::f32 && mean.numel() == N &&
+                rstd.numel() == N, "mean, rstd must be (N) fp32");
   FG_ASSERT(dinp.dtype == inp.dtype && dout.dtype == inp.dtype && weight.dtype == inp.dtype,
             "layernorm backward dtypes differ");
   FG_ASSERT(aligned16(dinp.data) && aligned16(dout.data) && aligned16(inp.data) &&
                 aligned16(weight.data), "layernorm needs 16-byte aligned tensors");
-  int blocks = backward_blocks(N);
-  size_t smem = size_t(kWarpsPerBlock) * 2 * C * sizeof(float);
+  if (N == 0) return;
+  int blocks = 0;
   FG_DISPATCH_FLOAT(inp.dtype, T, {
-    FG_ASSERT(C % Pack<T>::N == 0, "C=", C, " must be a multiple of ", Pack<T>::N);
-    // C = 1600 needs 51 KB: above the 48 KB default, so opt in (up to the device limit).
-    CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<T>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    layernorm_backward_kernel<T><<<blocks, kWarpsPerBlock * kWarpSize, smem, stream>>>(
-        dinp.as<T>(), static_cast<float*>(scratch), dout.as<T>(), inp.as<T>(), weight.as<T>(),
-        mean.as<float>(), rstd.as<float>(), N, C);
+    constexpr int P = Pack<T>::N;
+    FG_ASSERT(C % P == 0, "C=", C, " must be a multiple of ", P);
+    FG_ASSERT(backward_packs<T>(C) > 0, "layernorm_backward takes C ≤ ",
+              kWarpSize * P * kBwdMaxPacks<T>, " in this dtype, got ", C);
+    // The scratch holds (blocks, 2, C) fp32, blocks as layernorm_backward_scratch_bytes.
+    blocks = backward_blocks<T>(N, C);
+    backward_kernel<T>(backward_packs<T>(C))
+        <<<blocks, kBwdThreads, 2 * size_t(C) * sizeof(float), stream>>>(
+            dinp.as<T>(), static_cast<float*>(scratch), dout.as<T>(), inp.as<T>(),
+            weight.as<T>(), mean.as<float>(), rstd.as<float>(), N, C);
     CUDA_CHECK_LAUNCH();
   });
-  layernorm_reduce_kernel<<<unsigned(ceil_div(C, 256)), 256, 0, stream>>>(
+  dim3 reduce_block(kReduceCols, kReduceSlices);
+  layernorm_reduce_kernel<<<unsigned(ceil_div(2 * C, kReduceCols)), reduce_block, 0, stream>>>(
       dweight.as<float>(), dbias.as<float>(), static_cast<const float*>(scratch), blocks, C);
   CUDA_CHECK_LAUNCH();
 }
