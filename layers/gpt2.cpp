@@ -30,6 +30,15 @@ void upload_doubles(Ops& ops, const Tensor& t, const std::vector<double>& v) {
   ops.from_host(t, raw.data());
 }
 
+// View of one parameter inside a flat arena (parameters or gradients).
+Tensor slice_as(const Tensor& flat, const ParamInfo& p) {
+  Tensor t = flat;
+  t.data = static_cast<char*>(flat.data) + p.offset * dtype_size(flat.dtype);
+  t.ndim = int(p.shape.size());
+  for (int i = 0; i < t.ndim; ++i) t.shape[i] = p.shape[size_t(i)];
+  return t;
+}
+
 // Lays out named tensors in one allocation; offsets first, memory later.
 struct ArenaPlan {
   struct Entry { Tensor* t; size_t offset; };
@@ -54,6 +63,11 @@ struct ArenaPlan {
 struct GPT2::Layer {
   Tensor ln1_w, ln1_b, qkv_w, qkv_b, attproj_w, attproj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
   Tensor d_ln1_w, d_ln1_b, d_qkv_w, d_qkv_b, d_attproj_w, d_attproj_b, d_ln2_w, d_ln2_b, d_fc_w, d_fc_b, d_fcproj_w, d_fcproj_b;
+};
+
+// Views of the parameters outside the blocks: embeddings and the final layernorm.
+struct GPT2::Ends {
+  Tensor wte, wpe, lnf_w, lnf_b, d_wte, d_wpe, d_lnf_w, d_lnf_b;
 };
 
 // Activations: per layer what backward needs, plus scratch shared by all layers.
@@ -95,37 +109,46 @@ GPT2::~GPT2() {
   if (grad_mem_) ops_.free(grad_mem_);
   if (act_mem_) ops_.free(act_mem_);
   if (staging_) ops_.free_host(staging_);
-  delete acts_;
 }
 
 void GPT2::plan_params() {
   const int64_t C = cfg_.n_embd, L = cfg_.n_layer;
   size_t off = 0;
-  auto add = [&](const std::string& name, int layer, std::vector<int64_t> shape, bool decay) {
+  // Each parameter is named once; its parameter and gradient views are bound after
+  // the two arenas exist.
+  struct Binding { size_t index; Tensor* param; Tensor* grad; };
+  std::vector<Binding> bindings;
+  auto add = [&](const std::string& name, int layer, std::vector<int64_t> shape, bool decay,
+                 Tensor* param, Tensor* grad) {
     ParamInfo p{name, layer, off, shape, decay};
     off = align_up(off + size_t(p.numel()), kAlignElems);
+    bindings.push_back({param_list_.size(), param, grad});
     param_list_.push_back(p);
   };
   // Layer-major: one layer's parameters (and so its gradients) are one contiguous range.
-  add("wte", -1, {cfg_.padded_vocab, C}, true);
-  add("wpe", -1, {cfg_.max_seq_len, C}, true);
+  ends_ = std::make_unique<Ends>();
+  Ends& e = *ends_;
+  add("wte", -1, {cfg_.padded_vocab, C}, true, &e.wte, &e.d_wte);
+  add("wpe", -1, {cfg_.max_seq_len, C}, true, &e.wpe, &e.d_wpe);
+  layers_.resize(size_t(L));
   for (int l = 0; l < L; ++l) {
-    std::string h = "h." + std::to_string(l) + ".";
-    add(h + "ln_1.weight", l, {C}, false);
-    add(h + "ln_1.bias", l, {C}, false);
-    add(h + "attn.c_attn.weight", l, {3 * C, C}, true);
-    add(h + "attn.c_attn.bias", l, {3 * C}, false);
-    add(h + "attn.c_proj.weight", l, {C, C}, true);
-    add(h + "attn.c_proj.bias", l, {C}, false);
-    add(h + "ln_2.weight", l, {C}, false);
-    add(h + "ln_2.bias", l, {C}, false);
-    add(h + "mlp.c_fc.weight", l, {4 * C, C}, true);
-    add(h + "mlp.c_fc.bias", l, {4 * C}, false);
-    add(h + "mlp.c_proj.weight", l, {C, 4 * C}, true);
-    add(h + "mlp.c_proj.bias", l, {C}, false);
+    const std::string h = "h." + std::to_string(l) + ".";
+    Layer& y = layers_[size_t(l)];
+    add(h + "ln_1.weight", l, {C}, false, &y.ln1_w, &y.d_ln1_w);
+    add(h + "ln_1.bias", l, {C}, false, &y.ln1_b, &y.d_ln1_b);
+    add(h + "attn.c_attn.weight", l, {3 * C, C}, true, &y.qkv_w, &y.d_qkv_w);
+    add(h + "attn.c_attn.bias", l, {3 * C}, false, &y.qkv_b, &y.d_qkv_b);
+    add(h + "attn.c_proj.weight", l, {C, C}, true, &y.attproj_w, &y.d_attproj_w);
+    add(h + "attn.c_proj.bias", l, {C}, false, &y.attproj_b, &y.d_attproj_b);
+    add(h + "ln_2.weight", l, {C}, false, &y.ln2_w, &y.d_ln2_w);
+    add(h + "ln_2.bias", l, {C}, false, &y.ln2_b, &y.d_ln2_b);
+    add(h + "mlp.c_fc.weight", l, {4 * C, C}, true, &y.fc_w, &y.d_fc_w);
+    add(h + "mlp.c_fc.bias", l, {4 * C}, false, &y.fc_b, &y.d_fc_b);
+    add(h + "mlp.c_proj.weight", l, {C, 4 * C}, true, &y.fcproj_w, &y.d_fcproj_w);
+    add(h + "mlp.c_proj.bias", l, {C}, false, &y.fcproj_b, &y.d_fcproj_b);
   }
-  add("ln_f.weight", int(L), {C}, false);
-  add("ln_f.bias", int(L), {C}, false);
+  add("ln_f.weight", int(L), {C}, false, &e.lnf_w, &e.d_lnf_w);
+  add("ln_f.bias", int(L), {C}, false, &e.lnf_b, &e.d_lnf_b);
 
   DType gd = GradDType(dtype_);
   param_mem_ = ops_.alloc(off * dtype_size(dtype_));
@@ -134,40 +157,10 @@ void GPT2::plan_params() {
   grads_ = Tensor(grad_mem_, gd, ops_.device(), {int64_t(off)});
   ops_.memset_zero(params_);
   ops_.memset_zero(grads_);
-
-  layers_.resize(size_t(L));
-  for (int l = 0; l < L; ++l) {
-    std::string h = "h." + std::to_string(l) + ".";
-    Layer& y = layers_[size_t(l)];
-    const char* names[] = {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-                           "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-                           "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
-    Tensor* p[] = {&y.ln1_w, &y.ln1_b, &y.qkv_w, &y.qkv_b, &y.attproj_w, &y.attproj_b,
-                   &y.ln2_w, &y.ln2_b, &y.fc_w, &y.fc_b, &y.fcproj_w, &y.fcproj_b};
-    Tensor* g[] = {&y.d_ln1_w, &y.d_ln1_b, &y.d_qkv_w, &y.d_qkv_b, &y.d_attproj_w, &y.d_attproj_b,
-                   &y.d_ln2_w, &y.d_ln2_b, &y.d_fc_w, &y.d_fc_b, &y.d_fcproj_w, &y.d_fcproj_b};
-    for (int i = 0; i < 12; ++i) {
-      *p[i] = param(h + names[i]);
-      *g[i] = grad(h + names[i]);
-    }
+  for (const Binding& b : bindings) {
+    *b.param = slice_as(params_, param_list_[b.index]);
+    *b.grad = slice_as(grads_, param_list_[b.index]);
   }
-}
-
-static Tensor slice_as(const Tensor& flat, const ParamInfo& p) {
-  Tensor t = flat;
-  t.data = static_cast<char*>(flat.data) + p.offset * dtype_size(flat.dtype);
-  t.ndim = int(p.shape.size());
-  for (int i = 0; i < t.ndim; ++i) t.shape[i] = p.shape[size_t(i)];
-  return t;
-}
-
-Tensor GPT2::param(const std::string& name) const {
-  for (const auto& p : param_list_) if (p.name == name) return slice_as(params_, p);
-  fail("no parameter named ", name);
-}
-Tensor GPT2::grad(const std::string& name) const {
-  for (const auto& p : param_list_) if (p.name == name) return slice_as(grads_, p);
-  fail("no parameter named ", name);
 }
 
 std::pair<size_t, size_t> GPT2::layer_range(int layer) const {
@@ -186,7 +179,7 @@ void GPT2::plan_activations() {
   const int64_t Vp = cfg_.padded_vocab;
   const DType a = dtype_, s = stat_dtype(dtype_);
   const Device dev = ops_.device();
-  acts_ = new Acts();
+  acts_ = std::make_unique<Acts>();
   Acts& A = *acts_;
   ArenaPlan plan;
   A.l.resize(size_t(L));
@@ -273,8 +266,7 @@ void GPT2::zero_grad() { ops_.memset_zero(grads_); }
 float GPT2::forward(float dloss) {
   Acts& A = *acts_;
   const int B = B_, T = T_, C = cfg_.n_embd, H = cfg_.n_head, D = C / H, L = cfg_.n_layer;
-  ops_.embedding_forward(A.encoded, A.tokens, param("wte"), param("wpe"));
-  const Tensor lnf_w = param("ln_f.weight"), lnf_b = param("ln_f.bias");
+  ops_.embedding_forward(A.encoded, A.tokens, ends_->wte, ends_->wpe);
   for (int l = 0; l < L; ++l) {
     Layer& w = layers_[size_t(l)];
     Acts::PerLayer& y = A.l[size_t(l)];
@@ -295,13 +287,13 @@ float GPT2::forward(float dloss) {
       Acts::PerLayer& ny = A.l[size_t(l + 1)];
       ops_.residual_layernorm_forward(y.res3, ny.ln1, ny.ln1_mean, ny.ln1_rstd, y.res2, A.proj, nw.ln1_w, nw.ln1_b);
     } else {
-      ops_.residual_layernorm_forward(y.res3, A.lnf, A.lnf_mean, A.lnf_rstd, y.res2, A.proj, lnf_w, lnf_b);
+      ops_.residual_layernorm_forward(y.res3, A.lnf, A.lnf_mean, A.lnf_rstd, y.res2, A.proj, ends_->lnf_w, ends_->lnf_b);
     }
   }
   // LM head, chunk by chunk: logits → loss (+ dlogits in place) → head backward.
   const int64_t BT = int64_t(B) * T;
   const int64_t chunk = A.logits.shape[0];
-  for (int64_t r = 0; r < BT; r += chunk) head_chunk(r, std::min(BT, r + chunk), dloss, nullptr);
+  for (int64_t r = 0; r < BT; r += chunk) head_chunk(r, std::min(BT, r + chunk), dloss);
   std::vector<double> losses = host_doubles(ops_, A.losses);
   double sum = 0;
   int64_t count = 0;
@@ -311,9 +303,9 @@ float GPT2::forward(float dloss) {
   return float(last_loss_);
 }
 
-void GPT2::head_chunk(int64_t row0, int64_t row1, float dloss, float*) {
+void GPT2::head_chunk(int64_t row0, int64_t row1, float dloss) {
   Acts& A = *acts_;
-  const Tensor wte = param("wte");
+  const Tensor& wte = ends_->wte;
   Tensor logits = A.logits.rows(0, row1 - row0);
   Tensor lnf = A.lnf.rows(row0, row1);
   ops_.matmul_forward({.out = logits, .inp = lnf, .weight = wte});
@@ -322,7 +314,7 @@ void GPT2::head_chunk(int64_t row0, int64_t row1, float dloss, float*) {
   if (dloss != 0.0f) {
     // dlnf rows (overwritten) and dwte (+=) from this chunk's dlogits; dln is free
     // until the last layer's backward, so it holds dlnf.
-    ops_.matmul_backward({.dinp = A.dln.rows(row0, row1), .dweight = grad("wte"), .dout = logits,
+    ops_.matmul_backward({.dinp = A.dln.rows(row0, row1), .dweight = ends_->d_wte, .dout = logits,
                           .inp = lnf, .weight = wte});
   }
 }
@@ -332,8 +324,8 @@ void GPT2::backward() {
   const int B = B_, T = T_, C = cfg_.n_embd, H = cfg_.n_head, D = C / H, L = cfg_.n_layer;
   // dres accumulates the gradient of the residual stream as we walk back.
   ops_.memset_zero(A.dres);
-  ops_.layernorm_backward(A.dres, grad("ln_f.weight"), grad("ln_f.bias"), A.dln,
-                          A.l[size_t(L - 1)].res3, param("ln_f.weight"), A.lnf_mean, A.lnf_rstd);
+  ops_.layernorm_backward(A.dres, ends_->d_lnf_w, ends_->d_lnf_b, A.dln, A.l[size_t(L - 1)].res3,
+                          ends_->lnf_w, A.lnf_mean, A.lnf_rstd);
   for (int l = L - 1; l >= 0; --l) {
     Layer& w = layers_[size_t(l)];
     Acts::PerLayer& y = A.l[size_t(l)];
@@ -356,13 +348,13 @@ void GPT2::backward() {
                           .inp = y.ln1, .weight = w.qkv_w});
     ops_.layernorm_backward(A.dres, w.d_ln1_w, w.d_ln1_b, A.dln, res_in, w.ln1_w, y.ln1_mean, y.ln1_rstd);
   }
-  ops_.embedding_backward(grad("wte"), grad("wpe"), A.dres, A.tokens);
+  ops_.embedding_backward(ends_->d_wte, ends_->d_wpe, A.dres, A.tokens);
 }
 
 void GPT2::logits_to_host(float* out) {
   Acts& A = *acts_;
   const int64_t BT = int64_t(B_) * T_, Vp = cfg_.padded_vocab, chunk = A.logits.shape[0];
-  const Tensor wte = param("wte");
+  const Tensor& wte = ends_->wte;
   for (int64_t r = 0; r < BT; r += chunk) {
     int64_t r1 = std::min(BT, r + chunk);
     Tensor logits = A.logits.rows(0, r1 - r);

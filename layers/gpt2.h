@@ -11,6 +11,7 @@
 // (B·T, Vp) logits never exist whole. backward() then runs the blocks in reverse.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 #include "kernels/ops.h"
@@ -82,9 +83,7 @@ class GPT2 {
   struct Layer;    // views into the arenas for one block
   void plan_params();
   void plan_activations();
-  Tensor param(const std::string& name) const;
-  Tensor grad(const std::string& name) const;
-  void head_chunk(int64_t row0, int64_t row1, float dloss, float* loss_sum);
+  void head_chunk(int64_t row0, int64_t row1, float dloss);
 
   ModelConfig cfg_;
   Ops& ops_;
@@ -99,8 +98,10 @@ class GPT2 {
   size_t act_bytes_ = 0;
   Tensor params_, grads_;
   std::vector<Layer> layers_;
+  struct Ends;                   // embeddings and final layernorm
+  std::unique_ptr<Ends> ends_;
   struct Acts;
-  Acts* acts_ = nullptr;
+  std::unique_ptr<Acts> acts_;
   std::vector<int32_t> host_targets_;
   int32_t* staging_ = nullptr;  // (2·B·T) page-locked: inputs then targets
   double last_loss_ = 0;

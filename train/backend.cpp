@@ -50,6 +50,20 @@ Backend make_backend(const std::string& device, const std::string& precision) {
   return b;
 }
 
+ModelConfig model_config(const Config& c) {
+  return {c.model.n_layer, c.model.n_head, c.model.n_embd, c.model.vocab_size, c.model.padded_vocab,
+          c.model.max_seq_len};
+}
+
+AttentionAlgo attention_algo(const Config& c) {
+  return c.model.attention == "naive" ? AttentionAlgo::naive : AttentionAlgo::flash;
+}
+
+AdamWConfig adamw_config(const Config& c) {
+  const auto& t = c.train;
+  return {t.beta1, t.beta2, t.eps, t.weight_decay, t.grad_clip};
+}
+
 size_t Backend::device_memory_used() const {
 #ifdef FLASHGPT_WITH_CUDA
   if (context) {

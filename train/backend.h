@@ -1,9 +1,12 @@
 // Picks the compute backend for a run: CPU ops (fp32/fp64) or CUDA ops (bf16/fp32),
-// from run.device and train.precision.
+// from run.device and train.precision; and turns a Config into the settings of the
+// model and the optimizer (shared by train, eval and bench).
 #pragma once
 #include <memory>
 #include <string>
 #include "kernels/ops.h"
+#include "layers/gpt2.h"
+#include "optim/adamw.h"
 #include "src/config.h"
 
 namespace flashgpt {
@@ -20,5 +23,9 @@ struct Backend {
 // device: auto | cpu | cuda; precision: auto | bf16 | fp32 | fp64.
 Backend make_backend(const std::string& device, const std::string& precision);
 bool cuda_available();  // built with CUDA and at least one GPU visible
+
+ModelConfig model_config(const Config& c);
+AttentionAlgo attention_algo(const Config& c);  // model.attention
+AdamWConfig adamw_config(const Config& c);
 
 }  // namespace flashgpt

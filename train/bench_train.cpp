@@ -37,11 +37,9 @@ void run_bench_train(const BenchTrainOptions& o) {
   }
 #endif
   const int B = cfg.train.batch_size, T = cfg.train.seq_len;
-  const AttentionAlgo algo = cfg.model.attention == "naive" ? AttentionAlgo::naive : AttentionAlgo::flash;
-  GPT2 model({cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size,
-              cfg.model.padded_vocab, cfg.model.max_seq_len}, *ops, be.dtype, B, T, algo);
+  GPT2 model(model_config(cfg), *ops, be.dtype, B, T, attention_algo(cfg));
   model.init_random(cfg.train.seed);
-  AdamW opt(model, {cfg.train.beta1, cfg.train.beta2, cfg.train.eps, cfg.train.weight_decay, cfg.train.grad_clip});
+  AdamW opt(model, adamw_config(cfg));
   // Fresh random tokens (never zeros: they can time faster than real data).
   std::mt19937_64 rng(cfg.train.seed);
   std::uniform_int_distribution<int32_t> tok(0, cfg.model.vocab_size - 1);

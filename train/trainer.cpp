@@ -21,11 +21,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-ModelConfig model_config(const Config& c) {
-  return {c.model.n_layer, c.model.n_head, c.model.n_embd, c.model.vocab_size, c.model.padded_vocab,
-          c.model.max_seq_len};
-}
-
 std::string hms(double seconds) {
   long s = long(seconds + 0.5);
   char buf[32];
@@ -67,10 +62,9 @@ TrainResult train(const Config& cfg, const std::string& resume) {
   const int accum = int(total / micro_tokens);
 
   Backend be = make_backend(cfg.run.device, t.precision);
-  const AttentionAlgo algo = cfg.model.attention == "naive" ? AttentionAlgo::naive : AttentionAlgo::flash;
-  GPT2 model(model_config(cfg), *be.ops, be.dtype, t.batch_size, t.seq_len, algo);
+  GPT2 model(model_config(cfg), *be.ops, be.dtype, t.batch_size, t.seq_len, attention_algo(cfg));
   model.init_random(t.seed);
-  AdamW opt(model, {t.beta1, t.beta2, t.eps, t.weight_decay, t.grad_clip});
+  AdamW opt(model, adamw_config(cfg));
   LRSchedule sched{t.lr, t.warmup_steps, t.steps, t.min_lr_frac, t.schedule};
 
   DataLoader train_loader({cfg.data.train, t.batch_size, t.seq_len, rank, world, t.seed, true, cfg.model.vocab_size});
@@ -183,8 +177,7 @@ EvalResult evaluate_checkpoint(const std::string& ckpt, const std::string& patte
   const std::string data = pattern.empty() ? cfg.data.val : pattern;
   std::string precision = cfg.train.precision;
   Backend be = make_backend(device, precision == "fp64" && device != "cpu" ? "auto" : precision);
-  const AttentionAlgo algo = cfg.model.attention == "naive" ? AttentionAlgo::naive : AttentionAlgo::flash;
-  GPT2 model(model_config(cfg), *be.ops, be.dtype, cfg.train.batch_size, cfg.train.seq_len, algo);
+  GPT2 model(model_config(cfg), *be.ops, be.dtype, cfg.train.batch_size, cfg.train.seq_len, attention_algo(cfg));
   load_model_weights(dir, model);
   DataLoader loader({data, cfg.train.batch_size, cfg.train.seq_len, 0, 1, 0, false, cfg.model.vocab_size});
   const int n = steps > 0 ? int(std::min<uint64_t>(uint64_t(steps), loader.batches_per_epoch()))
