@@ -21,6 +21,7 @@
 #ifdef FLASHGPT_WITH_CUDA
 #include <cuda_runtime.h>
 #include "kernels/cuda/attention/flash_attention.h"
+#include "src/cuda/cuda_check.h"
 #endif
 
 namespace flashgpt {
@@ -57,16 +58,10 @@ double forward_flops(const AttentionShape& s) {
   return s.causal ? f / 2 : f;
 }
 
-#define BENCH_CUDA(call)                                                               \
-  do {                                                                                 \
-    cudaError_t err_ = (call);                                                         \
-    if (err_ != cudaSuccess) fail(#call, " failed: ", cudaGetErrorString(err_));       \
-  } while (0)
-
 // Device memory freed on scope exit.
 struct DeviceMem {
   void* ptr = nullptr;
-  explicit DeviceMem(size_t bytes) { BENCH_CUDA(cudaMalloc(&ptr, std::max<size_t>(bytes, 16))); }
+  explicit DeviceMem(size_t bytes) { CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(bytes, 16))); }
   ~DeviceMem() { cudaFree(ptr); }
   DeviceMem(const DeviceMem&) = delete;
   DeviceMem& operator=(const DeviceMem&) = delete;
@@ -87,25 +82,25 @@ void fill_random_bf16(void* dst, size_t n, size_t offset) {
       h = uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
     }
   }
-  BENCH_CUDA(cudaMemcpy(dst, host.data() + offset, n * 2, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(dst, host.data() + offset, n * 2, cudaMemcpyHostToDevice));
 }
 
 template <class Fn>
 float median_ms(Fn fn, int warmup, int iters, cudaStream_t stream) {
   for (int i = 0; i < warmup; ++i) fn();
   cudaEvent_t start, stop;
-  BENCH_CUDA(cudaEventCreate(&start));
-  BENCH_CUDA(cudaEventCreate(&stop));
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
   std::vector<float> ms(iters);
   for (int i = 0; i < iters; ++i) {
-    BENCH_CUDA(cudaEventRecord(start, stream));
+    CUDA_CHECK(cudaEventRecord(start, stream));
     fn();
-    BENCH_CUDA(cudaEventRecord(stop, stream));
-    BENCH_CUDA(cudaEventSynchronize(stop));
-    BENCH_CUDA(cudaEventElapsedTime(&ms[i], start, stop));
+    CUDA_CHECK(cudaEventRecord(stop, stream));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    CUDA_CHECK(cudaEventElapsedTime(&ms[i], start, stop));
   }
-  BENCH_CUDA(cudaEventDestroy(start));
-  BENCH_CUDA(cudaEventDestroy(stop));
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
   std::sort(ms.begin(), ms.end());
   return ms[iters / 2];
 }
@@ -151,16 +146,16 @@ void run_attention_bench(const BenchOptions& opt) {
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
     fail_input("bench attention needs a CUDA GPU, and none is visible");
   cudaStream_t stream;
-  BENCH_CUDA(cudaStreamCreate(&stream));
+  CUDA_CHECK(cudaStreamCreate(&stream));
   if (!opt.json) {
     cudaDeviceProp prop;
-    BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("flash attention on %s; fwd FLOPs = 4*B*H*T^2*D (/2 causal), bwd = 2.5x fwd; "
                 "median of %d after %d warm-up\n", prop.name, opt.iters, opt.warmup);
   }
   for (const auto& s : opt.suite ? standard_suite() : std::vector<AttentionShape>{opt.shape})
     bench_one(s, opt, stream);
-  BENCH_CUDA(cudaStreamDestroy(stream));
+  CUDA_CHECK(cudaStreamDestroy(stream));
 }
 #endif
 

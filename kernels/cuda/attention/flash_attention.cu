@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
-#include "kernels/cuda/attention/cuda_check.h"
+#include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/flash_params.h"
 
 namespace flashgpt::cuda {

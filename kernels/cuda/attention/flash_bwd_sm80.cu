@@ -17,7 +17,7 @@
 //      accumulates dQ in registers (recomputing S, P, dP once more): no atomics, the
 //      same bits on every run.
 #include <cmath>
-#include "kernels/cuda/attention/cuda_check.h"
+#include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/flash_params.h"
 #include "kernels/cuda/attention/sm80_primitives.cuh"
 
@@ -460,11 +460,6 @@ __global__ void __launch_bounds__(Tile::kThreads) flash_bwd_dq_sm80_kernel(const
   }
 }
 
-template <class Kernel>
-void opt_in_smem(Kernel kernel, size_t bytes) {
-  FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-}
-
 template <class Tile, bool kCausal>
 void launch_bwd_tile(const FlashParams& p, bool deterministic, cudaStream_t stream) {
   constexpr int kHeadDim = Tile::kHeadDim;
@@ -472,26 +467,23 @@ void launch_bwd_tile(const FlashParams& p, bool deterministic, cudaStream_t stre
   auto main_atomic = flash_bwd_sm80_kernel<Tile, kCausal, /*kAtomicDq=*/true>;
   auto main_no_dq = flash_bwd_sm80_kernel<Tile, kCausal, /*kAtomicDq=*/false>;
   auto dq_kernel = flash_bwd_dq_sm80_kernel<DTile, kCausal>;
-  static const bool opted_in = [&] {  // above 48 KB a kernel must opt in, once
-    opt_in_smem(main_atomic, Tile::kSmemBytes);
-    opt_in_smem(main_no_dq, Tile::kSmemBytes);
-    opt_in_smem(dq_kernel, DTile::kSmemBytes);
-    return true;
-  }();
+  static const bool opted_in = opt_in_dynamic_smem(main_atomic, Tile::kSmemBytes) &&  // once
+                               opt_in_dynamic_smem(main_no_dq, Tile::kSmemBytes) &&
+                               opt_in_dynamic_smem(dq_kernel, DTile::kSmemBytes);
   (void)opted_in;
 
   launch_bwd_preprocess<kHeadDim>(p, /*zero_dq_accum=*/!deterministic, stream);
   const dim3 grid((p.T + Tile::kBlockN - 1) / Tile::kBlockN, p.H, p.B);
   if (!deterministic) {
     main_atomic<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
-    FA_CHECK_LAUNCH();
+    CUDA_CHECK_LAUNCH();
     launch_bwd_postprocess<kHeadDim>(p, stream);
   } else {
     main_no_dq<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
-    FA_CHECK_LAUNCH();
+    CUDA_CHECK_LAUNCH();
     const dim3 dq_grid((p.T + DTile::kBlockM - 1) / DTile::kBlockM, p.H, p.B);
     dq_kernel<<<dq_grid, DTile::kThreads, DTile::kSmemBytes, stream>>>(p);
-    FA_CHECK_LAUNCH();
+    CUDA_CHECK_LAUNCH();
   }
 }
 
@@ -504,9 +496,9 @@ void launch_bwd_preprocess(const FlashParams& p, bool zero_dq_accum, cudaStream_
   constexpr int kPreThreads = 256;
   flash_bwd_preprocess_kernel<kHeadDim>
       <<<unsigned((rows * 32 + kPreThreads - 1) / kPreThreads), kPreThreads, 0, stream>>>(p);
-  FA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH();
   if (zero_dq_accum)
-    FA_CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, size_t(rows) * kHeadDim * sizeof(float), stream));
+    CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, size_t(rows) * kHeadDim * sizeof(float), stream));
 }
 
 template <int kHeadDim>
@@ -515,7 +507,7 @@ void launch_bwd_postprocess(const FlashParams& p, cudaStream_t stream) {
   constexpr int kPostThreads = 256;
   flash_bwd_postprocess_kernel<kHeadDim>
       <<<unsigned((vec4 + kPostThreads - 1) / kPostThreads), kPostThreads, 0, stream>>>(p);
-  FA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH();
 }
 
 template void launch_bwd_preprocess<64>(const FlashParams&, bool, cudaStream_t);

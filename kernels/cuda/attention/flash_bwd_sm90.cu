@@ -22,7 +22,7 @@
 // with the next tile's matmuls (FlashAttention-3), a deterministic dQ (that mode runs
 // the sm80 kernels).
 #include <cmath>
-#include "kernels/cuda/attention/cuda_check.h"
+#include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/flash_params.h"
 #include "kernels/cuda/attention/wgmma_sm90.cuh"
 
@@ -271,16 +271,12 @@ template <int kHeadDim, bool kCausal>
 void launch_bwd_sm90(const FlashParams& p, cudaStream_t stream) {
   using Tile = typename Sm90BwdConfig<kHeadDim>::Tile;
   auto kernel = flash_bwd_sm90_kernel<Tile, kCausal>;
-  static const bool opted_in = [&] {  // above 48 KB a kernel must opt in, once
-    FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(Tile::kSmemBytes)));
-    return true;
-  }();
+  static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::kSmemBytes);  // once
   (void)opted_in;
   launch_bwd_preprocess<kHeadDim>(p, /*zero_dq_accum=*/true, stream);
   const dim3 grid((p.T + Tile::kBlockN - 1) / Tile::kBlockN, p.H, p.B);
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
-  FA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH();
   launch_bwd_postprocess<kHeadDim>(p, stream);
 }
 

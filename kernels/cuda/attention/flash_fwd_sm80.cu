@@ -11,7 +11,7 @@
 // Epilogue: O / l → bf16 (B,T,H,D); LSE = m·scale + ln l → fp32 (B,H,T).
 // No T×T buffer exists: S and P live only in the registers of one tile.
 #include <cmath>
-#include "kernels/cuda/attention/cuda_check.h"
+#include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/flash_params.h"
 #include "kernels/cuda/attention/flash_fwd_parts.cuh"
 #include "kernels/cuda/attention/sm80_primitives.cuh"
@@ -177,15 +177,11 @@ template <class Tile, bool kCausal>
 void launch_fwd_tile(const FlashParams& p, cudaStream_t stream) {
   auto kernel = flash_fwd_sm80_kernel<Tile, kCausal>;
   // Above 48 KB of dynamic shared memory a kernel must opt in, once per process.
-  static const bool opted_in = [&] {
-    FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(Tile::kSmemBytes)));
-    return true;
-  }();
+  static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::kSmemBytes);  // once
   (void)opted_in;
   const dim3 grid((p.T + Tile::kBlockM - 1) / Tile::kBlockM, p.H, p.B);
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
-  FA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace

@@ -12,7 +12,7 @@
 // is flash_bwd_sm90.cu.
 #include <cmath>
 #include <string>
-#include "kernels/cuda/attention/cuda_check.h"
+#include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/flash_fwd_parts.cuh"
 #include "kernels/cuda/attention/flash_params.h"
 #include "kernels/cuda/attention/wgmma_sm90.cuh"
@@ -138,15 +138,11 @@ template <int kHeadDim, bool kCausal>
 void launch_fwd_sm90(const FlashParams& p, cudaStream_t stream) {
   using Tile = typename Sm90FwdConfig<kHeadDim>::Tile;
   auto kernel = flash_fwd_sm90_kernel<Tile, kCausal>;
-  static const bool opted_in = [&] {
-    FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(Tile::kSmemBytes)));
-    return true;
-  }();
+  static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::kSmemBytes);  // once
   (void)opted_in;
   const dim3 grid((p.T + Tile::kBlockM - 1) / Tile::kBlockM, p.H, p.B);
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
-  FA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH();
 }
 
 bool sm90_kernels_built() {
@@ -157,7 +153,7 @@ bool sm90_kernels_built() {
   // The kernel's binary version is the SASS target the runtime picked for this device:
   // 90 only when the build included sm_90 code and the device is a Hopper.
   cudaFuncAttributes attr{};
-  FA_CUDA_CHECK(cudaFuncGetAttributes(
+  CUDA_CHECK(cudaFuncGetAttributes(
       &attr, flash_fwd_sm90_kernel<typename Sm90FwdConfig<64>::Tile, /*kCausal=*/true>));
   return attr.binaryVersion >= 90;
 }

@@ -5,10 +5,19 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <cstdint>
+#include "src/cuda/cuda_check.h"
 
 namespace flashgpt::cuda::attn {
 
 constexpr float kLog2e = 1.4426950408889634f;  // exp(x) = exp2(x * log2(e))
+
+// A kernel that uses more than 48 KB of dynamic shared memory must opt in first. The
+// launchers call this once per kernel (from a function-local static); returns true.
+template <class Kernel>
+bool opt_in_dynamic_smem(Kernel kernel, size_t bytes) {
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  return true;
+}
 
 struct FlashParams {
   // Inputs and outputs; row strides are in elements.
