@@ -5,16 +5,13 @@
 //  * ten AdamW steps, GPU fp32 vs CPU fp64 (bound from CPU fp32): the losses agree.
 //  * bf16: FlashAttention inside the model vs the naive attention, both against fp64
 //    (loss and every gradient); and a smoke test (loss near fp32, training lowers it).
-// And two harnesses that only run when asked (skipped otherwise):
-//  * FLASHGPT_PARITY_DIR=dir: writes the weights, batch, loss and gradients of a small
-//    GPT-2 (fp32, GPU) as raw files for scripts/parity_torch.py.
-//  * FLASHGPT_BENCH=1: times the GPT-2 124M training step (bf16, B×1024 tokens) with a
-//    per-op breakdown; scripts/bench_train.py runs it next to PyTorch.
-#include <chrono>
+// And a harness that only runs when asked (skipped otherwise): FLASHGPT_PARITY_DIR=dir
+// writes the weights, batch, loss and gradients of a small GPT-2 (fp32, GPU) as raw
+// files for scripts/parity_torch.py. (The training-step benchmark is
+// `flashgpt bench train`.)
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include "kernels/cuda/timed_ops.h"
 #include "layers/gpt2.h"
 #include "optim/adamw.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -236,61 +233,6 @@ TEST_F(CudaModel, DumpForTorchParity) {
   }
   meta << "]}\n";
   std::printf("parity dump written to %s (loss %s)\n", dir, loss);
-}
-
-// GPT-2 124M training step, bf16, B×1024 tokens (B = $FLASHGPT_BENCH_B, default 64):
-// forward + backward + grad norm + AdamW, timed over steps after warm-up, then the
-// same steps again with every op timed by CUDA events (TimedOps) for the breakdown.
-TEST_F(CudaModel, BenchTrainStepGpt2_124M) {
-  if (!std::getenv("FLASHGPT_BENCH")) GTEST_SKIP() << "set FLASHGPT_BENCH=1 to run the benchmark";
-  const int B = std::getenv("FLASHGPT_BENCH_B") ? std::atoi(std::getenv("FLASHGPT_BENCH_B")) : 64;
-  const int T = 1024, kWarmup = 3, kSteps = 10;
-  ModelConfig cfg;
-  cfg.n_layer = 12; cfg.n_head = 12; cfg.n_embd = 768;
-  cfg.vocab_size = 50257; cfg.padded_vocab = 50304; cfg.max_seq_len = 1024;
-  // FLASHGPT_BENCH_ATTN=naive: the materialised-P attention instead of FlashAttention.
-  const char* attn = std::getenv("FLASHGPT_BENCH_ATTN");
-  const bool naive = attn && std::string(attn) == "naive";
-  auto timed = make_timed_ops(*gpu_, *ctx_);
-  timed->set_enabled(false);
-  GPT2 m(cfg, *timed, DType::bf16, B, T, naive ? AttentionAlgo::naive : AttentionAlgo::flash);
-  m.init_random(1);
-  AdamWConfig oc;
-  AdamW opt(m, oc);
-  auto rng = test_rng();
-  Batch b = random_batch(B, T, cfg.vocab_size, rng);
-  m.set_batch(b.inputs.data(), b.targets.data());
-  auto step = [&](int s) {
-    m.zero_grad();
-    m.forward(1.0f / float(B * T));
-    m.backward();
-    opt.step(6e-4, opt.grad_norm(), uint32_t(s));
-  };
-  for (int s = 0; s < kWarmup; ++s) step(s);
-  gpu_->synchronize();
-  auto t0 = std::chrono::steady_clock::now();
-  for (int s = 0; s < kSteps; ++s) step(kWarmup + s);
-  gpu_->synchronize();
-  double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  double tok_s = double(B) * T * kSteps / sec;
-  double tflops = m.flops_per_token() * tok_s / 1e12;
-  timed->set_enabled(true);
-  for (int s = 0; s < kSteps; ++s) {
-    step(100 + s);
-    timed->collect();
-  }
-  size_t free_b = 0, total_b = 0;
-  cudaMemGetInfo(&free_b, &total_b);
-  std::printf("flashgpt train step GPT-2 124M bf16 B=%d T=%d attention=%s: %.1f ms/step, %.0f tokens/s, "
-              "%.1f TFLOP/s (model FLOPs %.3g/token), loss %.4f, GPU memory used %.1f GiB\n",
-              B, T, naive ? "naive" : "flash", 1e3 * sec / kSteps, tok_s, tflops, m.flops_per_token(), m.last_loss(),
-              double(total_b - free_b) / double(1ull << 30));
-  std::printf("per-op breakdown (CUDA events around each op call, %d steps):\n%s", kSteps,
-              timed->report(kSteps).c_str());
-  std::printf("FLASHGPT_BENCH_JSON {\"B\": %d, \"T\": %d, \"attention\": \"%s\", \"ms_per_step\": %.3f, "
-              "\"tokens_per_s\": %.1f, \"tflops\": %.2f}\n", B, T, naive ? "naive" : "flash",
-              1e3 * sec / kSteps, tok_s, tflops);
-  EXPECT_TRUE(std::isfinite(m.last_loss()));
 }
 
 }  // namespace
