@@ -4,9 +4,32 @@
 #include <vector>
 #include "src/commands.h"
 #include "src/config.h"
+#include "src/errors.h"
+#include "train/comm.h"
 #include "train/trainer.h"
 
 namespace flashgpt {
+namespace {
+
+// Runs `body` on this rank. With several ranks a failure must end the whole job: the
+// other ranks may be blocked in a collective that this rank will never join. So the
+// failing rank prints its message (naming itself) and aborts every process, with exit
+// status 2 for bad input and 1 otherwise.
+template <class F>
+void on_every_rank(Communicator& comm, F body) {
+  if (comm.world() == 1) return body();
+  try {
+    body();
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "error: [rank %d of %d] %s\n", comm.rank(), comm.world(), e.what());
+    comm.abort(2);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fatal: [rank %d of %d] %s\n", comm.rank(), comm.world(), e.what());
+    comm.abort(1);
+  }
+}
+
+}  // namespace
 
 void add_train_commands(CLI::App& app) {
   {
@@ -18,12 +41,17 @@ void add_train_commands(CLI::App& app) {
     cmd->add_option("--set", *sets, "Override a config key, e.g. --set train.lr=3e-4 (repeatable)");
     cmd->add_option("--resume", *resume, "Resume from a checkpoint directory, or a run directory's latest checkpoint");
     cmd->callback([=] {
-      Config cfg = load_config(*config, *sets);
-      TrainResult r = train(cfg, *resume);
-      std::printf("done: %d steps, train loss %.4f", r.steps_done, r.last_train_loss);
-      if (r.last_val_loss >= 0) std::printf(", val loss %.4f", r.last_val_loss);
-      if (!r.last_checkpoint.empty()) std::printf(", checkpoint %s", r.last_checkpoint.c_str());
-      std::printf("\n");
+      // Under mpirun: one process per GPU (or per CPU rank), world = -np.
+      auto comm = make_host_communicator();
+      on_every_rank(*comm, [&] {
+        Config cfg = load_config(*config, *sets);
+        TrainResult r = train(cfg, *resume, *comm);
+        if (comm->rank() != 0) return;
+        std::printf("done: %d steps, train loss %.4f", r.steps_done, r.last_train_loss);
+        if (r.last_val_loss >= 0) std::printf(", val loss %.4f", r.last_val_loss);
+        if (!r.last_checkpoint.empty()) std::printf(", checkpoint %s", r.last_checkpoint.c_str());
+        std::printf("\n");
+      });
     });
   }
   {
