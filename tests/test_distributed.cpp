@@ -152,6 +152,15 @@ TEST_F(Distributed, RanksSplitTheBatchLikeOneRankFp64) {
     }
 }
 
+TEST_F(Distributed, EightRanksFp64) {  // more ranks than cores: the code path for 8 GPUs
+  const std::string opts = "--set train.precision=fp64 --set train.steps=6 --set train.total_batch=128";
+  Run ref = expect_ok(train("ref8", 0, 8, opts));
+  Run r = expect_ok(train("eight", 8, 1, opts));
+  ASSERT_EQ(r.losses.size(), ref.losses.size()) << r.err;
+  for (size_t s = 0; s < ref.losses.size(); ++s)
+    EXPECT_NEAR(r.losses[s], ref.losses[s], 1e-10 * ref.losses[s]) << "8 ranks, step " << s + 1;
+}
+
 TEST_F(Distributed, TwoRanksEqualOneRankWithTwiceTheBatchFp32) {
   Run ref = expect_ok(train("ref", 0, 12));              // 1 rank × 12 rows
   Run reorder = expect_ok(train("accum", 0, 6));         // 1 rank × 6 rows × 2 accumulation steps
