@@ -185,6 +185,7 @@ void add_bench_commands(CLI::App& app) {
 #endif
   });
   add_bench_train_command(*bench);
+  add_bench_comm_command(*bench);
 }
 
 }  // namespace flashgpt

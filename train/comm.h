@@ -8,9 +8,12 @@
 // Under mpirun (or any launcher that sets OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK)
 // make_host_communicator() initialises MPI; otherwise the process is world 1.
 #pragma once
+#include <cstdio>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
+#include "src/errors.h"
 #include "src/tensor.h"
 
 namespace flashgpt {
@@ -48,6 +51,23 @@ class Communicator {
   // anything (used when one rank fails: the others may be blocked in a collective).
   [[noreturn]] virtual void abort(int code) = 0;
 
+  // ---- timing (NCCL only; others return nothing) ----
+  // While on, every collective records when the compute stream released it (ready),
+  // when it ran on the communication stream (start, end), and each wait() records when
+  // the compute stream reached it: the end of backward, for the gradient buckets.
+  // Times are ms since the window's first `ready`; a window ends at each wait().
+  struct OpTime {
+    std::string op;    // all_reduce, reduce_scatter, all_gather, broadcast
+    size_t bytes = 0;  // of the whole tensor
+    double ready_ms = 0, start_ms = 0, end_ms = 0;
+  };
+  struct Window {
+    std::vector<OpTime> ops;
+    double wait_ms = 0;  // the compute stream reached wait()
+  };
+  virtual void set_profiling(bool on) {}
+  virtual std::vector<Window> take_profile() { return {}; }
+
   // Helpers over all_gather_host: the same bits on every rank.
   double sum(double x);
   double mean(double x) { return sum(x) / world_; }
@@ -69,6 +89,24 @@ class DeviceContext;
 // ctx.main_stream()), host operations through `host`, which must outlive it.
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, DeviceContext& ctx);
 #endif
+
+// Runs `body` on this rank. With several ranks a failure must end the whole job: the
+// other ranks may be blocked in a collective that this rank will never join. So the
+// failing rank prints its message (naming itself) and aborts every process, with exit
+// status 2 for bad input and 1 otherwise. With one rank, exceptions propagate.
+template <class F>
+void on_every_rank(Communicator& comm, F body) {
+  if (comm.world() == 1) return body();
+  try {
+    body();
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "error: [rank %d of %d] %s\n", comm.rank(), comm.world(), e.what());
+    comm.abort(2);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fatal: [rank %d of %d] %s\n", comm.rank(), comm.world(), e.what());
+    comm.abort(1);
+  }
+}
 
 // Seconds a wait() may take before the job is declared stuck (FLASHGPT_COMM_TIMEOUT, default 600).
 double comm_timeout_seconds();

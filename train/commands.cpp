@@ -9,27 +9,6 @@
 #include "train/trainer.h"
 
 namespace flashgpt {
-namespace {
-
-// Runs `body` on this rank. With several ranks a failure must end the whole job: the
-// other ranks may be blocked in a collective that this rank will never join. So the
-// failing rank prints its message (naming itself) and aborts every process, with exit
-// status 2 for bad input and 1 otherwise.
-template <class F>
-void on_every_rank(Communicator& comm, F body) {
-  if (comm.world() == 1) return body();
-  try {
-    body();
-  } catch (const InputError& e) {
-    std::fprintf(stderr, "error: [rank %d of %d] %s\n", comm.rank(), comm.world(), e.what());
-    comm.abort(2);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "fatal: [rank %d of %d] %s\n", comm.rank(), comm.world(), e.what());
-    comm.abort(1);
-  }
-}
-
-}  // namespace
 
 void add_train_commands(CLI::App& app) {
   {

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <exception>
 #include <thread>
+#include <utility>
 #include "src/cuda/cuda_check.h"
 #include "src/cuda/device_context.h"
 #include "train/comm.h"
@@ -51,34 +52,37 @@ class Nccl final : public Communicator {
     }
     cudaEventDestroy(ready_);
     cudaEventDestroy(done_);
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
   }
   const char* name() const override { return "nccl"; }
 
   void all_reduce_sum(Tensor t) override {
     check(t, true);
-    queue_after_compute();
+    Timed timed(*this, "all_reduce", t.nbytes());
     NCCL_CHECK(ncclAllReduce(t.data, t.data, size_t(t.numel()), type(t), ncclSum, comm_, ctx_.comm_stream()));
   }
   void reduce_scatter_sum(Tensor t) override {
     check(t, true);
     const size_t n = part(t);
-    queue_after_compute();
+    Timed timed(*this, "reduce_scatter", t.nbytes());
     NCCL_CHECK(ncclReduceScatter(t.data, at(t, n * size_t(rank_)), n, type(t), ncclSum, comm_, ctx_.comm_stream()));
   }
   void all_gather(Tensor t) override {
     check(t, false);
     const size_t n = part(t);
-    queue_after_compute();
+    Timed timed(*this, "all_gather", t.nbytes());
     NCCL_CHECK(ncclAllGather(at(t, n * size_t(rank_)), t.data, n, type(t), comm_, ctx_.comm_stream()));
   }
   void broadcast(Tensor t, int root) override {
     check(t, false);
-    queue_after_compute();
+    Timed timed(*this, "broadcast", t.nbytes());
     NCCL_CHECK(ncclBroadcast(t.data, t.data, size_t(t.numel()), type(t), root, comm_, ctx_.comm_stream()));
   }
   // The host polls (instead of blocking in the CUDA runtime) so that an NCCL error or a
   // peer that never arrives ends the job with a message instead of hanging it.
   void wait() override {
+    cudaEvent_t reached = nullptr;
+    if (profiling_) CUDA_CHECK(cudaEventRecord(reached = event(), ctx_.main_stream()));
     CUDA_CHECK(cudaEventRecord(done_, ctx_.comm_stream()));
     const auto start = std::chrono::steady_clock::now();
     const double timeout = comm_timeout_seconds();
@@ -98,7 +102,11 @@ class Nccl final : public Communicator {
       if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
     CUDA_CHECK(cudaStreamWaitEvent(ctx_.main_stream(), done_, 0));
+    if (profiling_) close_window(reached);
   }
+
+  void set_profiling(bool on) override { profiling_ = on; }
+  std::vector<Window> take_profile() override { return std::exchange(windows_, {}); }
 
   std::vector<double> all_gather_host(double x) override { return host_.all_gather_host(x); }
   std::string broadcast_string(const std::string& s, int root) override { return host_.broadcast_string(s, root); }
@@ -110,9 +118,50 @@ class Nccl final : public Communicator {
   }
 
  private:
-  void queue_after_compute() {
-    CUDA_CHECK(cudaEventRecord(ready_, ctx_.main_stream()));
-    CUDA_CHECK(cudaStreamWaitEvent(ctx_.comm_stream(), ready_, 0));
+  struct Pending {
+    const char* op;
+    size_t bytes;
+    cudaEvent_t ready, start, end;
+  };
+  // Orders a collective after the compute stream's queued work; with profiling on, also
+  // brackets it with events (ready on the compute stream, start/end on the comm stream).
+  struct Timed {
+    Nccl& c;
+    Pending p;
+    Timed(Nccl& comm, const char* op, size_t bytes) : c(comm) {
+      cudaEvent_t ready = c.profiling_ ? c.event() : c.ready_;
+      CUDA_CHECK(cudaEventRecord(ready, c.ctx_.main_stream()));
+      CUDA_CHECK(cudaStreamWaitEvent(c.ctx_.comm_stream(), ready, 0));
+      if (!c.profiling_) return;
+      p = {op, bytes, ready, c.event(), c.event()};
+      CUDA_CHECK(cudaEventRecord(p.start, c.ctx_.comm_stream()));
+    }
+    ~Timed() noexcept(false) {
+      if (!c.profiling_ || std::uncaught_exceptions() > 0) return;
+      CUDA_CHECK(cudaEventRecord(p.end, c.ctx_.comm_stream()));
+      c.pending_.push_back(p);
+    }
+  };
+  // Events for profiling come from a pool that is reused window after window.
+  cudaEvent_t event() {
+    if (next_event_ == events_.size()) {
+      cudaEvent_t e;
+      CUDA_CHECK(cudaEventCreate(&e));
+      events_.push_back(e);
+    }
+    return events_[next_event_++];
+  }
+  void close_window(cudaEvent_t reached) {  // all events have completed (wait() polled done_)
+    Window w;
+    if (!pending_.empty()) {
+      cudaEvent_t t0 = pending_.front().ready;
+      auto ms = [&](cudaEvent_t e) { float v = 0; CUDA_CHECK(cudaEventElapsedTime(&v, t0, e)); return double(v); };
+      for (const Pending& p : pending_) w.ops.push_back({p.op, p.bytes, ms(p.ready), ms(p.start), ms(p.end)});
+      w.wait_ms = ms(reached);
+      windows_.push_back(std::move(w));
+    }
+    pending_.clear();
+    next_event_ = 0;
   }
   static ncclDataType_t type(const Tensor& t) {
     switch (t.dtype) {
@@ -137,6 +186,11 @@ class Nccl final : public Communicator {
   DeviceContext& ctx_;
   ncclComm_t comm_ = nullptr;
   cudaEvent_t ready_ = nullptr, done_ = nullptr;
+  bool profiling_ = false;
+  std::vector<cudaEvent_t> events_;
+  size_t next_event_ = 0;
+  std::vector<Pending> pending_;
+  std::vector<Window> windows_;
 };
 
 }  // namespace
