@@ -1,5 +1,6 @@
 #include "train/data_parallel.h"
 #include <cmath>
+#include <string>
 #include "src/errors.h"
 
 namespace flashgpt {
@@ -9,7 +10,13 @@ Tensor slice(const Tensor& flat, const Range& r) { return flat.rows(int64_t(r.be
 }  // namespace
 
 DataParallel::DataParallel(GPT2& model, Communicator& comm, int zero)
-    : model_(model), comm_(comm), zero_(zero), sharded_(zero == 1 && comm.world() > 1) {
+    : model_(model),
+      comm_(comm),
+      zero_(zero),
+      // Under mpirun the communicator runs even with one rank, so that path is testable
+      // on one GPU; a plain process (the "single" communicator) skips it.
+      active_(std::string(comm.name()) != "single"),
+      sharded_(zero == 1 && active_) {
   FG_ASSERT(zero == 0 || zero == 1, "zero must be 0 or 1");
   for (int l = -1; l <= model.config().n_layer; ++l) {
     auto [b, e] = model.layer_range(l);
@@ -35,7 +42,7 @@ std::vector<Range> DataParallel::owned() const {
 }
 
 void DataParallel::on_layer_ready(int layer) {
-  if (!reducing_ || comm_.world() == 1) return;
+  if (!reducing_ || !active_) return;
   Tensor g = slice(model_.grads(), buckets_[size_t(layer + 1)]);
   if (sharded_) comm_.reduce_scatter_sum(g);
   else comm_.all_reduce_sum(g);
@@ -48,7 +55,7 @@ void DataParallel::finish_gradients() {
 
 double DataParallel::grad_norm(AdamW& opt) {
   double ss = opt.grad_sum_squares();
-  if (sharded_) ss = comm_.sum(ss);  // each rank holds its shard's sums; zero 0: everyone has all
+  if (sharded_) ss = comm_.sum(ss);  // each rank holds its shard's sums; zero 0: every rank has all
   return std::sqrt(ss);
 }
 
@@ -59,7 +66,7 @@ void DataParallel::sync_weights() {
 }
 
 void DataParallel::broadcast_weights() {
-  if (comm_.world() == 1) return;
+  if (!active_) return;
   comm_.broadcast(model_.params(), 0);
   comm_.wait();
 }
@@ -107,7 +114,7 @@ void DataParallel::restore_optimizer(AdamW& opt, const OptimizerSnapshot& snap) 
       FG_ASSERT(snap.tensors[k].size() == scratch.nbytes(), "optimizer snapshot has the wrong size");
       ops.from_host(scratch, snap.tensors[k].data());
     }
-    if (comm_.world() > 1) {
+    if (active_) {
       comm_.broadcast(scratch, 0);
       comm_.wait();
     }

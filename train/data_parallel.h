@@ -11,7 +11,7 @@
 //   zero 1: reduce-scatter each bucket; rank r owns the r-th 1/N of every bucket, keeps
 //           AdamW state (fp32 master, m, v) for that shard only (optimizer memory / N),
 //           updates it, and the updated weights are all-gathered bucket by bucket.
-// With one rank both are the single-GPU step, without communication.
+// A plain process (no mpirun) runs the single-GPU step without any of it.
 #pragma once
 #include <string>
 #include <vector>
@@ -74,7 +74,8 @@ class DataParallel {
   GPT2& model_;
   Communicator& comm_;
   int zero_;
-  bool sharded_;                 // zero 1 with more than one rank
+  bool active_;                  // a real communicator (under mpirun), even with one rank
+  bool sharded_;                 // zero 1 and active
   bool reducing_ = false;
   std::vector<Range> buckets_;   // layer l's arena range at [l + 1]
 };
