@@ -79,6 +79,9 @@ std::map<std::string, Binding> bindings(Config& c) {
   m["train.eval_steps"] = bind(c.train.eval_steps);
   m["train.log_every"] = bind(c.train.log_every);
   m["train.checkpoint_every"] = bind(c.train.checkpoint_every);
+  m["train.keep_checkpoints"] = bind(c.train.keep_checkpoints);
+  m["train.nonfinite"] = bind(c.train.nonfinite);
+  m["train.nonfinite_limit"] = bind(c.train.nonfinite_limit);
   m["train.seed"] = bind(c.train.seed);
   m["train.precision"] = bind(c.train.precision);
   m["train.zero"] = bind(c.train.zero);
@@ -146,6 +149,10 @@ void validate_config(const Config& c) {
   check(t.eval_steps >= 0, "train.eval_steps", "must be >= 0");
   check(t.log_every >= 1, "train.log_every", "must be >= 1");
   check(t.checkpoint_every >= 0, "train.checkpoint_every", "must be >= 0");
+  check(t.keep_checkpoints >= 0, "train.keep_checkpoints", "must be >= 0");
+  check(t.nonfinite == "abort" || t.nonfinite == "skip", "train.nonfinite",
+        "must be abort or skip, got '" + t.nonfinite + "'");
+  check(t.nonfinite_limit >= 1, "train.nonfinite_limit", "must be >= 1");
   check(t.precision == "auto" || t.precision == "bf16" || t.precision == "fp32" || t.precision == "fp64",
         "train.precision", "must be auto, bf16, fp32 or fp64, got '" + t.precision + "'");
   check(t.zero == 0 || t.zero == 1, "train.zero", cat("must be 0 or 1, got ", t.zero));

@@ -37,6 +37,9 @@ struct Config {
     int eval_steps = 10;          // validation micro-batches per evaluation
     int log_every = 1;            // progress line every N steps
     int checkpoint_every = 0;     // checkpoint every N steps (and at the end); 0 = only at the end
+    int keep_checkpoints = 0;     // keep only the newest N checkpoints; 0 = keep all
+    std::string nonfinite = "abort";  // NaN/Inf loss or gradient norm: abort (no checkpoint) | skip the update
+    int nonfinite_limit = 5;      // with skip: abort after this many non-finite steps in a row
     uint64_t seed = 1337;         // init and data order
     std::string precision = "auto";  // auto (bf16 on CUDA, fp32 on CPU) | bf16 | fp32 | fp64 (CPU)
     int zero = 1;                 // with several ranks: 1 shards AdamW state (master, m, v) over them

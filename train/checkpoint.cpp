@@ -1,6 +1,10 @@
 #include "train/checkpoint.h"
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <fcntl.h>
+#include <unistd.h>
 #include <map>
 #include <cstring>
 #include <filesystem>
@@ -32,11 +36,59 @@ std::string read_file(const fs::path& p) {
   return os.str();
 }
 
+// Durable writes: the data is on the disk (fsync) before the file is renamed into
+// place, and each rename is made durable by an fsync of its directory. Without that, a
+// power loss can leave a renamed checkpoint (or `latest`) pointing at blocks never written.
 void write_file(const fs::path& p, const std::string& bytes) {
-  std::ofstream f(p, std::ios::binary);
-  f.write(bytes.data(), std::streamsize(bytes.size()));
-  f.flush();
-  if (!f) fail("cannot write '", p.string(), "'");
+  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("cannot create '", p.string(), "': ", std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int e = errno;
+      ::close(fd);
+      fail("cannot write '", p.string(), "': ", std::strerror(e));
+    }
+    done += size_t(n);
+  }
+  if (::fsync(fd) != 0) {
+    const int e = errno;
+    ::close(fd);
+    fail("cannot fsync '", p.string(), "': ", std::strerror(e));
+  }
+  if (::close(fd) != 0) fail("cannot close '", p.string(), "': ", std::strerror(errno));
+}
+
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) fail("cannot open directory '", dir.string(), "': ", std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int e = errno;
+  ::close(fd);
+  if (rc != 0) fail("cannot fsync directory '", dir.string(), "': ", std::strerror(e));
+}
+
+bool is_temporary(const fs::path& p) {
+  const std::string n = p.filename().string();
+  return n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0;
+}
+
+// ckpt_NNNNNN directories of a run, oldest first (by step; never the *.tmp ones).
+std::vector<fs::path> complete_checkpoints(const fs::path& out_dir) {
+  std::vector<std::pair<long, fs::path>> found;
+  for (const auto& e : fs::directory_iterator(out_dir)) {
+    const std::string n = e.path().filename().string();
+    if (!e.is_directory() || is_temporary(e.path()) || n.rfind("ckpt_", 0) != 0) continue;
+    char* end = nullptr;
+    const long step = std::strtol(n.c_str() + 5, &end, 10);
+    if (*end == '\0') found.emplace_back(step, e.path());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<fs::path> out;
+  for (auto& f : found) out.push_back(f.second);
+  return out;
 }
 
 std::string tensor_bytes(Ops& ops, const Tensor& t) {
@@ -61,7 +113,7 @@ nlohmann::json unpack(const std::string& bytes, const char magic[8], const std::
     fail_input(what, " is not a flashgpt file (bad magic)");
   uint64_t n;
   std::memcpy(&n, bytes.data() + 8, 8);
-  if (16 + n > bytes.size()) fail_input(what, " is truncated (header)");
+  if (n > bytes.size() - 16) fail_input(what, " is truncated (header)");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(bytes.substr(16, n));
@@ -72,14 +124,22 @@ nlohmann::json unpack(const std::string& bytes, const char magic[8], const std::
   return j;
 }
 
-void verify_checksums(const fs::path& dir) {
+// Every file the caller needs must be listed, and every listed file must match: an
+// emptied checksums.json cannot switch verification off.
+void verify_checksums(const fs::path& dir, std::initializer_list<const char*> required) {
   nlohmann::json sums;
   try {
     sums = nlohmann::json::parse(read_file(dir / "checksums.json"));
   } catch (const nlohmann::json::exception&) {
     fail_input("checkpoint '", dir.string(), "': checksums.json is corrupt");
   }
+  if (!sums.is_object()) fail_input("checkpoint '", dir.string(), "': checksums.json is not an object");
+  for (const char* name : required)
+    if (!sums.contains(name))
+      fail_input("checkpoint '", dir.string(), "': checksums.json does not list ", name, " (corrupt or incomplete)");
   for (auto& [name, sum] : sums.items()) {
+    if (!sum.is_number_unsigned() || name.find('/') != std::string::npos)
+      fail_input("checkpoint '", dir.string(), "': checksums.json has a malformed entry '", name, "'");
     if (fnv1a(read_file(dir / name)) != sum.get<uint64_t>())
       fail_input("checkpoint '", dir.string(), "': ", name, " does not match its checksum (corrupt or truncated)");
   }
@@ -161,14 +221,18 @@ std::string checkpoint_config_path(const std::string& ckpt_dir) {
 }
 
 std::string save_checkpoint(const std::string& out_dir, const GPT2& model, const OptimizerSnapshot* opt,
-                            const CheckpointState& st, const std::string& config_yaml) {
+                            const CheckpointState& st, const std::string& config_yaml, int keep) {
   GPT2& m = const_cast<GPT2&>(model);
   Ops& ops = m.ops();
   char name[32];
   std::snprintf(name, sizeof name, "ckpt_%06d", st.step);
-  fs::path final_dir = fs::path(out_dir) / name;
-  fs::path tmp_dir = fs::path(out_dir) / (std::string(name) + ".tmp");
-  fs::remove_all(tmp_dir);
+  const fs::path out(out_dir);
+  fs::path final_dir = out / name;
+  fs::path tmp_dir = out / (std::string(name) + ".tmp");
+  fs::create_directories(out);
+  // What a killed save left behind (never loaded: resolve_checkpoint refuses *.tmp).
+  for (const auto& e : fs::directory_iterator(out))
+    if (is_temporary(e.path())) fs::remove_all(e.path());
   fs::create_directories(tmp_dir);
 
   const auto& c = model.config();
@@ -193,16 +257,31 @@ std::string save_checkpoint(const std::string& out_dir, const GPT2& model, const
     sums[fname] = fnv1a(bytes);
   }
   write_file(tmp_dir / "checksums.json", sums.dump(1));
-  // Complete: move into place, then point `latest` at it (both renames are atomic).
-  fs::remove_all(final_dir);
-  fs::rename(tmp_dir, final_dir);
-  write_file(fs::path(out_dir) / "latest.tmp", std::string(name) + "\n");
-  fs::rename(fs::path(out_dir) / "latest.tmp", fs::path(out_dir) / "latest");
+  fsync_dir(tmp_dir);
+  // Complete and on disk: move it into place (the same step saved twice, e.g. a stop
+  // right after a periodic save, keeps the first copy: `latest` may point at it and it
+  // must not disappear even for a moment), then point `latest` at it.
+  if (fs::exists(final_dir)) fs::remove_all(tmp_dir);
+  else fs::rename(tmp_dir, final_dir);
+  fsync_dir(out);
+  write_file(out / "latest.tmp", std::string(name) + "\n");
+  fs::rename(out / "latest.tmp", out / "latest");
+  fsync_dir(out);
+  // Only now, with `latest` durable, may old checkpoints go.
+  if (keep > 0) {
+    std::vector<fs::path> all = complete_checkpoints(out);
+    for (size_t i = 0; i + size_t(keep) < all.size(); ++i)
+      if (all[i].filename() != final_dir.filename()) fs::remove_all(all[i]);
+  }
   return final_dir.string();
 }
 
 std::string resolve_checkpoint(const std::string& path) {
   fs::path p(path);
+  while (!p.empty() && !p.has_filename()) p = p.parent_path();  // "dir/" -> "dir"
+  if (is_temporary(p))
+    fail_input("'", path, "' is an incomplete checkpoint (its save was interrupted); use the run directory "
+               "or a complete ckpt_* directory");
   if (fs::exists(p / "model.bin")) return p.string();
   if (fs::exists(p / "latest")) {
     std::string name = read_file(p / "latest");
@@ -214,13 +293,13 @@ std::string resolve_checkpoint(const std::string& path) {
 
 void load_model_weights(const std::string& ckpt_dir, GPT2& model) {
   fs::path dir(ckpt_dir);
-  verify_checksums(dir);
+  verify_checksums(dir, {"model.bin", "config.yaml", "state.json"});
   load_weights_file(dir, model);
 }
 
 CheckpointState load_checkpoint(const std::string& ckpt_dir, GPT2& model, OptimizerSnapshot* opt) {
   fs::path dir(ckpt_dir);
-  verify_checksums(dir);
+  verify_checksums(dir, {"model.bin", "config.yaml", "state.json", "optimizer.bin"});
   load_weights_file(dir, model);
   const std::string what = (dir / "optimizer.bin").string();
   std::string bytes = read_file(dir / "optimizer.bin");

@@ -1,5 +1,7 @@
-// Checkpoints: one directory per step, written under a temporary name and renamed
-// when complete, so a crash or kill never damages the last good checkpoint.
+// Checkpoints: one directory per step, written under a temporary name, fsynced, and
+// renamed when complete (then `latest` likewise), so neither a crash, a kill nor a power
+// loss damages the last good checkpoint. Temporary leftovers are removed by the next
+// save and never loaded.
 //   <out_dir>/ckpt_000100/
 //     model.bin       weights (enough for eval/sample): header + params packed in
 //                     ParamInfo order (name, offset, shape of each in the header)
@@ -25,8 +27,9 @@ struct CheckpointState {
 };
 
 // Returns the directory written. opt: nullptr writes no optimizer state (weights only).
+// keep > 0: afterwards only the newest `keep` checkpoints remain (0: all).
 std::string save_checkpoint(const std::string& out_dir, const GPT2& model, const OptimizerSnapshot* opt,
-                            const CheckpointState& st, const std::string& config_yaml);
+                            const CheckpointState& st, const std::string& config_yaml, int keep = 0);
 // Model weights only (eval). Validates checksums and shapes; InputError when corrupt.
 void load_model_weights(const std::string& ckpt_dir, GPT2& model);
 // Everything for resume: weights into `model`, the optimizer state into `opt` (laid out

@@ -1,5 +1,6 @@
 // `flashgpt train` and `flashgpt eval`.
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 #include "src/commands.h"
@@ -22,15 +23,22 @@ void add_train_commands(CLI::App& app) {
     cmd->callback([=] {
       // Under mpirun: one process per GPU (or per CPU rank), world = -np.
       auto comm = make_host_communicator();
+      int stop_signal = 0;
       on_every_rank(*comm, [&] {
         Config cfg = load_config(*config, *sets);
         TrainResult r = train(cfg, *resume, *comm);
-        if (comm->rank() != 0) return;
+        stop_signal = r.stop_signal;
+        if (comm->rank() != 0 || stop_signal) return;
         std::printf("done: %d steps, train loss %.4f", r.steps_done, r.last_train_loss);
         if (r.last_val_loss >= 0) std::printf(", val loss %.4f", r.last_val_loss);
         if (!r.last_checkpoint.empty()) std::printf(", checkpoint %s", r.last_checkpoint.c_str());
         std::printf("\n");
       });
+      comm.reset();  // MPI_Finalize on every rank before the exit status
+      if (stop_signal) {
+        std::fflush(stdout);
+        std::exit(128 + stop_signal);  // 130 SIGINT, 143 SIGTERM, 138 SIGUSR1
+      }
     });
   }
   {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "train/backend.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
+#include "train/stop_signals.h"
 
 namespace fs = std::filesystem;
 
@@ -60,6 +62,20 @@ bool injected_failure(int rank, int step) {
   const char* s = std::getenv("FLASHGPT_TEST_FAIL_AT");
   int r = -1, st = -1;
   return s && std::sscanf(s, "%d:%d", &r, &st) == 2 && r == rank && st == step;
+}
+
+// FLASHGPT_TEST_NAN_AT="STEP,STEP,...": at those steps the loss gradient is NaN, so
+// every parameter gradient and the gradient norm are NaN (tests of train.nonfinite).
+bool injected_nan(int step) {
+  const char* s = std::getenv("FLASHGPT_TEST_NAN_AT");
+  if (!s) return false;
+  for (const char* p = s; *p;) {
+    char* end = nullptr;
+    if (std::strtol(p, &end, 10) == step) return true;
+    if (end == p) break;
+    p = *end == ',' ? end + 1 : end;
+  }
+  return false;
 }
 
 }  // namespace
@@ -147,16 +163,21 @@ TrainResult train(const Config& cfg, const std::string& resume, Communicator& ho
   // over ranks by the data-parallel reduction.
   const float dloss = float(1.0 / (double(BT) * accum * world));
   TrainResult res;
+  StopSignals signals;
+  int skipped_in_row = 0, skipped = 0;
+  int saved_step = -1;
   auto t0 = Clock::now();
   double window_seconds = 0;
   int window_steps = 0;
 
   auto save = [&](int step) {
+    if (saved_step == step) return;
     OptimizerSnapshot snap = dp.snapshot_optimizer(opt);  // collective
     if (lead) {
       CheckpointState st{step, train_loader.state(), {}};
-      res.last_checkpoint = save_checkpoint(cfg.run.out_dir, model, &snap, st, config_yaml);
+      res.last_checkpoint = save_checkpoint(cfg.run.out_dir, model, &snap, st, config_yaml, t.keep_checkpoints);
     }
+    saved_step = step;
   };
   auto validate = [&](int step) {
     if (!val_loader) return;
@@ -175,7 +196,7 @@ TrainResult train(const Config& cfg, const std::string& resume, Communicator& ho
     for (int a = 0; a < accum; ++a) {
       train_loader.next(in.data(), tg.data());
       model.set_batch(in.data(), tg.data());
-      model.forward(dloss);
+      model.forward(injected_nan(step + 1) ? std::numeric_limits<float>::quiet_NaN() : dloss);
       loss += model.last_loss() / accum;  // double: fp64 runs keep every digit
       if (injected_failure(rank, step + 1)) fail("injected failure (FLASHGPT_TEST_FAIL_AT) at step ", step + 1);
       dp.set_last_micro_batch(a + 1 == accum);
@@ -183,11 +204,34 @@ TrainResult train(const Config& cfg, const std::string& resume, Communicator& ho
     }
     dp.finish_gradients();
     loss = comm.mean(loss);
-    if (!std::isfinite(loss)) fail("loss is ", loss, " at step ", step + 1, ": training diverged (no checkpoint written)");
     const double norm = dp.grad_norm(opt);
     const double lr = sched.at(step);
-    opt.step(lr, norm, uint32_t(t.seed) + uint32_t(step));
-    dp.sync_weights();
+    // A NaN/Inf loss or gradient norm (the same value on every rank) is caught here,
+    // before it can reach the weights or a checkpoint.
+    const bool finite = std::isfinite(loss) && std::isfinite(norm);
+    if (!finite) {
+      const std::string what = cat("non-finite ", std::isfinite(loss) ? "gradient norm" : "loss", " at step ",
+                                   step + 1, " (loss ", loss, ", gradient norm ", norm, ")");
+      const std::string last = saved_step >= 0 ? cat("the last checkpoint is step ", saved_step)
+                                               : std::string("no checkpoint was written in this run");
+      if (t.nonfinite == "abort")
+        fail(what, ": training stopped (train.nonfinite=abort); nothing was written from this state, ", last);
+      ++skipped;
+      if (++skipped_in_row >= t.nonfinite_limit)
+        fail(what, ": ", skipped_in_row, " non-finite steps in a row (train.nonfinite_limit); ", last);
+      if (lead) {
+        std::printf("step %5d/%d | %s: update skipped (%d in a row, %d in all)\n", step + 1, t.steps, what.c_str(),
+                    skipped_in_row, skipped);
+        metrics << nlohmann::json{{"step", step + 1}, {"skipped", true}, {"skips", skipped},
+                                  {"loss", std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr)}}.dump()
+                << "\n";
+        metrics.flush();
+      }
+    } else {
+      skipped_in_row = 0;
+      opt.step(lr, norm, uint32_t(t.seed) + uint32_t(step));
+      dp.sync_weights();
+    }
     be.ops->synchronize();
     const double dt = std::chrono::duration<double>(Clock::now() - s0).count();
     res.steps_done = step + 1;
@@ -195,7 +239,7 @@ TrainResult train(const Config& cfg, const std::string& resume, Communicator& ho
     // Throughput over the steps since the last line (the first step includes warm-up).
     window_seconds += dt;
     ++window_steps;
-    if ((step + 1) % t.log_every == 0 || step + 1 == t.steps) {
+    if (finite && ((step + 1) % t.log_every == 0 || step + 1 == t.steps)) {
       const double mem = be.gpu_name.empty() ? 0.0 : comm.max(double(be.device_memory_used()));  // collective
       const double tok_s = double(total) * window_steps / window_seconds;
       const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -215,8 +259,10 @@ TrainResult train(const Config& cfg, const std::string& resume, Communicator& ho
                     step + 1, t.steps, loss, lr, norm, human(tok_s).c_str(), perf.c_str(),
                     hms(elapsed).c_str(), hms(eta).c_str());
         std::fflush(stdout);
-        metrics << nlohmann::json{{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
-                                  {"tokens_per_s", tok_s}, {"elapsed_s", elapsed}}.dump() << "\n";
+        nlohmann::json line{{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
+                            {"tokens_per_s", tok_s}, {"elapsed_s", elapsed}};
+        if (skipped) line["skips"] = skipped;
+        metrics << line.dump() << "\n";
         metrics.flush();
       }
       window_seconds = 0;
@@ -225,6 +271,15 @@ TrainResult train(const Config& cfg, const std::string& resume, Communicator& ho
     const bool last = step + 1 == t.steps;
     if ((t.eval_every && (step + 1) % t.eval_every == 0) || last) validate(step + 1);
     if ((t.checkpoint_every && (step + 1) % t.checkpoint_every == 0) || last) save(step + 1);
+    // Every rank stops after the same step: the first signal any rank got decides.
+    if (const int sig = int(comm.max(double(signals.requested())))) {
+      save(step + 1);
+      res.stop_signal = sig;
+      if (lead)
+        std::printf("stopped by %s after step %d: checkpoint %s; continue with --resume %s\n",
+                    StopSignals::name(sig), step + 1, res.last_checkpoint.c_str(), cfg.run.out_dir.c_str());
+      break;
+    }
   }
   if (start >= t.steps && lead) std::printf("nothing to do: checkpoint is at step %d of %d\n", start, t.steps);
   return res;

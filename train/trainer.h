@@ -14,6 +14,7 @@ struct TrainResult {
   double last_train_loss = 0;
   double last_val_loss = -1;   // -1 if never evaluated
   std::string last_checkpoint;
+  int stop_signal = 0;         // SIGINT/SIGTERM/SIGUSR1 that stopped the run early, or 0
 };
 
 // resume: "" (fresh run), a checkpoint dir, or a run dir (its `latest`). Every rank of
