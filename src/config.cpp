@@ -81,6 +81,7 @@ std::map<std::string, Binding> bindings(Config& c) {
   m["train.checkpoint_every"] = bind(c.train.checkpoint_every);
   m["train.seed"] = bind(c.train.seed);
   m["train.precision"] = bind(c.train.precision);
+  m["train.init_from"] = bind(c.train.init_from);
   m["data.train"] = bind(c.data.train);
   m["data.val"] = bind(c.data.val);
   m["run.out_dir"] = bind(c.run.out_dir);
