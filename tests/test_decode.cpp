@@ -56,6 +56,26 @@ TEST(AttentionDecode, MatchesLastRowOfFullAttention) {
   }
 }
 
+// The CPU matmul's few-rows path (decoding) gives the rows the many-rows path gives,
+// bit for bit (each output summed in the same order), bias and GELU included.
+TEST(AttentionDecode, FewRowsMatmulEqualsManyRows) {
+  auto ops = make_cpu_ops();
+  std::mt19937_64 rng = test::test_rng();
+  const int64_t C = 37, OC = 70, N = 40;
+  HostTensor<double> inp({N, C}), w({OC, C}), b({OC}), out({N, OC}), pre({N, OC});
+  test::fill_uniform(inp, rng), test::fill_uniform(w, rng), test::fill_uniform(b, rng);
+  ops->matmul_forward({.out = out, .inp = inp, .weight = w, .bias = b, .gelu = true, .pre_gelu = pre});
+  for (int64_t n : {1, 3, 7}) {
+    HostTensor<double> few_out({n, OC}), few_pre({n, OC});
+    Tensor few_inp = Tensor(inp).rows(0, n);
+    ops->matmul_forward({.out = few_out, .inp = few_inp, .weight = w, .bias = b, .gelu = true, .pre_gelu = few_pre});
+    for (int64_t i = 0; i < n * OC; ++i) {
+      ASSERT_EQ(few_out[i], out[i]) << n << " rows, element " << i;
+      ASSERT_EQ(few_pre[i], pre[i]) << n << " rows, element " << i;
+    }
+  }
+}
+
 ModelConfig small_model() { return {2, 2, 16, 67, 128, 320}; }  // L, H, C, V, Vp, max T
 
 // Random weights larger than GPT-2's init, so logits spread and argmax is well defined.

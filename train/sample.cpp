@@ -28,15 +28,19 @@ double SampleRng::uniform() { return double(next() >> 11) * 0x1.0p-53; }
 
 int sample_token(const double* logits, int V, const SamplerSettings& s, SampleRng& rng) {
   if (s.temperature <= 0) return int(std::max_element(logits, logits + V) - logits);  // first max
-  // Candidates by decreasing logit (ties: lower id first), cut to the top k.
+  // Candidates by decreasing logit (ties: lower id first), cut to the top k; without
+  // top-k or top-p, all tokens in id order (no sort needed).
   std::vector<int> ids(static_cast<size_t>(V));
   std::iota(ids.begin(), ids.end(), 0);
   const size_t k = s.top_k > 0 ? std::min<size_t>(size_t(s.top_k), ids.size()) : ids.size();
-  auto before = [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-  std::partial_sort(ids.begin(), ids.begin() + std::ptrdiff_t(k), ids.end(), before);
-  ids.resize(k);
+  if (k < ids.size() || s.top_p < 1) {
+    auto before = [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+    std::partial_sort(ids.begin(), ids.begin() + std::ptrdiff_t(k), ids.end(), before);
+    ids.resize(k);
+  }
   // Softmax of logits / temperature over the candidates.
-  const double mx = logits[ids[0]];
+  double mx = -INFINITY;
+  for (int id : ids) mx = std::max(mx, logits[id]);
   std::vector<double> p(k);
   double sum = 0;
   for (size_t i = 0; i < k; ++i) sum += (p[i] = std::exp((logits[ids[i]] - mx) / s.temperature));
@@ -159,7 +163,7 @@ std::vector<std::vector<int32_t>> run_sample(const SampleOptions& o) {
   for (const auto& s : out) generated += s.size();
   std::fprintf(stderr,
                "sample: %s on %s (%s), prompt %d tokens, prefill %.1f ms; %zu tokens in %d decode steps, "
-               "%.1f ms/step, %.0f tokens/s; KV cache %.1f MB\n",
+               "%.1f ms/step, %.0f tokens/s; KV cache %.2f MB\n",
                lm.dir.c_str(), lm.backend.ops->name().c_str(), dtype_name(lm.backend.dtype), P, prefill_s * 1e3,
                generated, steps, steps ? decode_s * 1e3 / steps : 0.0, decode_s > 0 ? generated / decode_s : 0.0,
                double(dec.cache_bytes()) / 1e6);
