@@ -193,9 +193,13 @@ void GPT2Decoder::forward(const int32_t* tokens, int n, std::vector<double>& log
   }
   // ln now holds ln_f(x). Logits of each sequence's last new token only.
   const int64_t Vp = c.padded_vocab;
-  for (int b = 0; b < B; ++b) {
-    const int64_t row = int64_t(b) * n + n - 1;
-    ops_.matmul_forward({.out = y.logits.rows(b, b + 1), .inp = ln.rows(row, row + 1), .weight = w_->wte});
+  if (n == 1) {
+    ops_.matmul_forward({.out = y.logits, .inp = ln, .weight = w_->wte});
+  } else {
+    for (int b = 0; b < B; ++b) {
+      const int64_t row = int64_t(b) * n + n - 1;
+      ops_.matmul_forward({.out = y.logits.rows(b, b + 1), .inp = ln.rows(row, row + 1), .weight = w_->wte});
+    }
   }
   std::vector<char> raw(y.logits.nbytes());
   ops_.to_host(raw.data(), y.logits);
