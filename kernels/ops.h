@@ -103,7 +103,8 @@ struct AdamWArgs {
   float lr = 0, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0;
   float grad_scale = 1;  // grads are multiplied by this first (clipping)
   int step = 1;          // 1-based, for bias correction
-  uint32_t seed = 0;     // stochastic rounding when writing bf16 params
+  uint32_t seed = 0;     // stochastic rounding when writing bf16 params: element i hashes
+  uint64_t index0 = 0;   // (seed, index0 + i), so any split of an update rounds the same
 };
 
 class Ops {

@@ -3,6 +3,7 @@
 #include "layers/gpt2.h"
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include "src/errors.h"
 #include "src/host_floats.h"
@@ -95,8 +96,10 @@ struct GPT2::Acts {
   Tensor delta;                       // (B,H,T) attention backward rowsum(dO∘O)
 };
 
-GPT2::GPT2(const ModelConfig& cfg, Ops& ops, DType dtype, int B, int T, AttentionAlgo algo)
-    : cfg_(cfg), ops_(ops), dtype_(dtype), B_(B), T_(T), algo_(algo) {
+GPT2::GPT2(const ModelConfig& cfg, Ops& ops, DType dtype, int B, int T, AttentionAlgo algo,
+           size_t layer_align)
+    : cfg_(cfg), ops_(ops), dtype_(dtype), B_(B), T_(T), algo_(algo), layer_align_(layer_align) {
+  FG_ASSERT(layer_align >= 1, "layer_align must be >= 1");
   FG_ASSERT(cfg.n_embd % cfg.n_head == 0, "n_embd must be divisible by n_head");
   FG_ASSERT(T <= cfg.max_seq_len, "T exceeds max_seq_len");
   FG_ASSERT(cfg.padded_vocab >= cfg.vocab_size, "padded_vocab < vocab_size");
@@ -113,15 +116,21 @@ GPT2::~GPT2() {
 
 void GPT2::plan_params() {
   const int64_t C = cfg_.n_embd, L = cfg_.n_layer;
-  size_t off = 0;
+  size_t off = 0, packed = 0;
   // Each parameter is named once; its parameter and gradient views are bound after
   // the two arenas exist.
   struct Binding { size_t index; Tensor* param; Tensor* grad; };
   std::vector<Binding> bindings;
+  const size_t layer_align = std::lcm(layer_align_, kAlignElems);
   auto add = [&](const std::string& name, int layer, std::vector<int64_t> shape, bool decay,
                  Tensor* param, Tensor* grad) {
-    ParamInfo p{name, layer, off, shape, decay};
+    if (layer + 2 > int(layer_start_.size())) {  // the first parameter of a new layer
+      off = align_up(off, layer_align);
+      layer_start_.push_back(off);
+    }
+    ParamInfo p{name, layer, off, packed, shape, decay};
     off = align_up(off + size_t(p.numel()), kAlignElems);
+    packed += size_t(p.numel());
     bindings.push_back({param_list_.size(), param, grad});
     param_list_.push_back(p);
   };
@@ -149,6 +158,8 @@ void GPT2::plan_params() {
   }
   add("ln_f.weight", int(L), {C}, false, &e.lnf_w, &e.d_lnf_w);
   add("ln_f.bias", int(L), {C}, false, &e.lnf_b, &e.d_lnf_b);
+  off = align_up(off, layer_align);
+  layer_start_.push_back(off);
 
   DType gd = GradDType(dtype_);
   param_mem_ = ops_.alloc(off * dtype_size(dtype_));
@@ -164,14 +175,13 @@ void GPT2::plan_params() {
 }
 
 std::pair<size_t, size_t> GPT2::layer_range(int layer) const {
-  size_t begin = SIZE_MAX, end = 0;
-  for (const auto& p : param_list_) {
-    if (p.layer != layer) continue;
-    begin = std::min(begin, p.offset);
-    end = std::max(end, p.offset + size_t(p.numel()));
-  }
-  FG_ASSERT(begin != SIZE_MAX, "no parameters for layer ", layer);
-  return {begin, end};
+  FG_ASSERT(layer >= -1 && layer <= cfg_.n_layer, "no parameters for layer ", layer);
+  return {layer_start_[size_t(layer + 1)], layer_start_[size_t(layer + 2)]};
+}
+
+size_t GPT2::num_packed() const {
+  const ParamInfo& last = param_list_.back();
+  return last.packed + size_t(last.numel());
 }
 
 void GPT2::plan_activations() {
@@ -326,6 +336,7 @@ void GPT2::backward() {
   ops_.memset_zero(A.dres);
   ops_.layernorm_backward(A.dres, ends_->d_lnf_w, ends_->d_lnf_b, A.dln, A.l[size_t(L - 1)].res3,
                           ends_->lnf_w, A.lnf_mean, A.lnf_rstd);
+  if (grads_ready_) grads_ready_(L);
   for (int l = L - 1; l >= 0; --l) {
     Layer& w = layers_[size_t(l)];
     Acts::PerLayer& y = A.l[size_t(l)];
@@ -347,8 +358,10 @@ void GPT2::backward() {
     ops_.matmul_backward({.dinp = A.dln, .dweight = w.d_qkv_w, .dbias = w.d_qkv_b, .dout = A.dqkv,
                           .inp = y.ln1, .weight = w.qkv_w});
     ops_.layernorm_backward(A.dres, w.d_ln1_w, w.d_ln1_b, A.dln, res_in, w.ln1_w, y.ln1_mean, y.ln1_rstd);
+    if (grads_ready_) grads_ready_(l);
   }
   ops_.embedding_backward(ends_->d_wte, ends_->d_wpe, A.dres, A.tokens);
+  if (grads_ready_) grads_ready_(-1);
 }
 
 void GPT2::logits_to_host(float* out) {

@@ -11,6 +11,7 @@
 // (B·T, Vp) logits never exist whole. backward() then runs the blocks in reverse.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,8 @@ struct ParamInfo {
   std::string name;     // e.g. "h.3.attn.c_attn.weight"
   int layer;            // -1: embeddings, n_layer: final layernorm
   size_t offset;        // elements from the start of the arena
+  size_t packed;        // elements before it when all parameters are packed without gaps,
+                        // in this order (checkpoints; independent of the arena's padding)
   std::vector<int64_t> shape;
   bool decay;           // 2-D weights get weight decay; biases, LN params do not
   int64_t numel() const { int64_t n = 1; for (auto s : shape) n *= s; return n; }
@@ -38,8 +41,10 @@ struct ParamInfo {
 class GPT2 {
  public:
   // B, T: the micro-batch this model is sized for (activations are planned for it).
+  // layer_align: each layer's parameter range (and the arena's end) starts at a multiple
+  // of this many elements, so a caller can cut every layer into equal shards (ZeRO-1).
   GPT2(const ModelConfig& cfg, Ops& ops, DType dtype, int B, int T,
-       AttentionAlgo algo = AttentionAlgo::flash);
+       AttentionAlgo algo = AttentionAlgo::flash, size_t layer_align = 1);
   ~GPT2();
   GPT2(const GPT2&) = delete;
   GPT2& operator=(const GPT2&) = delete;
@@ -55,6 +60,12 @@ class GPT2 {
   float forward(float dloss);
   // Accumulates (+=) all parameter gradients. Requires forward(dloss != 0) before it.
   void backward();
+  // Called by backward() as soon as a layer's gradients for this micro-batch are final,
+  // in the order n_layer (final layernorm), n_layer-1, ..., 0, -1 (embeddings, last:
+  // the tied wte also collects the head's gradient). Whoever owns the gradients (the
+  // data-parallel trainer) starts communicating that layer while backward goes on.
+  using GradReadyHook = std::function<void(int layer)>;
+  void on_grads_ready(GradReadyHook hook) { grads_ready_ = std::move(hook); }
   double last_loss() const { return last_loss_; }
   void zero_grad();
 
@@ -68,8 +79,10 @@ class GPT2 {
   Tensor params() const { return params_; }  // all parameters, flat, activation dtype
   Tensor grads() const { return grads_; }    // all gradients, flat, GradDType(dtype)
   const std::vector<ParamInfo>& param_list() const { return param_list_; }
-  size_t num_params() const { return size_t(params_.numel()); }
-  // [begin, end) element range of layer l's parameters (-1 embeddings, n_layer final LN)
+  size_t num_params() const { return size_t(params_.numel()); }  // arena elements, padding included
+  size_t num_packed() const;  // parameters without padding (what checkpoints hold)
+  // [begin, end) element range of layer l in the arena (-1 embeddings, n_layer final LN):
+  // the ranges of -1, 0, ..., n_layer tile the whole arena, padding included.
   std::pair<size_t, size_t> layer_range(int layer) const;
   size_t activation_bytes() const { return act_bytes_; }
   // The last forward's logits for rows [0, rows) are not kept (chunked); tests that
@@ -92,6 +105,9 @@ class GPT2 {
   AttentionAlgo algo_;
 
   std::vector<ParamInfo> param_list_;
+  size_t layer_align_;
+  std::vector<size_t> layer_start_;  // arena offset where layer l starts, at [l + 1]; end last
+  GradReadyHook grads_ready_;
   void* param_mem_ = nullptr;
   void* grad_mem_ = nullptr;
   void* act_mem_ = nullptr;

@@ -1,31 +1,37 @@
 #include "optim/adamw.h"
+#include <algorithm>
 #include <cmath>
 #include <vector>
+#include "src/errors.h"
 
 namespace flashgpt {
 
-static Tensor slice(const Tensor& flat, size_t offset, int64_t n) {
-  Tensor t = flat;
-  t.data = static_cast<char*>(flat.data) + offset * dtype_size(flat.dtype);
-  t.shape[0] = n;
-  return t;
-}
-
-AdamW::AdamW(GPT2& model, const AdamWConfig& cfg) : model_(model), cfg_(cfg) {
+AdamW::AdamW(GPT2& model, const AdamWConfig& cfg, std::vector<Range> owned)
+    : model_(model), cfg_(cfg), owned_(std::move(owned)) {
   Ops& ops = model.ops();
-  const int64_t n = int64_t(model.num_params());
+  if (owned_.empty()) owned_.push_back({0, model.num_params()});
+  size_t n = 0;
+  for (size_t i = 0; i < owned_.size(); ++i) {
+    const Range& r = owned_[i];
+    FG_ASSERT(r.begin < r.end && r.end <= model.num_params() && (i == 0 || owned_[i - 1].end <= r.begin),
+              "owned ranges must be ascending, disjoint and inside the arena");
+    state_offset_.push_back(n);
+    n += r.size();
+  }
   // Optimizer state is fp32, except in fp64 runs (gradient checks) where it is fp64.
   const DType sd = model.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  m_mem_ = ops.alloc(size_t(n) * dtype_size(sd));
-  v_mem_ = ops.alloc(size_t(n) * dtype_size(sd));
-  m_ = Tensor(m_mem_, sd, ops.device(), {n});
-  v_ = Tensor(v_mem_, sd, ops.device(), {n});
+  m_mem_ = ops.alloc(n * dtype_size(sd));
+  v_mem_ = ops.alloc(n * dtype_size(sd));
+  m_ = Tensor(m_mem_, sd, ops.device(), {int64_t(n)});
+  v_ = Tensor(v_mem_, sd, ops.device(), {int64_t(n)});
   ops.memset_zero(m_);
   ops.memset_zero(v_);
   if (model.dtype() == DType::bf16) {  // master copy of the bf16 weights
-    master_mem_ = ops.alloc(size_t(n) * 4);
-    master_ = Tensor(master_mem_, DType::f32, ops.device(), {n});
-    ops.cast(master_, model.params());
+    master_mem_ = ops.alloc(n * 4);
+    master_ = Tensor(master_mem_, DType::f32, ops.device(), {int64_t(n)});
+    for (size_t i = 0; i < owned_.size(); ++i)
+      ops.cast(master_.rows(int64_t(state_offset_[i]), int64_t(state_offset_[i] + owned_[i].size())),
+               model.params().rows(int64_t(owned_[i].begin), int64_t(owned_[i].end)));
   }
   const DType nd = GradDType(model.dtype());
   norm_mem_ = ops.alloc(dtype_size(nd));
@@ -38,37 +44,50 @@ AdamW::~AdamW() {
     if (p) ops.free(p);
 }
 
-double AdamW::grad_norm() {
+double AdamW::grad_sum_squares() {
   Ops& ops = model_.ops();
   ops.memset_zero(norm_);
-  ops.sum_squares(norm_, model_.grads());
+  for (const Range& r : owned_) ops.sum_squares(norm_, model_.grads().rows(int64_t(r.begin), int64_t(r.end)));
   double ss = 0;
   if (norm_.dtype == DType::f64) ops.to_host(&ss, norm_);
   else { float f; ops.to_host(&f, norm_); ss = f; }
-  return std::sqrt(ss);
+  return ss;
+}
+
+double AdamW::grad_norm() {
+  FG_ASSERT(owned_.size() == 1 && owned_[0].size() == model_.num_params(),
+            "grad_norm() needs the whole arena; a shard's part is grad_sum_squares()");
+  return std::sqrt(grad_sum_squares());
 }
 
 void AdamW::step(double lr, double norm, uint32_t seed) {
   Ops& ops = model_.ops();
   ++step_;
   const double scale = (cfg_.grad_clip > 0 && norm > cfg_.grad_clip) ? cfg_.grad_clip / norm : 1.0;
-  for (const ParamInfo& p : model_.param_list()) {
-    AdamWArgs a;
-    const int64_t n = p.numel();
-    a.param = slice(model_.params(), p.offset, n);
-    a.grad = slice(model_.grads(), p.offset, n);
-    a.m = slice(m_, p.offset, n);
-    a.v = slice(v_, p.offset, n);
-    if (master_.defined()) a.master = slice(master_, p.offset, n);
-    a.lr = float(lr);
-    a.beta1 = float(cfg_.beta1);
-    a.beta2 = float(cfg_.beta2);
-    a.eps = float(cfg_.eps);
-    a.weight_decay = p.decay ? float(cfg_.weight_decay) : 0.0f;
-    a.grad_scale = float(scale);
-    a.step = step_;
-    a.seed = seed + uint32_t(p.offset);
-    ops.adamw_update(a);
+  for (size_t i = 0; i < owned_.size(); ++i) {
+    const Range& r = owned_[i];
+    // Each parameter's part inside the range: its own weight decay, its own packed index.
+    for (const ParamInfo& p : model_.param_list()) {
+      const size_t b = std::max(r.begin, p.offset), e = std::min(r.end, p.offset + size_t(p.numel()));
+      if (b >= e) continue;
+      const int64_t s0 = int64_t(state_offset_[i] + (b - r.begin)), s1 = s0 + int64_t(e - b);
+      AdamWArgs a;
+      a.param = model_.params().rows(int64_t(b), int64_t(e));
+      a.grad = model_.grads().rows(int64_t(b), int64_t(e));
+      a.m = m_.rows(s0, s1);
+      a.v = v_.rows(s0, s1);
+      if (master_.defined()) a.master = master_.rows(s0, s1);
+      a.lr = float(lr);
+      a.beta1 = float(cfg_.beta1);
+      a.beta2 = float(cfg_.beta2);
+      a.eps = float(cfg_.eps);
+      a.weight_decay = p.decay ? float(cfg_.weight_decay) : 0.0f;
+      a.grad_scale = float(scale);
+      a.step = step_;
+      a.seed = seed;
+      a.index0 = p.packed + (b - p.offset);
+      ops.adamw_update(a);
+    }
   }
 }
 

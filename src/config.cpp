@@ -81,6 +81,7 @@ std::map<std::string, Binding> bindings(Config& c) {
   m["train.checkpoint_every"] = bind(c.train.checkpoint_every);
   m["train.seed"] = bind(c.train.seed);
   m["train.precision"] = bind(c.train.precision);
+  m["train.zero"] = bind(c.train.zero);
   m["train.init_from"] = bind(c.train.init_from);
   m["data.train"] = bind(c.data.train);
   m["data.val"] = bind(c.data.val);
@@ -148,6 +149,7 @@ void validate_config(const Config& c) {
   check(t.checkpoint_every >= 0, "train.checkpoint_every", "must be >= 0");
   check(t.precision == "auto" || t.precision == "bf16" || t.precision == "fp32" || t.precision == "fp64",
         "train.precision", "must be auto, bf16, fp32 or fp64, got '" + t.precision + "'");
+  check(t.zero == 0 || t.zero == 1, "train.zero", cat("must be 0 or 1, got ", t.zero));
   check(c.run.device == "auto" || c.run.device == "cpu" || c.run.device == "cuda", "run.device",
         "must be auto, cpu or cuda, got '" + c.run.device + "'");
   check(!c.run.out_dir.empty(), "run.out_dir", "must not be empty");

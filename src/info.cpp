@@ -1,8 +1,13 @@
 // `flashgpt info`: what this build can do and which GPUs it sees.
 #include <cstdio>
 #include "src/commands.h"
+#include <string>
 #ifdef FLASHGPT_WITH_CUDA
+#include <nccl.h>
 #include "src/cuda/device_context.h"
+#endif
+#ifdef FLASHGPT_WITH_MPI
+#include <mpi.h>
 #endif
 
 namespace flashgpt {
@@ -12,12 +17,19 @@ void add_info_command(CLI::App& app) {
   cmd->callback([] {
 #ifdef FLASHGPT_WITH_CUDA
     std::printf("CUDA:   on (archs %s)\n", FLASHGPT_CUDA_ARCHS);
-    std::printf("NCCL:   on\n");
+    int nccl = 0;
+    ncclGetVersion(&nccl);
+    std::printf("NCCL:   on (%d.%d.%d; multi-GPU under mpirun)\n", nccl / 10000, nccl / 100 % 100, nccl % 100);
 #else
     std::printf("CUDA:   off (CPU-only build)\nNCCL:   off\n");
 #endif
 #ifdef FLASHGPT_WITH_MPI
-    std::printf("MPI:    on\n");
+    char version[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(version, &len);  // allowed before MPI_Init
+    std::string first(version, size_t(len));
+    first = first.substr(0, first.find_first_of(",\n"));
+    std::printf("MPI:    on (%s; launch with mpirun -np N)\n", first.c_str());
 #else
     std::printf("MPI:    off\n");
 #endif

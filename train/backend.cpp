@@ -1,4 +1,5 @@
 #include "train/backend.h"
+#include <cstdlib>
 #include "src/errors.h"
 #ifdef FLASHGPT_WITH_CUDA
 #include "src/cuda/device_context.h"
@@ -21,7 +22,19 @@ static double known_peak_tflops(const std::string& name) {
   return 0.0;
 }
 
-Backend make_backend(const std::string& device, const std::string& precision) {
+#ifdef FLASHGPT_WITH_CUDA
+// Which GPU this process uses: its rank on the node; or the only visible GPU when the
+// launcher binds one GPU per process (CUDA_VISIBLE_DEVICES set per rank).
+static int pick_gpu(int local_rank, int local_world) {
+  const int n = cuda_device_count();
+  if (local_world <= n) return local_rank;
+  if (n == 1 && std::getenv("CUDA_VISIBLE_DEVICES")) return 0;
+  fail_input(local_world, " processes run on this node but only ", n, " GPU(s) are visible: start at most ", n,
+             " rank(s) per node (e.g. mpirun -np ", n, ", or --map-by ppr:", n, ":node for several nodes)");
+}
+#endif
+
+Backend make_backend(const std::string& device, const std::string& precision, int local_rank, int local_world) {
   Backend b;
   bool use_cuda = device == "cuda" || (device == "auto" && cuda_available());
   if (device == "cuda" && !cuda_available())
@@ -36,7 +49,7 @@ Backend make_backend(const std::string& device, const std::string& precision) {
 #ifdef FLASHGPT_WITH_CUDA
     if (precision == "fp64") fail_input("train.precision fp64 is only supported on the CPU");
     b.dtype = precision == "fp32" ? DType::f32 : DType::bf16;
-    auto ctx = std::make_shared<DeviceContext>(0);
+    auto ctx = std::make_shared<DeviceContext>(pick_gpu(local_rank, local_world));
     b.ops = make_cuda_ops(*ctx);
     b.gpu_name = ctx->props().name;
     b.context = ctx;
@@ -62,6 +75,14 @@ AttentionAlgo attention_algo(const Config& c) {
 AdamWConfig adamw_config(const Config& c) {
   const auto& t = c.train;
   return {t.beta1, t.beta2, t.eps, t.weight_decay, t.grad_clip};
+}
+
+std::unique_ptr<Communicator> make_device_communicator(Backend& be, Communicator& host) {
+#ifdef FLASHGPT_WITH_CUDA
+  if (be.context && launched_by_mpi())
+    return make_nccl_communicator(host, *static_cast<DeviceContext*>(be.context.get()));
+#endif
+  return nullptr;
 }
 
 size_t Backend::device_memory_used() const {

@@ -8,6 +8,7 @@
 #include "layers/gpt2.h"
 #include "optim/adamw.h"
 #include "src/config.h"
+#include "train/comm.h"
 
 namespace flashgpt {
 
@@ -20,8 +21,15 @@ struct Backend {
   size_t device_memory_used() const;  // bytes in use on the GPU (0 on the CPU)
 };
 
-// device: auto | cpu | cuda; precision: auto | bf16 | fp32 | fp64.
-Backend make_backend(const std::string& device, const std::string& precision);
+// device: auto | cpu | cuda; precision: auto | bf16 | fp32 | fp64. On CUDA, the
+// process takes GPU `local_rank` of the node (under mpirun: its rank among the node's
+// `local_world` processes); InputError when the node has fewer GPUs than processes.
+Backend make_backend(const std::string& device, const std::string& precision, int local_rank = 0,
+                     int local_world = 1);
+// The communicator for this backend's tensors: NCCL on a GPU when the job was started
+// by an MPI launcher (also with one rank, so that path can be tested on one GPU), else
+// nullptr: use `host` itself (CPU tensors through MPI, or the single process).
+std::unique_ptr<Communicator> make_device_communicator(Backend& be, Communicator& host);
 bool cuda_available();  // built with CUDA and at least one GPU visible
 
 ModelConfig model_config(const Config& c);

@@ -186,6 +186,7 @@ void add_bench_commands(CLI::App& app) {
 #endif
   });
   add_bench_train_command(*bench);
+  add_bench_comm_command(*bench);
   add_bench_decode_command(*bench);
 }
 

@@ -6,4 +6,5 @@
 
 namespace flashgpt {
 void add_bench_train_command(CLI::App& bench);  // adds `train` under `bench`
+void add_bench_comm_command(CLI::App& bench);   // adds `comm` under `bench` (train/bench_comm.cpp)
 }

@@ -1,5 +1,7 @@
 #include "train/checkpoint.h"
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -83,34 +85,73 @@ void verify_checksums(const fs::path& dir) {
   }
 }
 
-// Fills `t` (any float dtype) from raw `src` bytes of dtype `src_dtype`.
-void upload_converted(Ops& ops, const Tensor& t, const char* src, DType src_dtype) {
-  if (src_dtype == t.dtype) { ops.from_host(t, src); return; }
-  // Different precision (e.g. a bf16 run evaluated on the CPU): convert on the host.
-  std::string raw(t.nbytes(), '\0');
-  doubles_to_raw(raw.data(), t.dtype, doubles_from_raw(src, src_dtype, size_t(t.numel())));
-  ops.from_host(t, raw.data());
-}
-
 DType dtype_from(const std::string& s, const std::string& what) {
   for (DType d : {DType::f32, DType::f64, DType::bf16})
     if (s == dtype_name(d)) return d;
   fail_input(what, ": unknown dtype '", s, "'");
 }
 
+// Parameters in the packed order (no padding): from an arena-layout host buffer.
+std::string pack_params(const GPT2& model, const std::string& arena, DType dtype) {
+  const size_t es = dtype_size(dtype);
+  std::string out;
+  out.reserve(model.num_packed() * es);
+  for (const ParamInfo& p : model.param_list()) out.append(arena, p.offset * es, size_t(p.numel()) * es);
+  return out;
+}
+
+// The file's tensors (header "params": name, offset, shape of each, offsets in elements
+// from `data`) into an arena-layout buffer of dtype `dst_dtype` for `model`.
+std::string unpack_params(const GPT2& model, const nlohmann::json& entries, const char* data, size_t data_elems,
+                          DType src_dtype, DType dst_dtype, const std::string& what) {
+  const auto& list = model.param_list();
+  if (!entries.is_array() || entries.size() != list.size())
+    fail_input(what, " holds ", entries.is_array() ? entries.size() : 0, " tensors, this model has ", list.size());
+  const size_t ses = dtype_size(src_dtype), des = dtype_size(dst_dtype);
+  std::string raw(model.num_params() * des, '\0');  // padding stays zero
+  for (size_t i = 0; i < list.size(); ++i) {
+    const ParamInfo& p = list[i];
+    const auto& e = entries[i];
+    if (e.at("name") != p.name || e.at("shape") != nlohmann::json(p.shape))
+      fail_input(what, ": tensor ", i, " is ", e.at("name").dump(), " ", e.at("shape").dump(), ", expected '", p.name,
+                 "' ", nlohmann::json(p.shape).dump());
+    const uint64_t off = e.at("offset").get<uint64_t>();
+    if (off > data_elems || data_elems - off < uint64_t(p.numel()))
+      fail_input(what, ": tensor '", p.name, "' lies outside the file (corrupt or truncated)");
+    const char* src = data + off * ses;
+    char* dst = raw.data() + p.offset * des;
+    if (src_dtype == dst_dtype) std::memcpy(dst, src, size_t(p.numel()) * des);
+    else doubles_to_raw(dst, dst_dtype, doubles_from_raw(src, src_dtype, size_t(p.numel())));  // e.g. bf16 run on the CPU
+  }
+  return raw;
+}
+
+nlohmann::json param_entries(const GPT2& model) {
+  nlohmann::json names = nlohmann::json::array();
+  for (const auto& p : model.param_list()) names.push_back({{"name", p.name}, {"offset", p.packed}, {"shape", p.shape}});
+  return names;
+}
+
 void load_weights_file(const fs::path& dir, GPT2& model) {
+  const std::string what = (dir / "model.bin").string();
   std::string bytes = read_file(dir / "model.bin");
   size_t off;
-  auto h = unpack(bytes, kModelMagic, (dir / "model.bin").string(), &off);
+  auto h = unpack(bytes, kModelMagic, what, &off);
   const auto& c = model.config();
-  if (h.at("n_layer") != c.n_layer || h.at("n_head") != c.n_head || h.at("n_embd") != c.n_embd ||
-      h.at("padded_vocab") != c.padded_vocab || h.at("max_seq_len") != c.max_seq_len)
-    fail_input("checkpoint '", dir.string(), "' was made for another model shape: ", h.dump());
-  DType d = dtype_from(h.at("dtype").get<std::string>(), (dir / "model.bin").string());
-  uint64_t n = h.at("numel").get<uint64_t>();
-  if (n != model.num_params() || off + n * dtype_size(d) != bytes.size())
-    fail_input((dir / "model.bin").string(), " has the wrong size (corrupt or truncated)");
-  upload_converted(model.ops(), model.params(), bytes.data() + off, d);
+  try {
+    if (h.at("n_layer") != c.n_layer || h.at("n_head") != c.n_head || h.at("n_embd") != c.n_embd ||
+        h.at("vocab_size") != c.vocab_size || h.at("padded_vocab") != c.padded_vocab ||
+        h.at("max_seq_len") != c.max_seq_len)
+      fail_input("checkpoint '", dir.string(), "' was made for another model shape: ", h.dump());
+    DType d = dtype_from(h.at("dtype").get<std::string>(), what);
+    uint64_t n = h.at("numel").get<uint64_t>();
+    if (n > (bytes.size() - off) / dtype_size(d) || off + n * dtype_size(d) != bytes.size())
+      fail_input(what, " has the wrong size (corrupt or truncated)");
+    std::string arena = unpack_params(model, h.at("params"), bytes.data() + off, n, d, model.dtype(), what);
+    model.ops().from_host(model.params(), arena.data());
+  } catch (const nlohmann::json::exception& e) {
+    fail_input(what, " has a malformed header: ", e.what());
+  }
 }
 
 }  // namespace
@@ -119,7 +160,7 @@ std::string checkpoint_config_path(const std::string& ckpt_dir) {
   return (fs::path(ckpt_dir) / "config.yaml").string();
 }
 
-std::string save_checkpoint(const std::string& out_dir, const GPT2& model, const AdamW* opt,
+std::string save_checkpoint(const std::string& out_dir, const GPT2& model, const OptimizerSnapshot* opt,
                             const CheckpointState& st, const std::string& config_yaml) {
   GPT2& m = const_cast<GPT2&>(model);
   Ops& ops = m.ops();
@@ -134,17 +175,14 @@ std::string save_checkpoint(const std::string& out_dir, const GPT2& model, const
   nlohmann::json mh = {{"n_layer", c.n_layer}, {"n_head", c.n_head}, {"n_embd", c.n_embd},
                        {"vocab_size", c.vocab_size}, {"padded_vocab", c.padded_vocab},
                        {"max_seq_len", c.max_seq_len}, {"dtype", dtype_name(model.dtype())},
-                       {"numel", model.num_params()}};
-  nlohmann::json names = nlohmann::json::array();
-  for (const auto& p : model.param_list()) names.push_back({{"name", p.name}, {"offset", p.offset}, {"shape", p.shape}});
-  mh["params"] = names;
+                       {"numel", model.num_packed()}, {"params", param_entries(model)}};
   std::map<std::string, std::string> files;
-  files["model.bin"] = pack(kModelMagic, mh, {tensor_bytes(ops, m.params())});
+  files["model.bin"] = pack(kModelMagic, mh, {pack_params(model, tensor_bytes(ops, m.params()), model.dtype())});
   if (opt) {
-    nlohmann::json oh = {{"step", opt->steps_done()}, {"dtype", dtype_name(opt->m().dtype)},
-                         {"numel", model.num_params()}, {"master", opt->master().defined()}};
-    std::vector<std::string> blobs = {tensor_bytes(ops, opt->m()), tensor_bytes(ops, opt->v())};
-    if (opt->master().defined()) blobs.push_back(tensor_bytes(ops, opt->master()));
+    nlohmann::json oh = {{"step", opt->step}, {"dtype", dtype_name(opt->dtype)}, {"numel", model.num_packed()},
+                         {"master", opt->tensors.size() == 3}, {"params", param_entries(model)}};
+    std::vector<std::string> blobs;
+    for (const std::string& t : opt->tensors) blobs.push_back(pack_params(model, t, opt->dtype));
     files["optimizer.bin"] = pack(kOptMagic, oh, blobs);
   }
   files["state.json"] = nlohmann::json{{"step", st.step}, {"loader", st.loader}, {"extra", st.extra}}.dump(1);
@@ -180,30 +218,53 @@ void load_model_weights(const std::string& ckpt_dir, GPT2& model) {
   load_weights_file(dir, model);
 }
 
-CheckpointState load_checkpoint(const std::string& ckpt_dir, GPT2& model, AdamW& opt) {
+CheckpointState load_checkpoint(const std::string& ckpt_dir, GPT2& model, OptimizerSnapshot* opt) {
   fs::path dir(ckpt_dir);
   verify_checksums(dir);
   load_weights_file(dir, model);
+  const std::string what = (dir / "optimizer.bin").string();
   std::string bytes = read_file(dir / "optimizer.bin");
   size_t off;
-  auto h = unpack(bytes, kOptMagic, (dir / "optimizer.bin").string(), &off);
-  const size_t n = model.num_params();
-  const size_t es = dtype_size(opt.m().dtype);
-  const bool master = h.at("master").get<bool>();
-  if (h.at("numel").get<uint64_t>() != n || h.at("dtype") != dtype_name(opt.m().dtype) ||
-      master != opt.master().defined() || off + n * es * (master ? 3 : 2) != bytes.size())
-    fail_input((dir / "optimizer.bin").string(), " does not fit this run (other precision or model) or is truncated");
-  Ops& ops = model.ops();
-  ops.from_host(opt.m(), bytes.data() + off);
-  ops.from_host(opt.v(), bytes.data() + off + n * es);
-  if (master) ops.from_host(opt.master(), bytes.data() + off + 2 * n * es);
-  opt.set_steps_done(h.at("step").get<int>());
-  auto s = nlohmann::json::parse(read_file(dir / "state.json"));
-  CheckpointState st;
-  st.step = s.at("step").get<int>();
-  st.loader = s.at("loader");
-  st.extra = s.value("extra", nlohmann::json::object());
-  return st;
+  auto h = unpack(bytes, kOptMagic, what, &off);
+  try {
+    if (!h.contains("params"))
+      fail_input(what, " was written by an older flashgpt (padded layout); its weights load, but it cannot be resumed");
+    const size_t n = h.at("numel").get<uint64_t>(), es = dtype_size(opt->dtype);
+    const size_t count = h.at("master").get<bool>() ? 3 : 2;
+    if (n != model.num_packed() || h.at("dtype") != dtype_name(opt->dtype) || count != opt->tensors.size() ||
+        off + n * es * count != bytes.size())
+      fail_input(what, " does not fit this run (other precision or model) or is truncated");
+    for (size_t k = 0; k < count; ++k)
+      opt->tensors[k] = unpack_params(model, h.at("params"), bytes.data() + off + k * n * es, n, opt->dtype,
+                                      opt->dtype, what);
+    opt->step = h.at("step").get<int>();
+    auto s = nlohmann::json::parse(read_file(dir / "state.json"));
+    CheckpointState st;
+    st.step = s.at("step").get<int>();
+    st.loader = s.at("loader");
+    st.extra = s.value("extra", nlohmann::json::object());
+    return st;
+  } catch (const nlohmann::json::exception& e) {
+    fail_input("checkpoint '", dir.string(), "' has malformed state: ", e.what());
+  }
+}
+
+OptimizerSnapshot snapshot_of(AdamW& opt) {
+  FG_ASSERT(opt.owned().size() == 1 && opt.owned()[0].size() == opt.model().num_params(),
+            "snapshot_of needs an optimizer that owns the whole arena");
+  OptimizerSnapshot s{opt.steps_done(), opt.m().dtype, {}};
+  for (Tensor t : {opt.m(), opt.v(), opt.master()})
+    if (t.defined()) s.tensors.push_back(tensor_bytes(opt.model().ops(), t));
+  return s;
+}
+
+void restore_from(AdamW& opt, const OptimizerSnapshot& snap) {
+  FG_ASSERT(opt.owned().size() == 1 && opt.owned()[0].size() == opt.model().num_params(),
+            "restore_from needs an optimizer that owns the whole arena");
+  size_t k = 0;
+  for (Tensor t : {opt.m(), opt.v(), opt.master()})
+    if (t.defined()) opt.model().ops().from_host(t, snap.tensors.at(k++).data());
+  opt.set_steps_done(snap.step);
 }
 
 }  // namespace flashgpt

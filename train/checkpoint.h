@@ -1,8 +1,11 @@
 // Checkpoints: one directory per step, written under a temporary name and renamed
 // when complete, so a crash or kill never damages the last good checkpoint.
 //   <out_dir>/ckpt_000100/
-//     model.bin       weights (enough for eval/sample): header + params in ParamInfo order
-//     optimizer.bin   AdamW m, v, master weights and step (for resume)
+//     model.bin       weights (enough for eval/sample): header + params packed in
+//                     ParamInfo order (name, offset, shape of each in the header)
+//     optimizer.bin   AdamW m, v, master weights (packed the same way) and step
+// Nothing in them depends on the arena's padding or on how ranks sharded the optimizer,
+// so a checkpoint written by N ranks resumes on any number of ranks.
 //     state.json      step, loader state, RNG seed
 //     config.yaml     the resolved config
 //     checksums.json  FNV-1a 64 of every file above
@@ -11,7 +14,7 @@
 #include <string>
 #include <nlohmann/json.hpp>
 #include "layers/gpt2.h"
-#include "optim/adamw.h"
+#include "train/data_parallel.h"
 
 namespace flashgpt {
 
@@ -21,13 +24,18 @@ struct CheckpointState {
   nlohmann::json extra;   // anything else the trainer wants back
 };
 
-// Returns the directory written.
-std::string save_checkpoint(const std::string& out_dir, const GPT2& model, const AdamW* opt,
+// Returns the directory written. opt: nullptr writes no optimizer state (weights only).
+std::string save_checkpoint(const std::string& out_dir, const GPT2& model, const OptimizerSnapshot* opt,
                             const CheckpointState& st, const std::string& config_yaml);
 // Model weights only (eval). Validates checksums and shapes; InputError when corrupt.
 void load_model_weights(const std::string& ckpt_dir, GPT2& model);
-// Everything for resume.
-CheckpointState load_checkpoint(const std::string& ckpt_dir, GPT2& model, AdamW& opt);
+// Everything for resume: weights into `model`, the optimizer state into `opt` (laid out
+// like `model`'s arena). opt->dtype and opt->tensors.size() say what this run expects
+// (2: m and v, 3: with the fp32 master); a checkpoint that differs is an InputError.
+CheckpointState load_checkpoint(const std::string& ckpt_dir, GPT2& model, OptimizerSnapshot* opt);
+// The state of one AdamW that owns the whole arena (single process), and back.
+OptimizerSnapshot snapshot_of(AdamW& opt);
+void restore_from(AdamW& opt, const OptimizerSnapshot& snap);
 // "latest" resolution: a checkpoint dir, or a run dir containing `latest`.
 std::string resolve_checkpoint(const std::string& path);
 // The config saved in a checkpoint directory.

@@ -4,6 +4,8 @@
 #include <vector>
 #include "src/commands.h"
 #include "src/config.h"
+#include "src/errors.h"
+#include "train/comm.h"
 #include "train/eval_text.h"
 #include "train/trainer.h"
 
@@ -22,14 +24,19 @@ void add_train_commands(CLI::App& app) {
     cmd->add_option("--init-from", *init_from, "Start from a checkpoint's weights with a fresh optimizer (fine-tuning); "
                     "same as --set train.init_from=PATH")->excludes("--resume");
     cmd->callback([=] {
+      // Under mpirun: one process per GPU (or per CPU rank), world = -np.
+      auto comm = make_host_communicator();
       std::vector<std::string> overrides = *sets;
       if (!init_from->empty()) overrides.push_back("train.init_from=" + *init_from);
-      Config cfg = load_config(*config, overrides);
-      TrainResult r = train(cfg, *resume);
-      std::printf("done: %d steps, train loss %.4f", r.steps_done, r.last_train_loss);
-      if (r.last_val_loss >= 0) std::printf(", val loss %.4f", r.last_val_loss);
-      if (!r.last_checkpoint.empty()) std::printf(", checkpoint %s", r.last_checkpoint.c_str());
-      std::printf("\n");
+      on_every_rank(*comm, [&] {
+        Config cfg = load_config(*config, overrides);
+        TrainResult r = train(cfg, *resume, *comm);
+        if (comm->rank() != 0) return;
+        std::printf("done: %d steps, train loss %.4f", r.steps_done, r.last_train_loss);
+        if (r.last_val_loss >= 0) std::printf(", val loss %.4f", r.last_val_loss);
+        if (!r.last_checkpoint.empty()) std::printf(", checkpoint %s", r.last_checkpoint.c_str());
+        std::printf("\n");
+      });
     });
   }
   {

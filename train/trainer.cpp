@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "src/errors.h"
 #include "train/backend.h"
 #include "train/checkpoint.h"
+#include "train/data_parallel.h"
 
 namespace fs = std::filesystem;
 
@@ -45,72 +47,122 @@ double mean_loss(GPT2& model, DataLoader& loader, int batches, std::vector<int32
   for (int i = 0; i < batches; ++i) {
     loader.next(in.data(), tg.data());
     model.set_batch(in.data(), tg.data());
-    sum += double(model.forward(0.0f));
+    model.forward(0.0f);
+    sum += model.last_loss();
   }
   return batches ? sum / batches : 0.0;
+}
+
+// FLASHGPT_TEST_FAIL_AT="RANK:STEP": that rank throws in the middle of that step (after
+// its first forward, while the other ranks go on into the step's collectives). For the
+// tests of the failure path; never set in real runs.
+bool injected_failure(int rank, int step) {
+  const char* s = std::getenv("FLASHGPT_TEST_FAIL_AT");
+  int r = -1, st = -1;
+  return s && std::sscanf(s, "%d:%d", &r, &st) == 2 && r == rank && st == step;
 }
 
 }  // namespace
 
 TrainResult train(const Config& cfg, const std::string& resume) {
+  auto single = make_host_communicator();
+  FG_ASSERT(single->world() == 1, "train(cfg, resume) is the single-process entry");
+  return train(cfg, resume, *single);
+}
+
+TrainResult train(const Config& cfg, const std::string& resume, Communicator& host) {
   const auto& t = cfg.train;
-  const int world = 1, rank = 0;  // single process for now; mpirun support is its own issue
+  const int world = host.world(), rank = host.rank();
+  const bool lead = rank == 0;
   const int64_t micro_tokens = int64_t(t.batch_size) * t.seq_len * world;
   const int64_t total = t.total_batch ? t.total_batch : micro_tokens;
   if (total % micro_tokens != 0)
-    fail_input("config key 'train.total_batch': ", total, " is not a multiple of batch_size·seq_len·ranks = ", micro_tokens);
+    fail_input("config key 'train.total_batch': ", total, " is not a multiple of batch_size·seq_len·ranks = ",
+               t.batch_size, "·", t.seq_len, "·", world, " = ", micro_tokens);
   const int accum = int(total / micro_tokens);
 
-  Backend be = make_backend(cfg.run.device, t.precision);
-  GPT2 model(model_config(cfg), *be.ops, be.dtype, t.batch_size, t.seq_len, attention_algo(cfg));
+  Backend be = make_backend(cfg.run.device, t.precision, host.local_rank(), host.local_world());
+  std::unique_ptr<Communicator> device_comm = make_device_communicator(be, host);
+  Communicator& comm = device_comm ? *device_comm : host;
+  GPT2 model(model_config(cfg), *be.ops, be.dtype, t.batch_size, t.seq_len, attention_algo(cfg),
+             DataParallel::layer_align(world));
   model.init_random(t.seed);
-  AdamW opt(model, adamw_config(cfg));
+  DataParallel dp(model, comm, t.zero);
+  dp.broadcast_weights();  // the init is deterministic; this makes "identical" a fact
+  AdamW opt(model, adamw_config(cfg), dp.owned());
   LRSchedule sched{t.lr, t.warmup_steps, t.steps, t.min_lr_frac, t.schedule};
 
-  DataLoader train_loader({cfg.data.train, t.batch_size, t.seq_len, rank, world, t.seed, true, cfg.model.vocab_size});
+  const uint64_t rows_per_step = uint64_t(total / t.seq_len);
+  DataLoader train_loader({cfg.data.train, t.batch_size, t.seq_len, rank, world, t.seed, true,
+                           cfg.model.vocab_size, rows_per_step});
   std::unique_ptr<DataLoader> val_loader;
   if (t.eval_steps > 0)
     val_loader = std::make_unique<DataLoader>(
-        LoaderOptions{cfg.data.val, t.batch_size, t.seq_len, rank, world, t.seed, false, cfg.model.vocab_size});
+        LoaderOptions{cfg.data.val, t.batch_size, t.seq_len, rank, world, t.seed, false, cfg.model.vocab_size, 0});
   const int val_batches = val_loader ? int(std::min<uint64_t>(uint64_t(t.eval_steps), val_loader->batches_per_epoch())) : 0;
 
   const std::string config_yaml = config_to_yaml(cfg);
-  fs::create_directories(cfg.run.out_dir);
-  { std::ofstream(fs::path(cfg.run.out_dir) / "config.yaml") << config_yaml; }
-  std::ofstream metrics(fs::path(cfg.run.out_dir) / "metrics.jsonl", std::ios::app);
+  std::ofstream metrics;
+  if (lead) {
+    fs::create_directories(cfg.run.out_dir);
+    std::ofstream(fs::path(cfg.run.out_dir) / "config.yaml") << config_yaml;
+    metrics.open(fs::path(cfg.run.out_dir) / "metrics.jsonl", std::ios::app);
+  }
 
   int start = 0;
   if (!resume.empty()) {
-    std::string dir = resolve_checkpoint(resume);
-    CheckpointState st = load_checkpoint(dir, model, opt);
-    train_loader.restore(st.loader);
-    start = st.step;
-    std::printf("resumed from %s at step %d\n", dir.c_str(), start);
+    // Rank 0 reads the checkpoint; everything in it reaches the others by broadcast, so
+    // only rank 0's filesystem needs it.
+    const size_t n_state = opt.master().defined() ? 3 : 2;
+    OptimizerSnapshot snap{0, opt.m().dtype, std::vector<std::string>(n_state)};
+    std::string state, dir;
+    if (lead) {
+      dir = resolve_checkpoint(resume);
+      CheckpointState st = load_checkpoint(dir, model, &snap);
+      state = nlohmann::json{{"step", st.step}, {"optimizer_step", snap.step}, {"loader", st.loader}}.dump();
+    }
+    const nlohmann::json st = nlohmann::json::parse(comm.broadcast_string(state, 0));
+    dp.broadcast_weights();
+    dp.restore_optimizer(opt, snap);
+    opt.set_steps_done(st.at("optimizer_step").get<int>());
+    train_loader.restore(st.at("loader"));
+    start = st.at("step").get<int>();
+    if (lead) std::printf("resumed from %s at step %d\n", dir.c_str(), start);
   }
 
-  std::printf("--- resolved config ---\n%s-----------------------\n", config_yaml.c_str());
-  std::printf("device: %s (%s), params: %.2fM, activations: %.1f MB, grad accumulation: %d, tokens/step: %ld\n",
-              be.ops->name().c_str(), dtype_name(be.dtype), double(model.num_params()) / 1e6,
-              double(model.activation_bytes()) / 1e6, accum, long(total));
-  std::printf("train data: %s (%.2fM tokens)\n", cfg.data.train.c_str(), double(train_loader.total_tokens()) / 1e6);
-  std::fflush(stdout);
+  if (lead) {
+    std::printf("--- resolved config ---\n%s-----------------------\n", config_yaml.c_str());
+    std::printf("device: %s (%s), params: %.2fM, activations: %.1f MB, grad accumulation: %d, tokens/step: %ld\n",
+                be.ops->name().c_str(), dtype_name(be.dtype), double(model.num_packed()) / 1e6,
+                double(model.activation_bytes()) / 1e6, accum, long(total));
+    if (world > 1 || std::string(comm.name()) != "single")
+      std::printf("ranks: %d (%s), ZeRO-%d, %zu gradient buckets\n", world, comm.name(), t.zero, dp.bucket_count());
+    std::printf("train data: %s (%.2fM tokens)\n", cfg.data.train.c_str(), double(train_loader.total_tokens()) / 1e6);
+    std::fflush(stdout);
+  }
 
   const size_t BT = size_t(t.batch_size) * size_t(t.seq_len);
   std::vector<int32_t> in(BT), tg(BT);
-  const float dloss = float(1.0 / double(int64_t(BT) * accum));
+  // The gradient of the global mean loss: each rank's sum over its micro-batches, summed
+  // over ranks by the data-parallel reduction.
+  const float dloss = float(1.0 / (double(BT) * accum * world));
   TrainResult res;
   auto t0 = Clock::now();
   double window_seconds = 0;
   int window_steps = 0;
 
   auto save = [&](int step) {
-    CheckpointState st{step, train_loader.state(), {}};
-    res.last_checkpoint = save_checkpoint(cfg.run.out_dir, model, &opt, st, config_yaml);
+    OptimizerSnapshot snap = dp.snapshot_optimizer(opt);  // collective
+    if (lead) {
+      CheckpointState st{step, train_loader.state(), {}};
+      res.last_checkpoint = save_checkpoint(cfg.run.out_dir, model, &snap, st, config_yaml);
+    }
   };
   auto validate = [&](int step) {
     if (!val_loader) return;
-    double vl = mean_loss(model, *val_loader, val_batches, in, tg);
+    const double vl = comm.mean(mean_loss(model, *val_loader, val_batches, in, tg));
     res.last_val_loss = vl;
+    if (!lead) return;
     std::printf("step %5d/%d | val loss %.4f | val ppl %.2f\n", step, t.steps, vl, std::exp(vl));
     metrics << nlohmann::json{{"step", step}, {"val_loss", vl}}.dump() << "\n";
     metrics.flush();
@@ -123,13 +175,19 @@ TrainResult train(const Config& cfg, const std::string& resume) {
     for (int a = 0; a < accum; ++a) {
       train_loader.next(in.data(), tg.data());
       model.set_batch(in.data(), tg.data());
-      loss += double(model.forward(dloss)) / accum;
+      model.forward(dloss);
+      loss += model.last_loss() / accum;  // double: fp64 runs keep every digit
+      if (injected_failure(rank, step + 1)) fail("injected failure (FLASHGPT_TEST_FAIL_AT) at step ", step + 1);
+      dp.set_last_micro_batch(a + 1 == accum);
       model.backward();
     }
+    dp.finish_gradients();
+    loss = comm.mean(loss);
     if (!std::isfinite(loss)) fail("loss is ", loss, " at step ", step + 1, ": training diverged (no checkpoint written)");
-    const double norm = opt.grad_norm();
+    const double norm = dp.grad_norm(opt);
     const double lr = sched.at(step);
     opt.step(lr, norm, uint32_t(t.seed) + uint32_t(step));
+    dp.sync_weights();
     be.ops->synchronize();
     const double dt = std::chrono::duration<double>(Clock::now() - s0).count();
     res.steps_done = step + 1;
@@ -138,26 +196,29 @@ TrainResult train(const Config& cfg, const std::string& resume) {
     window_seconds += dt;
     ++window_steps;
     if ((step + 1) % t.log_every == 0 || step + 1 == t.steps) {
+      const double mem = be.gpu_name.empty() ? 0.0 : comm.max(double(be.device_memory_used()));  // collective
       const double tok_s = double(total) * window_steps / window_seconds;
       const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
       const double eta = window_seconds / window_steps * (t.steps - step - 1);
       std::string perf;
       if (!be.gpu_name.empty()) {
-        const double tflops = tok_s * model.flops_per_token() / 1e12;
+        const double tflops = tok_s * model.flops_per_token() / 1e12 / world;  // per GPU
         char buf[96];
         if (be.peak_tflops > 0) std::snprintf(buf, sizeof buf, " | MFU %.1f%%", 100.0 * tflops / be.peak_tflops);
-        else std::snprintf(buf, sizeof buf, " | %.1f TFLOP/s", tflops);
+        else std::snprintf(buf, sizeof buf, " | %.1f TFLOP/s/GPU", tflops);
         perf = buf;
-        std::snprintf(buf, sizeof buf, " | mem %.1f GB", double(be.device_memory_used()) / 1e9);
+        std::snprintf(buf, sizeof buf, world > 1 ? " | mem %.1f GB/GPU" : " | mem %.1f GB", mem / 1e9);
         perf += buf;
       }
-      std::printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %s tok/s%s | %s elapsed, ETA %s\n",
-                  step + 1, t.steps, loss, lr, norm, human(tok_s).c_str(), perf.c_str(),
-                  hms(elapsed).c_str(), hms(eta).c_str());
-      std::fflush(stdout);
-      metrics << nlohmann::json{{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
-                                {"tokens_per_s", tok_s}, {"elapsed_s", elapsed}}.dump() << "\n";
-      metrics.flush();
+      if (lead) {
+        std::printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %s tok/s%s | %s elapsed, ETA %s\n",
+                    step + 1, t.steps, loss, lr, norm, human(tok_s).c_str(), perf.c_str(),
+                    hms(elapsed).c_str(), hms(eta).c_str());
+        std::fflush(stdout);
+        metrics << nlohmann::json{{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
+                                  {"tokens_per_s", tok_s}, {"elapsed_s", elapsed}}.dump() << "\n";
+        metrics.flush();
+      }
       window_seconds = 0;
       window_steps = 0;
     }
@@ -165,7 +226,7 @@ TrainResult train(const Config& cfg, const std::string& resume) {
     if ((t.eval_every && (step + 1) % t.eval_every == 0) || last) validate(step + 1);
     if ((t.checkpoint_every && (step + 1) % t.checkpoint_every == 0) || last) save(step + 1);
   }
-  if (start >= t.steps) std::printf("nothing to do: checkpoint is at step %d of %d\n", start, t.steps);
+  if (start >= t.steps && lead) std::printf("nothing to do: checkpoint is at step %d of %d\n", start, t.steps);
   return res;
 }
 
@@ -179,7 +240,7 @@ EvalResult evaluate_checkpoint(const std::string& ckpt, const std::string& patte
   Backend be = make_backend(device, precision == "fp64" && device != "cpu" ? "auto" : precision);
   GPT2 model(model_config(cfg), *be.ops, be.dtype, cfg.train.batch_size, cfg.train.seq_len, attention_algo(cfg));
   load_model_weights(dir, model);
-  DataLoader loader({data, cfg.train.batch_size, cfg.train.seq_len, 0, 1, 0, false, cfg.model.vocab_size});
+  DataLoader loader({data, cfg.train.batch_size, cfg.train.seq_len, 0, 1, 0, false, cfg.model.vocab_size, 0});
   const int n = steps > 0 ? int(std::min<uint64_t>(uint64_t(steps), loader.batches_per_epoch()))
                           : int(loader.batches_per_epoch());
   std::vector<int32_t> in(size_t(cfg.train.batch_size) * cfg.train.seq_len), tg(in.size());

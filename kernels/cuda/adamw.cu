@@ -3,7 +3,8 @@
 //   g = grad·grad_scale;  m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·g²
 //   w = w − lr·( m/(1−β1^t) / (√(v/(1−β2^t)) + ε) + wd·w )      (PyTorch AdamW)
 // w is the fp32 master when there is one (bf16 runs): the bf16 parameter is then
-// written from it with stochastic rounding (a hash of seed and element index), so the
+// written from it with stochastic rounding (a hash of seed and the element's index in
+// the packed parameter order, index0 + i), so the
 // expected bf16 weight equals the master weight. fp32 runs update the parameter itself.
 // sum_squares: a fixed grid of kSumSqBlocks blocks (grid-stride) writes one partial per
 // block, and one block adds them in order: the same bits on every run.
@@ -26,7 +27,7 @@ __global__ void adamw_kernel(T* __restrict__ param, float* __restrict__ master,
                              const float* __restrict__ grad, float* __restrict__ m_state,
                              float* __restrict__ v_state, int64_t n, float lr, float beta1,
                              float beta2, float eps, float wd, float grad_scale, float bc1,
-                             float bc2, uint32_t seed) {
+                             float bc2, uint32_t seed, uint64_t index0) {
   int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float g = grad[i] * grad_scale;
@@ -39,7 +40,7 @@ __global__ void adamw_kernel(T* __restrict__ param, float* __restrict__ master,
   if (master) {
     master[i] = w;
     if constexpr (std::is_same_v<T, bf16>)
-      param[i] = bf16_stochastic(w, seed, uint32_t(i));
+      param[i] = bf16_stochastic(w, seed, uint32_t(index0 + uint64_t(i)));
     else
       param[i] = from_f<T>(w);
   } else {
@@ -90,7 +91,7 @@ void adamw_update(const AdamWArgs& a, cudaStream_t stream) {
     adamw_kernel<T><<<unsigned(ceil_div(n, kThreads)), kThreads, 0, stream>>>(
         a.param.as<T>(), a.master.defined() ? a.master.as<float>() : nullptr, a.grad.as<float>(),
         a.m.as<float>(), a.v.as<float>(), n, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay,
-        a.grad_scale, bc1, bc2, a.seed);
+        a.grad_scale, bc1, bc2, a.seed, a.index0);
     CUDA_CHECK_LAUNCH();
   });
 }
