@@ -37,7 +37,7 @@ FAILED = []
 
 def run(cmd, **kw):
     print("$", " ".join(cmd), flush=True)
-    res = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    res = subprocess.run(cmd, capture_output=True, text=True, errors="replace", **kw)  # samples may cut UTF-8
     if res.returncode != 0:
         print(res.stdout[-2000:], res.stderr[-2000:], file=sys.stderr)
         raise SystemExit(f"command failed with exit code {res.returncode}")
