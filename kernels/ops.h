@@ -73,6 +73,28 @@ struct AttentionBackward {
   Tensor probs;    // naive only: (B, H, T, T) from forward
 };
 
+// Decoding: one new token per sequence attends to a KV cache (causal by construction:
+// the cache holds exactly the positions before it, and its own key). B sequences move in
+// lock-step, so every sequence attends to the same number T of cached positions.
+struct AttentionDecode {
+  Tensor out;      // (B, H*D)        overwritten: the new token's output ((B,1,H,D))
+  Tensor lse;      // (B, H)          fp32 (fp64 in fp64 runs), overwritten; undefined: not written
+  Tensor qkv;      // (B, 3*H*D)      the new token's q, k, v ((B,1,3,H,D)); q is read
+  Tensor k_cache;  // (B, H, Tmax, D) keys of positions [0, T) are read
+  Tensor v_cache;  // (B, H, Tmax, D) values of positions [0, T) are read
+  int B = 0, H = 0, D = 0;
+  int T = 0;       // positions attended to, the new token's own included: 1 <= T <= Tmax
+};
+
+// Appends n tokens' keys and values to a KV cache.
+struct KVCacheWrite {
+  Tensor k_cache;  // (B, H, Tmax, D) positions [pos, pos+n) overwritten with k
+  Tensor v_cache;  // (B, H, Tmax, D) positions [pos, pos+n) overwritten with v
+  Tensor qkv;      // (B, n, 3*H*D)   as (B*n, 3*H*D): k and v of the n new tokens are read
+  int B = 0, n = 0, H = 0, D = 0;
+  int pos = 0;     // cache position of the first new token; pos + n <= Tmax
+};
+
 struct AdamWArgs {
   Tensor param;    // (n) activation dtype: the weights the model reads; overwritten
   Tensor master;   // (n) fp32 master copy, or undefined when param is already fp32/fp64
@@ -137,6 +159,11 @@ class Ops {
   // ---- attention, scale 1/sqrt(D) ----
   virtual void attention_forward(const AttentionForward& a) = 0;
   virtual void attention_backward(const AttentionBackward& a) = 0;
+
+  // ---- decoding with a KV cache (inference only, no backward) ----
+  // out = softmax(q·K[0,T)ᵀ·scale)·V[0,T) for each (b, h); see AttentionDecode.
+  virtual void attention_decode(const AttentionDecode& a) = 0;
+  virtual void kv_cache_write(const KVCacheWrite& a) = 0;
 
   // ---- fused softmax + cross-entropy over a padded vocabulary ----
   // logits (N, Vp): columns >= V are padding and ignored. For each row n:

@@ -85,6 +85,7 @@ std::map<std::string, Binding> bindings(Config& c) {
   m["train.seed"] = bind(c.train.seed);
   m["train.precision"] = bind(c.train.precision);
   m["train.zero"] = bind(c.train.zero);
+  m["train.init_from"] = bind(c.train.init_from);
   m["data.train"] = bind(c.data.train);
   m["data.val"] = bind(c.data.val);
   m["run.out_dir"] = bind(c.run.out_dir);

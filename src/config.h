@@ -44,6 +44,7 @@ struct Config {
     std::string precision = "auto";  // auto (bf16 on CUDA, fp32 on CPU) | bf16 | fp32 | fp64 (CPU)
     int zero = 1;                 // with several ranks: 1 shards AdamW state (master, m, v) over them
                                   // (ZeRO-1), 0 keeps all of it on every rank; no effect on one rank
+    std::string init_from;        // checkpoint (or run dir) whose weights start a fresh run (fine-tuning); "" = random init
   } train;
   struct Data {
     std::string train = "cache/shards/sotu/train_*.bin";  // glob of training shards

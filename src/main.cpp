@@ -11,6 +11,8 @@ int main(int argc, char** argv) {
   flashgpt::add_train_commands(app);
   flashgpt::add_data_commands(app);
   flashgpt::add_bench_commands(app);
+  flashgpt::add_sample_command(app);
+  flashgpt::add_interop_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

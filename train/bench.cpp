@@ -17,6 +17,7 @@
 
 #include "src/commands.h"
 #include "src/errors.h"
+#include "train/bench_decode.h"
 #include "train/bench_train.h"
 #ifdef FLASHGPT_WITH_CUDA
 #include <cuda_runtime.h>
@@ -186,6 +187,7 @@ void add_bench_commands(CLI::App& app) {
   });
   add_bench_train_command(*bench);
   add_bench_comm_command(*bench);
+  add_bench_decode_command(*bench);
 }
 
 }  // namespace flashgpt

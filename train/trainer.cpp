@@ -16,6 +16,7 @@
 #include "train/backend.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
+#include "train/load_model.h"
 #include "train/stop_signals.h"
 
 namespace fs = std::filesystem;
@@ -103,6 +104,8 @@ TrainResult train(const Config& cfg, const std::string& resume, Communicator& ho
   GPT2 model(model_config(cfg), *be.ops, be.dtype, t.batch_size, t.seq_len, attention_algo(cfg),
              DataParallel::layer_align(world));
   model.init_random(t.seed);
+  // Fine-tuning: rank 0 loads the weights, the broadcast below hands them to every rank.
+  if (!t.init_from.empty() && resume.empty() && lead) init_from_checkpoint(t.init_from, model);
   DataParallel dp(model, comm, t.zero);
   dp.broadcast_weights();  // the init is deterministic; this makes "identical" a fact
   AdamW opt(model, adamw_config(cfg), dp.owned());

@@ -64,6 +64,9 @@ template <class T> void attention_backward_naive(const AttentionBackward& a);
 template <class T> void attention_forward_flash(const AttentionForward& a);
 template <class T> void attention_backward_flash(const AttentionBackward& a);
 
+template <class T> void attention_decode(const AttentionDecode& a);
+template <class T> void kv_cache_write(const KVCacheWrite& a);
+
 template <class T> void adamw_update(const AdamWArgs& a);
 template <class T> void sum_squares(StatView out, Tensor grad);
 template <class T> void scale(Tensor x, float s);

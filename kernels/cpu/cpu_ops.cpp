@@ -249,6 +249,27 @@ class CpuOps final : public Ops {
     });
   }
 
+  // ---- decoding with a KV cache ----
+  void attention_decode(const AttentionDecode& a) override {
+    const DType t = a.qkv.dtype;
+    const int64_t HD = int64_t(a.H) * a.D;
+    check_kv_cache(a.k_cache, a.v_cache, t, a.B, a.H, a.D);
+    FG_ASSERT(a.T >= 1 && a.T <= a.k_cache.size(2), "decode length T = ", a.T,
+              " must be in [1, cache capacity ", a.k_cache.size(2), "]");
+    check(a.qkv, "qkv", t, int64_t(a.B) * 3 * HD);
+    check(a.out, "out", t, int64_t(a.B) * HD);
+    if (a.lse.defined()) check_stat(a.lse, "lse", int64_t(a.B) * a.H);
+    dispatch(t, "attention_decode", [&](auto tag) { cpu::attention_decode<decltype(tag)>(a); });
+  }
+  void kv_cache_write(const KVCacheWrite& a) override {
+    const DType t = a.qkv.dtype;
+    check_kv_cache(a.k_cache, a.v_cache, t, a.B, a.H, a.D);
+    FG_ASSERT(a.n >= 1 && a.pos >= 0 && a.pos + a.n <= a.k_cache.size(2), "kv_cache_write: positions [",
+              a.pos, ", ", a.pos + a.n, ") outside the cache capacity ", a.k_cache.size(2));
+    check(a.qkv, "qkv", t, int64_t(a.B) * a.n * 3 * a.H * a.D);
+    dispatch(t, "kv_cache_write", [&](auto tag) { cpu::kv_cache_write<decltype(tag)>(a); });
+  }
+
   // ---- softmax + cross-entropy ----
   void softmax_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int V,
                              float dloss) override {
@@ -297,6 +318,16 @@ class CpuOps final : public Ops {
     check_stat(mean, "mean", N);
     check_stat(rstd, "rstd", N);
     return N;
+  }
+  // k and v caches: (B, H, Tmax, D), same dtype t, on the CPU.
+  static void check_kv_cache(const Tensor& k, const Tensor& v, DType t, int B, int H, int D) {
+    FG_ASSERT(B > 0 && H > 0 && D > 0, "decode sizes must be positive");
+    for (const Tensor* c : {&k, &v}) {
+      FG_ASSERT(c->ndim == 4 && c->size(0) == B && c->size(1) == H && c->size(3) == D,
+                "KV cache ", c->shape_str(), " is not (B=", B, ", H=", H, ", Tmax, D=", D, ")");
+      check(*c, "KV cache", t, c->numel());
+    }
+    FG_ASSERT(k.size(2) == v.size(2), "k and v caches differ in capacity");
   }
   struct MatmulDims { int64_t N, C, OC; };
   static MatmulDims check_matmul(const Tensor& inp, const Tensor& weight) {

@@ -20,6 +20,7 @@ namespace flashgpt::cpu {
 namespace {
 constexpr int64_t kRowBlock = 4;   // rows of out per tile (reuse of each B load)
 constexpr int64_t kColBlock = 32;  // columns of out per tile: 4×32 accumulators
+constexpr int64_t kFewRows = 8;    // forward with fewer rows: dot products, no transposed copy of W
 
 // Reused transposition buffer (grown, never shrunk): no allocation per step.
 template <class T> T* scratch(size_t n) {
@@ -75,11 +76,25 @@ void gemm_nn(T* out, const T* A, const T* B, int64_t M, int64_t K, int64_t P, bo
 
 template <class T> void matmul_forward(const MatmulForward& a) {
   const int64_t C = a.inp.size(-1), N = a.inp.numel() / C, OC = a.weight.size(0);
-  T* wt = scratch<T>(size_t(C * OC));
-  transpose(wt, a.weight.as<T>(), OC, C);
   // With GELU, the pre-activation is kept for backward; out gets GELU of it.
   T* pre = a.gelu ? a.pre_gelu.as<T>() : a.out.as<T>();
-  gemm_nn(pre, a.inp.as<T>(), wt, N, C, OC, /*accumulate=*/false);
+  if (N < kFewRows) {
+    // A few rows (decoding one token per sequence): dot products against W in place, each
+    // summed in k order like gemm_tile, instead of transposing all of W for them.
+    const T* inp = a.inp.as<T>();
+    const T* w = a.weight.as<T>();
+#pragma omp parallel for schedule(static) if (cpu::worth_parallel(N * C * OC))
+    for (int64_t o = 0; o < OC; ++o)
+      for (int64_t n = 0; n < N; ++n) {
+        T acc = 0;
+        for (int64_t k = 0; k < C; ++k) acc += inp[n * C + k] * w[o * C + k];
+        pre[n * OC + o] = acc;
+      }
+  } else {
+    T* wt = scratch<T>(size_t(C * OC));
+    transpose(wt, a.weight.as<T>(), OC, C);
+    gemm_nn(pre, a.inp.as<T>(), wt, N, C, OC, /*accumulate=*/false);
+  }
   const T* bias = a.bias.defined() ? a.bias.as<T>() : nullptr;
   T* out = a.out.as<T>();
   if (!bias && !a.gelu) return;

@@ -187,6 +187,22 @@ class CudaOps final : public Ops {
     }
   }
 
+  // ---- decoding with a KV cache ----
+  void attention_decode(const AttentionDecode& a) override {
+    check_dev(a.out, "out"); check_dev(a.qkv, "qkv"); check_dev(a.k_cache, "k_cache"); check_dev(a.v_cache, "v_cache");
+    check_dev_opt(a.lse, "lse");
+    // Rounded up to a power of two: the workspace grows (and synchronises) only a few
+    // times while a sequence gets longer.
+    const size_t need = cuda::flash_decode_workspace_bytes(a);
+    size_t bytes = need ? 4096 : 0;
+    while (bytes < need) bytes *= 2;
+    cuda::flash_decode(a, bytes ? decode_ws_.get(bytes, stream()) : nullptr, bytes, stream());
+  }
+  void kv_cache_write(const KVCacheWrite& a) override {
+    check_dev(a.k_cache, "k_cache"); check_dev(a.v_cache, "v_cache"); check_dev(a.qkv, "qkv");
+    cuda::kv_cache_write(a, stream());
+  }
+
   // ---- softmax + cross-entropy ----
   void softmax_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int V,
                              float dloss) override {
@@ -216,6 +232,7 @@ class CudaOps final : public Ops {
   cuda::Matmul matmul_;
   DeviceBuffer scratch_;   // reduction partials, sort buffers, naive dP: one op at a time
   DeviceBuffer flash_ws_;  // FlashAttention backward workspace, sized for the largest shape
+  DeviceBuffer decode_ws_;  // FlashDecoding per-split partials
 };
 
 }  // namespace

@@ -84,6 +84,12 @@ class TimedOpsImpl final : public TimedOps {
   void attention_backward(const AttentionBackward& a) override {
     timed("attention_backward", [&] { in_.attention_backward(a); });
   }
+  void attention_decode(const AttentionDecode& a) override {
+    timed("attention_decode", [&] { in_.attention_decode(a); });
+  }
+  void kv_cache_write(const KVCacheWrite& a) override {
+    timed("kv_cache_write", [&] { in_.kv_cache_write(a); });
+  }
   void softmax_cross_entropy(Tensor l, Tensor lg, Tensor t, int V, float d) override {
     timed("softmax_cross_entropy", [&] { in_.softmax_cross_entropy(l, lg, t, V, d); });
   }

@@ -1,0 +1,356 @@
+// FlashDecoding: attention of one new token per sequence against a long KV cache.
+//
+// With one query per (b, h) there is no matmul to feed: the work is reading K and V
+// once, so the kernel is memory-bound and must keep the whole GPU reading even at
+// B·H = 12. The cache of each (b, h) is split along the sequence into chunks handled by
+// different thread blocks (grid = splits × H × B):
+//
+//   split kernel   block (s, h, b) reads keys [s·chunk, (s+1)·chunk). A key's D values
+//                  are read by a group of D/8 (bf16) or D/4 (fp32) threads, one 16-byte
+//                  load each; a block's groups take consecutive keys, so a warp reads
+//                  contiguous memory, and each group keeps kUnroll keys' K and V loads
+//                  in flight. Per group: scores by a shuffle reduction within the group,
+//                  online softmax (running max m and sum l, in the log2 domain: q is
+//                  pre-scaled by scale·log2 e so exp is exp2), unnormalised O in fp32
+//                  registers. The groups are merged through shared memory; the block
+//                  writes its partial O / l (fp32) and its log2-sum-exp m + log2 l.
+//   combine kernel block (h, b) merges the splits with the logsumexp rescaling:
+//                  M = max_s lse_s, w_s = 2^(lse_s − M), O = Σ w_s·O_s / Σ w_s,
+//                  lse = (M + log2 Σ w_s)·ln 2. With one split the first kernel writes O
+//                  and lse itself.
+//
+// Split choice (plan_decode): enough blocks to fill every SM with as many resident
+// blocks as fit (one wave), but chunks of at least one iteration's keys (kGroups·kUnroll)
+// and at most kMaxChunk keys (beyond that, more blocks rather than longer ones: the
+// last wave's imbalance stays small). Deterministic: fixed summation orders, no atomics.
+#include <cuda_bf16.h>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include "kernels/cuda/attention/flash_attention.h"
+#include "kernels/cuda/common.cuh"
+
+namespace flashgpt::cuda {
+namespace {
+
+constexpr int kThreads = 128;      // per block, both kernels
+constexpr int kUnroll = 4;         // keys per thread group per iteration (loads in flight)
+constexpr int64_t kMaxChunk = 2048;  // keys per block at most
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+template <class T, int kD>
+struct Traits {
+  static constexpr int kElems = kPackBytes / int(sizeof(T));  // per 16-byte load
+  static constexpr int kGroup = kD / kElems;                   // threads per key
+  static constexpr int kGroups = kThreads / kGroup;            // keys side by side in a block
+  static constexpr int kKeysPerIter = kGroups * kUnroll;
+  static_assert(kD % kElems == 0, "head dim must be a whole number of 16-byte packs");
+  static_assert(kGroup <= kWarpSize && kWarpSize % kGroup == 0, "a key's threads must share a warp");
+};
+
+template <class T>
+struct DecodeParams {
+  const T* qkv;      // (B, 3·H·D): q of (b, h) at b·3HD + h·D
+  const T* k;        // (B, H, Tmax, D)
+  const T* v;
+  T* out;            // (B, H·D)
+  float* lse;        // (B, H) natural log, or nullptr
+  float* o_part;     // (B, H, splits, D) fp32 partial outputs (normalised by their own l)
+  float* lse_part;   // (B, H, splits) log2-sum-exp of each split's scaled scores
+  int H, keys, splits;  // keys: cache positions attended to (AttentionDecode::T)
+  int64_t Tmax, chunk;
+  float scale_log2;  // 1/sqrt(D) · log2 e
+};
+
+template <class T, int kD>
+__global__ void __launch_bounds__(kThreads) decode_split_kernel(const DecodeParams<T> p) {
+  using Tr = Traits<T, kD>;
+  constexpr int E = Tr::kElems;
+  const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int g = threadIdx.x / Tr::kGroup, lane = threadIdx.x % Tr::kGroup;
+  const int64_t t0 = int64_t(split) * p.chunk, t1 = min(t0 + p.chunk, int64_t(p.keys));
+
+  float q[E];
+  {
+    const Pack<T> qp = load_pack(p.qkv + int64_t(b) * 3 * p.H * kD + h * kD + lane * E);
+#pragma unroll
+    for (int i = 0; i < E; ++i) q[i] = to_f(qp.v[i]) * p.scale_log2;
+  }
+  const int64_t head = (int64_t(b) * p.H + h) * p.Tmax * kD + lane * E;
+  const T* kh = p.k + head;
+  const T* vh = p.v + head;
+
+  float m = -INFINITY, l = 0.f, acc[E];
+#pragma unroll
+  for (int i = 0; i < E; ++i) acc[i] = 0.f;
+
+  // Every thread runs the same iterations (the shuffles need the whole warp); keys past
+  // t1 are masked.
+  for (int64_t base = t0; base < t1; base += Tr::kKeysPerIter) {
+    Pack<T> kp[kUnroll], vp[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {  // issue all loads first: kUnroll·2 in flight
+      const int64_t j = base + u * Tr::kGroups + g;
+      if (j < t1) {
+        kp[u] = load_pack_cs(kh + j * kD);
+        vp[u] = load_pack_cs(vh + j * kD);
+      }
+    }
+    float s[kUnroll];
+    float mx = m;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t j = base + u * Tr::kGroups + g;
+      float d = 0.f;
+      if (j < t1) {
+#pragma unroll
+        for (int i = 0; i < E; ++i) d += q[i] * to_f(kp[u].v[i]);
+      }
+#pragma unroll
+      for (int o = Tr::kGroup / 2; o > 0; o /= 2) d += __shfl_xor_sync(0xffffffffu, d, o);
+      s[u] = j < t1 ? d : -INFINITY;
+      mx = fmaxf(mx, s[u]);
+    }
+    if (mx == -INFINITY) continue;  // no key for this group yet (avoid −inf − (−inf) = NaN)
+    const float corr = exp2f(m - mx);  // 0 on the group's first key
+    l *= corr;
+#pragma unroll
+    for (int i = 0; i < E; ++i) acc[i] *= corr;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const float pu = exp2f(s[u] - mx);  // 0 for a masked key
+      l += pu;
+      if (pu > 0.f) {
+#pragma unroll
+        for (int i = 0; i < E; ++i) acc[i] += pu * to_f(vp[u].v[i]);
+      }
+    }
+    m = mx;
+  }
+
+  // Merge the groups of the block (group 0 always saw a key: t1 > t0).
+  __shared__ float sm_m[Tr::kGroups], sm_l[Tr::kGroups];
+  __shared__ float sm_acc[Tr::kGroups][kD];
+  if (lane == 0) {
+    sm_m[g] = m;
+    sm_l[g] = l;
+  }
+#pragma unroll
+  for (int i = 0; i < E; ++i) sm_acc[g][lane * E + i] = acc[i];
+  __syncthreads();
+  float M = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < Tr::kGroups; ++i) M = fmaxf(M, sm_m[i]);
+  float L = 0.f;
+#pragma unroll
+  for (int i = 0; i < Tr::kGroups; ++i) L += sm_l[i] * exp2f(sm_m[i] - M);
+  const int64_t bh = int64_t(b) * p.H + h;
+  for (int d = threadIdx.x; d < kD; d += kThreads) {
+    float o = 0.f;
+#pragma unroll
+    for (int i = 0; i < Tr::kGroups; ++i) o += sm_acc[i][d] * exp2f(sm_m[i] - M);
+    if (p.splits == 1) p.out[bh * kD + d] = from_f<T>(o / L);
+    else p.o_part[(bh * p.splits + split) * kD + d] = o / L;
+  }
+  if (threadIdx.x == 0) {
+    if (p.splits > 1) p.lse_part[bh * p.splits + split] = M + log2f(L);
+    else if (p.lse) p.lse[bh] = (M + log2f(L)) * kLn2;
+  }
+}
+
+__device__ __forceinline__ float block_max(float x) {
+  __shared__ float partial[kWarpSize];
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  x = warp_max(x);
+  __syncthreads();
+  if (lane == 0) partial[warp] = x;
+  __syncthreads();
+  x = lane < int(blockDim.x / kWarpSize) ? partial[lane] : -INFINITY;
+  return warp_max(x);
+}
+
+template <class T, int kD>
+__global__ void __launch_bounds__(kThreads) decode_combine_kernel(const DecodeParams<T> p) {
+  const int h = blockIdx.x, b = blockIdx.y, S = p.splits;
+  const int64_t bh = int64_t(b) * p.H + h;
+  const float* lp = p.lse_part + bh * S;
+  const float* op = p.o_part + bh * S * kD;
+  float M = -INFINITY;
+  for (int s = threadIdx.x; s < S; s += kThreads) M = fmaxf(M, lp[s]);
+  M = block_max(M);
+  float W = 0.f;
+  for (int s = threadIdx.x; s < S; s += kThreads) W += exp2f(lp[s] - M);
+  W = block_sum(W);
+  for (int d = threadIdx.x; d < kD; d += kThreads) {
+    float o = 0.f;
+    for (int s = 0; s < S; ++s) o += exp2f(lp[s] - M) * op[int64_t(s) * kD + d];
+    p.out[bh * kD + d] = from_f<T>(o / W);
+  }
+  if (threadIdx.x == 0 && p.lse) p.lse[bh] = (M + log2f(W)) * kLn2;
+}
+
+struct Plan {
+  int64_t chunk;
+  int splits;
+};
+
+// Keys per block and the number of splits (see the file comment). want_splits > 0
+// forces about that many splits (tests, tuning).
+Plan plan_decode(int64_t B, int64_t H, int64_t T, int keys_per_iter, int64_t resident_blocks, int want_splits) {
+  int64_t chunk;
+  if (want_splits > 0) {
+    chunk = std::max<int64_t>(1, ceil_div(T, want_splits));
+  } else {
+    const int64_t per_block = ceil_div(B * H * T, std::max<int64_t>(1, resident_blocks));
+    chunk = std::clamp<int64_t>(ceil_div(per_block, keys_per_iter) * keys_per_iter, keys_per_iter, kMaxChunk);
+  }
+  return {chunk, int(ceil_div(T, chunk))};
+}
+
+template <class T, int kD>
+int64_t resident_blocks() {
+  // One process drives one GPU (DESIGN.md): computed once per instantiation.
+  static const int64_t n = [] {
+    int dev = 0, sms = 0, per_sm = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_split_kernel<T, kD>, kThreads, 0));
+    return int64_t(sms) * std::max(per_sm, 1);
+  }();
+  return n;
+}
+
+template <class T, int kD>
+Plan plan_for(const AttentionDecode& a, int want_splits) {
+  return plan_decode(a.B, a.H, a.T, Traits<T, kD>::kKeysPerIter, resident_blocks<T, kD>(), want_splits);
+}
+
+}  // namespace
+
+// Runs the statements with T (bf16 or float) and kD (64 or 128) bound for a dtype and a
+// head dim; anything else is an InputError.
+#define FG_DECODE_DISPATCH(dtype, D, ...)                                                         \
+  do {                                                                                            \
+    if ((D) != 64 && (D) != 128) fail_input("decoding attention on CUDA supports head dim 64 or 128, got ", (D)); \
+    if ((dtype) == DType::bf16) {                                                                 \
+      using T = bf16;                                                                             \
+      if ((D) == 64) { constexpr int kD = 64; __VA_ARGS__; } else { constexpr int kD = 128; __VA_ARGS__; } \
+    } else if ((dtype) == DType::f32) {                                                           \
+      using T = float;                                                                            \
+      if ((D) == 64) { constexpr int kD = 64; __VA_ARGS__; } else { constexpr int kD = 128; __VA_ARGS__; } \
+    } else {                                                                                      \
+      fail_input("decoding attention on CUDA takes bf16 or fp32, got ", dtype_name(dtype));      \
+    }                                                                                             \
+  } while (0)
+
+namespace {
+
+void check_tensor(const Tensor& t, const char* what, DType dtype, int64_t numel) {
+  FG_ASSERT(t.defined() && t.device == Device::cuda, "flash decode: ", what, " must be on the GPU");
+  FG_ASSERT(t.dtype == dtype, "flash decode: ", what, " is ", dtype_name(t.dtype), ", expected ", dtype_name(dtype));
+  FG_ASSERT(t.numel() == numel, "flash decode: ", what, " ", t.shape_str(), " has ", t.numel(), " elements, expected ", numel);
+  FG_ASSERT(aligned16(t.data), "flash decode: ", what, " must be 16-byte aligned");
+}
+
+void check_cache(const Tensor& k, const Tensor& v, DType dtype, int B, int H, int D) {
+  for (const Tensor* c : {&k, &v}) {
+    FG_ASSERT(c->ndim == 4 && c->shape[0] == B && c->shape[1] == H && c->shape[3] == D,
+              "KV cache ", c->shape_str(), " is not (B=", B, ", H=", H, ", Tmax, D=", D, ")");
+    check_tensor(*c, "KV cache", dtype, c->numel());
+  }
+  FG_ASSERT(k.shape[2] == v.shape[2], "k and v caches differ in capacity");
+}
+
+template <class T>
+__global__ void kv_cache_write_kernel(T* __restrict__ kc, T* __restrict__ vc, const T* __restrict__ qkv, int n, int H,
+                                      int D, int64_t Tmax, int pos, int64_t packs) {
+  constexpr int E = Pack<T>::N;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= packs) return;
+  const int per_row = D / E;  // packs per head row
+  const int c = int(i % per_row);
+  const int64_t row = i / per_row;  // (b, t, h)
+  const int hh = int(row % H);
+  const int64_t bt = row / H;
+  const int t = int(bt % n);
+  const int64_t b = bt / n;
+  const T* src = qkv + (bt * 3 * H + hh) * D + c * E;
+  const int64_t dst = ((b * H + hh) * Tmax + pos + t) * D + c * E;
+  store_pack(kc + dst, load_pack(src + int64_t(H) * D));
+  store_pack(vc + dst, load_pack(src + 2 * int64_t(H) * D));
+}
+
+}  // namespace
+
+size_t flash_decode_workspace_bytes(const AttentionDecode& a, int splits) {
+  FG_DECODE_DISPATCH(a.qkv.dtype, a.D, {
+    const Plan plan = plan_for<T, kD>(a, splits);
+    return plan.splits > 1 ? size_t(a.B) * a.H * plan.splits * (kD + 1) * sizeof(float) : 0;
+  });
+  return 0;  // not reached
+}
+
+int flash_decode_splits(const AttentionDecode& a, int splits) {
+  FG_DECODE_DISPATCH(a.qkv.dtype, a.D, { return plan_for<T, kD>(a, splits).splits; });
+  return 0;  // not reached
+}
+
+void flash_decode(const AttentionDecode& a, void* workspace, size_t workspace_bytes, cudaStream_t stream, int splits) {
+  const DType dt = a.qkv.dtype;
+  FG_ASSERT(a.B >= 1 && a.H >= 1 && a.B <= 65535 && a.H <= 65535, "flash decode: B=", a.B, " H=", a.H);
+  if (a.D != 64 && a.D != 128) fail_input("decoding attention on CUDA supports head dim 64 or 128, got ", a.D);
+  if (dt != DType::bf16 && dt != DType::f32) fail_input("decoding attention on CUDA takes bf16 or fp32, got ", dtype_name(dt));
+  check_cache(a.k_cache, a.v_cache, dt, a.B, a.H, a.D);
+  FG_ASSERT(a.T >= 1 && a.T <= a.k_cache.shape[2], "flash decode: T = ", a.T, " outside [1, cache capacity ",
+            a.k_cache.shape[2], "]");
+  check_tensor(a.qkv, "qkv", dt, int64_t(a.B) * 3 * a.H * a.D);
+  check_tensor(a.out, "out", dt, int64_t(a.B) * a.H * a.D);
+  if (a.lse.defined()) check_tensor(a.lse, "lse", DType::f32, int64_t(a.B) * a.H);
+  FG_DECODE_DISPATCH(dt, a.D, {
+    const Plan plan = plan_for<T, kD>(a, splits);
+    DecodeParams<T> p{};
+    p.qkv = a.qkv.as<T>();
+    p.k = a.k_cache.as<T>();
+    p.v = a.v_cache.as<T>();
+    p.out = a.out.as<T>();
+    p.lse = a.lse.defined() ? a.lse.as<float>() : nullptr;
+    p.H = a.H;
+    p.keys = a.T;
+    p.splits = plan.splits;
+    p.Tmax = a.k_cache.shape[2];
+    p.chunk = plan.chunk;
+    p.scale_log2 = kLog2e / std::sqrt(float(kD));
+    if (plan.splits > 1) {
+      const size_t parts = size_t(a.B) * a.H * plan.splits;
+      FG_ASSERT(workspace && workspace_bytes >= parts * (kD + 1) * sizeof(float),
+                "flash decode: workspace of ", workspace_bytes, " bytes, needs ", parts * (kD + 1) * sizeof(float));
+      p.o_part = static_cast<float*>(workspace);
+      p.lse_part = p.o_part + parts * kD;
+    }
+    decode_split_kernel<T, kD><<<dim3(unsigned(plan.splits), unsigned(a.H), unsigned(a.B)), kThreads, 0, stream>>>(p);
+    CUDA_CHECK_LAUNCH();
+    if (plan.splits > 1) {
+      decode_combine_kernel<T, kD><<<dim3(unsigned(a.H), unsigned(a.B)), kThreads, 0, stream>>>(p);
+      CUDA_CHECK_LAUNCH();
+    }
+  });
+}
+
+void kv_cache_write(const KVCacheWrite& a, cudaStream_t stream) {
+  const DType dt = a.qkv.dtype;
+  check_cache(a.k_cache, a.v_cache, dt, a.B, a.H, a.D);
+  FG_ASSERT(a.n >= 1 && a.pos >= 0 && a.pos + a.n <= a.k_cache.shape[2], "kv_cache_write: positions [", a.pos, ", ",
+            a.pos + a.n, ") outside the cache capacity ", a.k_cache.shape[2]);
+  check_tensor(a.qkv, "qkv", dt, int64_t(a.B) * a.n * 3 * a.H * a.D);
+  FG_DISPATCH_FLOAT(dt, T, {
+    FG_ASSERT(a.D % Pack<T>::N == 0, "kv_cache_write: head dim ", a.D, " must be a multiple of ", Pack<T>::N);
+    const int64_t packs = int64_t(a.B) * a.n * a.H * (a.D / Pack<T>::N);
+    constexpr int kBlock = 256;
+    kv_cache_write_kernel<T><<<unsigned(ceil_div(packs, kBlock)), kBlock, 0, stream>>>(
+        a.k_cache.as<T>(), a.v_cache.as<T>(), a.qkv.as<T>(), a.n, a.H, a.D, a.k_cache.shape[2], a.pos, packs);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace flashgpt::cuda

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""FlashDecoding (flashgpt) vs PyTorch SDPA with a single query, in the same run.
+
+Runs `flashgpt bench decode --suite --json` (bf16 KV cache, T = 1K..256K, B = 1 and 16,
+(H, D) = (12, 64) and (16, 128)), then times torch.nn.functional.scaled_dot_product_attention
+with q (B, H, 1, D) and k, v (B, H, T, D) bf16 on the same shapes, with each SDPA backend
+that accepts them (default choice, FLASH_ATTENTION, EFFICIENT_ATTENTION, CUDNN_ATTENTION),
+and the device copy bandwidth. Same protocol on both sides: a 512 MiB buffer is
+overwritten before every timed call (cold L2), CUDA events, median of --iters.
+
+Bytes = K + V read = 2*B*H*T*D*2; bandwidth = bytes / time, shown in TB/s and as a
+share of the device-to-device copy bandwidth ((bytes read + written) / time of a 2 GiB
+copy). Goal (issue 11): faster than the best SDPA backend at every length, >= 80% of
+the copy bandwidth from T = 16K on.
+
+  python3 scripts/bench_decode.py --flashgpt build/flashgpt [--iters 10] [--warmup 3]
+"""
+import argparse
+import json
+import subprocess
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+FLUSH = torch.empty(512 << 20, dtype=torch.uint8, device="cuda") if torch.cuda.is_available() else None
+
+
+def timed_ms(fn, warmup, iters):
+    times = []
+    for i in range(warmup + iters):
+        FLUSH.fill_(i & 0xFF)  # evict the cache from L2
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        if i >= warmup:
+            times.append(a.elapsed_time(b))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def copy_bandwidth_tbs():
+    x = torch.randn(1 << 30, device="cuda", dtype=torch.bfloat16)  # 2 GiB, far above L2
+    y = torch.empty_like(x)
+    ms = timed_ms(lambda: y.copy_(x), 3, 20)
+    del x, y
+    return 2 * (1 << 30) * 2 / (ms * 1e-3) / 1e12
+
+
+BACKENDS = [("default", None), ("flash", SDPBackend.FLASH_ATTENTION),
+            ("efficient", SDPBackend.EFFICIENT_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]
+
+
+def bench_sdpa(s, warmup, iters):
+    """{backend name: ms} for the SDPA backends that accept the shape."""
+    B, H, T, D = s["B"], s["H"], s["T"], s["D"]
+    q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(B, H, T, D, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(B, H, T, D, device="cuda", dtype=torch.bfloat16)
+    out = {}
+    with torch.no_grad():
+        for name, backend in BACKENDS:
+            fn = lambda: F.scaled_dot_product_attention(q, k, v)  # one query: nothing to mask
+            try:
+                if backend is None:
+                    fn()
+                    out[name] = timed_ms(fn, warmup, iters)
+                else:
+                    with sdpa_kernel([backend]):
+                        fn()
+                        out[name] = timed_ms(fn, warmup, iters)
+            except RuntimeError as e:
+                print(f"  SDPA {name} refused {(B, H, T, D)}: {str(e).splitlines()[0][:120]}", file=sys.stderr)
+    del q, k, v
+    torch.cuda.empty_cache()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--flashgpt", default="build/flashgpt")
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    args = ap.parse_args()
+
+    cmd = [args.flashgpt, "bench", "decode", "--suite", "--json", "--iters", str(args.iters), "--warmup", str(args.warmup)]
+    print("$", *cmd, flush=True)
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        print(f"flashgpt bench decode failed ({res.returncode}): {res.stderr.strip()[-800:]}", file=sys.stderr)
+        sys.exit(1)
+    ours = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    copy = copy_bandwidth_tbs()
+    print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; bf16 KV cache, one query per sequence; "
+          f"device copy bandwidth {copy:.2f} TB/s (read + write); median of {args.iters}, L2 flushed before each call")
+    print(f"{'B':>3} {'H':>3} {'D':>4} {'T':>7} | {'ours ms':>8} {'TB/s':>6} {'%copy':>6} {'splits':>6} | "
+          f"{'SDPA best':>9} {'backend':>9} {'TB/s':>6} | {'speedup':>7}")
+    worst_speedup, worst_share_16k = float("inf"), float("inf")
+    for s in ours:
+        sd = bench_sdpa(s, args.warmup, args.iters)
+        best_name, best_ms = min(sd.items(), key=lambda kv: kv[1]) if sd else ("-", float("nan"))
+        tbs = s["bytes"] / (best_ms * 1e-3) / 1e12
+        speedup = best_ms / s["ms"]
+        share = s["tbs"] / copy
+        worst_speedup = min(worst_speedup, speedup)
+        if s["T"] >= 16384:
+            worst_share_16k = min(worst_share_16k, share)
+        print(f"{s['B']:>3} {s['H']:>3} {s['D']:>4} {s['T']:>7} | {s['ms']:8.4f} {s['tbs']:6.2f} {100 * share:5.1f}% "
+              f"{s['splits']:>6} | {best_ms:9.4f} {best_name:>9} {tbs:6.2f} | {speedup:6.2f}x", flush=True)
+    print(f"slowest relative to the best SDPA backend: {worst_speedup:.2f}x; "
+          f"lowest share of the copy bandwidth from T=16K on: {100 * worst_share_16k:.1f}%")
+
+
+if __name__ == "__main__":
+    main()

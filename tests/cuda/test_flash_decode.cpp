@@ -1,0 +1,267 @@
+// FlashDecoding (kernels/cuda/attention/flash_decode.cu) against the CPU decode op in
+// fp64, and greedy generation on the GPU.
+//
+// Each case draws fresh random inputs rounded to the GPU dtype and compares, on EVERY
+// element (cuda_test_util.h's rule):
+//   out:  |gpu − ref64| ≤ 2·|naive − ref64| + max|naive − ref64|, naive = the CPU op in
+//         fp32 on the same inputs with its output rounded to the GPU's dtype;
+//   lse:  fp32 on the GPU: |gpu − ref64| ≤ 1e-5·|ref64| + 1e-5·max|ref64|.
+// Cache positions at and past T hold NaN, and the outputs are NaN before the launch, so
+// a key read past the end or an element never written fails. Lengths are awkward on
+// purpose (1, 17, 4097, 65537, 1048583), the cache capacity exceeds T, and forced split
+// counts exercise uneven chunks and the single-split path at long T.
+#include <gtest/gtest.h>
+#include <cuda_runtime.h>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+#include "kernels/cuda/attention/flash_attention.h"
+#include "layers/gpt2.h"
+#include "layers/gpt2_infer.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace flashgpt::test {
+namespace {
+
+struct DecodeCase {
+  int B, H, T, D;
+  DType dtype;  // of the GPU run: bf16 or f32
+  int splits;   // 0: the launcher's choice
+};
+
+std::string case_name(const ::testing::TestParamInfo<DecodeCase>& i) {
+  const DecodeCase& c = i.param;
+  return "B" + std::to_string(c.B) + "_H" + std::to_string(c.H) + "_T" + std::to_string(c.T) + "_D" +
+         std::to_string(c.D) + "_" + (c.dtype == DType::bf16 ? "bf16" : "fp32") +
+         (c.splits ? "_splits" + std::to_string(c.splits) : "");
+}
+
+// Uniform in [-2, 2) from a hash of (seed, i): cheap enough for 10^9 values, parallel,
+// and the same on every machine.
+double hashed_uniform(uint64_t seed, uint64_t i) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + i * 0xD1B54A32D192ED03ull + 1;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return double(z >> 11) * 0x1.0p-53 * 4.0 - 2.0;
+}
+
+// A host buffer of one dtype (f64, f32 or bf16) with a device-or-host Tensor over it.
+struct Buf {
+  Ops* ops = nullptr;
+  void* p = nullptr;
+  Tensor t;
+  Buf(Ops& o, DType dt, std::initializer_list<int64_t> shape) : ops(&o) {
+    t = Tensor(nullptr, dt, o.device(), shape);
+    p = o.alloc(t.nbytes());
+    t.data = p;
+  }
+  ~Buf() { ops->free(p); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+};
+
+// Values (exactly representable in the GPU dtype) written as dtype dt into t.
+void put(Ops& ops, const Tensor& t, const std::vector<double>& v) {
+  std::vector<char> raw(t.nbytes());
+  const size_t n = v.size();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < int64_t(n); ++i) {
+    if (t.dtype == DType::f64) reinterpret_cast<double*>(raw.data())[i] = v[size_t(i)];
+    else if (t.dtype == DType::f32) reinterpret_cast<float*>(raw.data())[i] = float(v[size_t(i)]);
+    else reinterpret_cast<uint16_t*>(raw.data())[i] = double_to_bf16(v[size_t(i)]);
+  }
+  ops.from_host(t, raw.data());
+}
+
+class FlashDecodeVsReference : public ::testing::TestWithParam<DecodeCase> {};
+
+TEST_P(FlashDecodeVsReference, OutputAndLse) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
+  const DecodeCase c = GetParam();
+  const int B = c.B, H = c.H, T = c.T, D = c.D, Tmax = c.T + 3;
+  const int64_t HD = int64_t(H) * D, cache_n = int64_t(B) * H * Tmax * D;
+  const uint64_t seed = std::hash<std::string>()(case_name({c, 0}));
+  ::testing::Test::RecordProperty("seed", std::to_string(seed));
+
+  // Inputs rounded to the GPU dtype; cache positions >= T are NaN (must never be read).
+  std::vector<double> qkv(static_cast<size_t>(B * 3 * HD)), k(static_cast<size_t>(cache_n)), v(static_cast<size_t>(cache_n));
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < cache_n; ++i) {
+    const bool live = (i / D) % Tmax < T;
+    k[size_t(i)] = live ? round_to(c.dtype, hashed_uniform(seed, uint64_t(2 * i))) : nan;
+    v[size_t(i)] = live ? round_to(c.dtype, hashed_uniform(seed, uint64_t(2 * i + 1))) : nan;
+  }
+  for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = round_to(c.dtype, hashed_uniform(seed + 1, i));
+
+  // ref (fp64) and naive (fp32) on the CPU.
+  auto cpu = make_cpu_ops();
+  std::vector<double> out[2], lse[2];
+  const DType cpu_types[2] = {DType::f64, DType::f32};
+  for (int r = 0; r < 2; ++r) {
+    Buf q(*cpu, cpu_types[r], {B, 3 * HD}), kc(*cpu, cpu_types[r], {B, H, Tmax, D}), vc(*cpu, cpu_types[r], {B, H, Tmax, D});
+    Buf o(*cpu, cpu_types[r], {B, HD}), l(*cpu, cpu_types[r], {B, H});
+    put(*cpu, q.t, qkv);
+    put(*cpu, kc.t, k);
+    put(*cpu, vc.t, v);
+    cpu->attention_decode({.out = o.t, .lse = l.t, .qkv = q.t, .k_cache = kc.t, .v_cache = vc.t, .B = B, .H = H, .D = D, .T = T});
+    out[r] = OpCase::download(*cpu, o.t);
+    lse[r] = OpCase::download(*cpu, l.t);
+  }
+  std::vector<double> naive_out = out[1];
+  for (double& x : naive_out) x = round_to(c.dtype, x);
+
+  // The GPU, through the launcher (forced splits) or the op set (the launcher's choice).
+  DeviceContext ctx(0);
+  auto gpu = make_cuda_ops(ctx);
+  Buf q(*gpu, c.dtype, {B, 3 * HD}), kc(*gpu, c.dtype, {B, H, Tmax, D}), vc(*gpu, c.dtype, {B, H, Tmax, D});
+  Buf o(*gpu, c.dtype, {B, HD}), l(*gpu, DType::f32, {B, H});
+  put(*gpu, q.t, qkv);
+  put(*gpu, kc.t, k);
+  put(*gpu, vc.t, v);
+  ASSERT_EQ(cudaMemset(o.p, 0xff, o.t.nbytes()), cudaSuccess);  // NaN
+  ASSERT_EQ(cudaMemset(l.p, 0xff, l.t.nbytes()), cudaSuccess);
+  const AttentionDecode a{.out = o.t, .lse = l.t, .qkv = q.t, .k_cache = kc.t, .v_cache = vc.t, .B = B, .H = H, .D = D, .T = T};
+  if (c.splits) {
+    const size_t bytes = cuda::flash_decode_workspace_bytes(a, c.splits);
+    void* ws = nullptr;
+    if (bytes) ASSERT_EQ(cudaMalloc(&ws, bytes), cudaSuccess);
+    cuda::flash_decode(a, ws, bytes, ctx.main_stream(), c.splits);
+    gpu->synchronize();
+    cudaFree(ws);
+  } else {
+    gpu->attention_decode(a);
+  }
+  ::testing::Test::RecordProperty("splits", std::to_string(cuda::flash_decode_splits(a, c.splits)));
+  const std::vector<double> got_out = OpCase::download(*gpu, o.t), got_lse = OpCase::download(*gpu, l.t);
+  const std::string what = case_name({c, 0}) + " (" + std::to_string(cuda::flash_decode_splits(a, c.splits)) + " splits)";
+  OpCase::expect_within(got_out, naive_out, out[0], /*derived=*/true, what + " out");
+  OpCase::expect_within(got_lse, lse[1], lse[0], /*derived=*/false, what + " lse");
+}
+
+std::vector<DecodeCase> cases() {
+  std::vector<DecodeCase> v;
+  for (int T : {1, 17, 4097, 65537})
+    for (int D : {64, 128})
+      for (int B : {1, 16}) v.push_back({B, 3, T, D, DType::bf16, 0});
+  for (int D : {64, 128}) v.push_back({1, 2, 1048583, D, DType::bf16, 0});  // > 1M keys
+  for (int D : {64, 128})
+    for (int T : {17, 4097}) v.push_back({2, 3, T, D, DType::f32, 0});
+  for (int splits : {1, 3, 7}) v.push_back({2, 3, 4097, 64, DType::bf16, splits});
+  v.push_back({1, 2, 65537, 128, DType::f32, 1});  // one block per head over 65537 keys
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, FlashDecodeVsReference, ::testing::ValuesIn(cases()), case_name);
+
+// kv_cache_write copies exactly (any dtype is a copy), at an offset, leaving the rest.
+class CudaKVCache : public CudaTest {};
+TEST_F(CudaKVCache, WriteMatchesCpu) {
+  const int B = 3, n = 5, H = 2, D = 64, Tmax = 11, pos = 4;
+  std::mt19937_64 rng = test_rng();
+  OpCase oc;
+  oc.add("qkv", {B * n, 3 * H * D}, Kind::act, uniform(int64_t(B) * n * 3 * H * D, rng));
+  oc.add("k", {B, H, Tmax, D}, Kind::act, uniform(int64_t(B) * H * Tmax * D, rng), true);
+  oc.add("v", {B, H, Tmax, D}, Kind::act, uniform(int64_t(B) * H * Tmax * D, rng), true);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    oc.round_inputs(dt);
+    auto body = [&](Ops& ops, OpCase& t) {
+      ops.kv_cache_write({.k_cache = t["k"], .v_cache = t["v"], .qkv = t["qkv"], .B = B, .n = n, .H = H, .D = D, .pos = pos});
+    };
+    auto ref = oc.run(*cpu_, DType::f64, body);
+    auto got = oc.run(*gpu_, dt, body);
+    EXPECT_EQ(got["k"], ref["k"]) << dtype_name(dt);
+    EXPECT_EQ(got["v"], ref["v"]) << dtype_name(dt);
+  }
+}
+
+// Generation on the GPU in fp32: greedy decoding with the KV cache (FlashDecoding)
+// gives exactly the tokens of argmax over a full forward recomputed at every step, and
+// the cached logits along a fixed sequence match the CPU fp64 decoder (CPU fp32 as the
+// naive computation that fixes the bound).
+class CudaGenerate : public CudaTest {
+ protected:
+  static ModelConfig config() { return {2, 2, 128, 67, 128, 320}; }  // D = 64
+  // Larger-than-init random weights (spread logits); the same values on every backend.
+  static std::vector<double> weights(GPT2& m) {
+    m.init_random(3);
+    std::vector<double> p = OpCase::download(m.ops(), m.params());
+    std::mt19937_64 rng(4);
+    std::normal_distribution<double> n(0, 1.0);
+    for (const auto& info : m.param_list()) {
+      const int64_t limit = info.name == "wte" ? int64_t(m.config().vocab_size) * m.config().n_embd : info.numel();
+      for (int64_t i = 0; i < limit; ++i) p[info.offset + size_t(i)] += n(rng) * 0.3;
+    }
+    for (double& x : p) x = double(float(x));
+    return p;
+  }
+};
+
+TEST_F(CudaGenerate, GreedyFp32WithCacheEqualsFullRecompute) {
+  const ModelConfig cfg = config();
+  const int P = 5, steps = 300, Tfull = P + steps, V = cfg.vocab_size, Vp = cfg.padded_vocab;
+  GPT2 model(cfg, *gpu_, DType::f32, 1, Tfull);
+  OpCase::upload(*gpu_, model.params(), weights(model));
+  std::vector<int32_t> seq = {1, 7, 42, 3, 66};
+  GPT2Decoder dec(model, 1, Tfull);
+  std::vector<double> logits;
+  dec.step(seq.data(), P, logits);
+  std::vector<int32_t> cached = seq;
+  for (int t = 0; t < steps; ++t) {
+    cached.push_back(int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    if (t + 1 < steps) dec.step(&cached.back(), 1, logits);
+  }
+  std::vector<int32_t> in(size_t(Tfull), 0), tg(size_t(Tfull), -1), full = seq;
+  std::vector<float> rows(size_t(Tfull) * size_t(Vp));
+  for (int t = 0; t < steps; ++t) {
+    std::copy(full.begin(), full.end(), in.begin());
+    model.set_batch(in.data(), tg.data());
+    model.forward(0.0f);
+    model.logits_to_host(rows.data());
+    const float* row = rows.data() + (full.size() - 1) * size_t(Vp);
+    full.push_back(int32_t(std::max_element(row, row + V) - row));
+    if (full.back() != cached[full.size() - 1]) {
+      std::vector<float> r(row, row + V);
+      std::sort(r.rbegin(), r.rend());
+      FAIL() << "token " << full.size() - 1 << ": cache " << cached[full.size() - 1] << ", full forward "
+             << full.back() << " (top-2 logits of the full forward " << r[0] << ", " << r[1] << ")";
+    }
+  }
+  int distinct = 0;
+  for (size_t i = 1; i < full.size(); ++i) distinct += full[i] != full[i - 1];
+  EXPECT_GT(distinct, 20) << "the greedy sequence should not be a constant";
+}
+
+TEST_F(CudaGenerate, Fp32LogitsMatchCpuAlongASequence) {
+  const ModelConfig cfg = config();
+  const int B = 3, P = 7, steps = 60, V = cfg.vocab_size;
+  std::mt19937_64 rng = test_rng();
+  std::vector<int32_t> tokens(size_t(B) * (P + steps));
+  for (auto& t : tokens) t = int32_t(rng() % uint64_t(V));
+  auto run = [&](Ops& ops, DType dt) {
+    GPT2 model(cfg, ops, dt, 1, 1);
+    GPT2 init(cfg, *cpu_, DType::f64, 1, 1);
+    OpCase::upload(ops, model.params(), weights(init));
+    GPT2Decoder dec(model, B, P + steps);
+    std::vector<int32_t> step(size_t(B) * P);
+    for (int b = 0; b < B; ++b)
+      std::copy_n(tokens.begin() + int64_t(b) * (P + steps), P, step.begin() + int64_t(b) * P);
+    std::vector<double> logits, all;
+    dec.step(step.data(), P, logits);
+    all = logits;
+    for (int s = 0; s < steps - 1; ++s) {
+      for (int b = 0; b < B; ++b) step[size_t(b)] = tokens[size_t(b) * (P + steps) + size_t(P + s)];
+      dec.step(step.data(), 1, logits);
+      all.insert(all.end(), logits.begin(), logits.end());
+    }
+    return all;
+  };
+  const auto ref = run(*cpu_, DType::f64), naive = run(*cpu_, DType::f32), got = run(*gpu_, DType::f32);
+  OpCase::expect_within(got, naive, ref, /*derived=*/true, "decoder logits, GPU fp32 vs CPU fp64");
+}
+
+}  // namespace
+}  // namespace flashgpt::test

@@ -1,0 +1,161 @@
+// `flashgpt bench decode`: the FlashDecoding kernels alone, bf16, on random data.
+// Protocol (the same in scripts/bench_decode.py for SDPA): before every timed call a
+// 512 MiB buffer is overwritten, so the cache starts cold in L2 (a decode step reads
+// each layer's cache once); CUDA events around the call; median of --iters after
+// --warmup. Bytes = the K and V read, 2·B·H·T·D·2 (q and the output are negligible);
+// bandwidth = bytes / time.
+#include "train/bench_decode.h"
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+#include "src/errors.h"
+#ifdef FLASHGPT_WITH_CUDA
+#include <cuda_runtime.h>
+#include "kernels/cuda/attention/flash_attention.h"
+#include "src/cuda/cuda_check.h"
+#endif
+
+namespace flashgpt {
+namespace {
+
+struct DecodeBenchOptions {
+  std::vector<int> batches = {1};
+  std::vector<int> lengths = {4096};
+  int heads = 12, head_dim = 64;
+  bool suite = false, json = false;
+  int warmup = 3, iters = 10;
+};
+
+#ifdef FLASHGPT_WITH_CUDA
+constexpr size_t kFlushBytes = size_t(512) << 20;  // far above the L2 of any current GPU (H100/H200: 50 MB)
+
+struct DeviceMem {
+  void* ptr = nullptr;
+  explicit DeviceMem(size_t bytes) { CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(bytes, 16))); }
+  ~DeviceMem() { cudaFree(ptr); }
+  DeviceMem(const DeviceMem&) = delete;
+  DeviceMem& operator=(const DeviceMem&) = delete;
+};
+
+// Random bf16 in about [-2, 2) (never time on zeros): a 64 MiB random block from the
+// host, then repeated on the device.
+void fill_random_bf16(void* dst, size_t n) {
+  constexpr size_t kBlock = size_t(32) << 20;  // elements
+  static std::vector<uint16_t> host;
+  if (host.empty()) {
+    host.resize(kBlock);
+    uint32_t x = 2463534242u;
+    for (auto& h : host) {
+      x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+      const float f = float(int32_t(x >> 8) - (1 << 23)) / float(1 << 22);
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      h = uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+  }
+  auto* d = static_cast<uint16_t*>(dst);
+  const size_t first = std::min(n, kBlock);
+  CUDA_CHECK(cudaMemcpy(d, host.data(), first * 2, cudaMemcpyHostToDevice));
+  for (size_t at = first; at < n; at += first)
+    CUDA_CHECK(cudaMemcpy(d + at, d, std::min(first, n - at) * 2, cudaMemcpyDeviceToDevice));
+}
+
+void bench_one(int B, int H, int T, int D, const DecodeBenchOptions& opt, cudaStream_t stream, void* flush) {
+  const int64_t cache = int64_t(B) * H * T * D;
+  DeviceMem qkv(size_t(B) * 3 * H * D * 2), k(size_t(cache) * 2), v(size_t(cache) * 2), out(size_t(B) * H * D * 2);
+  fill_random_bf16(qkv.ptr, size_t(B) * 3 * H * D);
+  fill_random_bf16(k.ptr, size_t(cache));
+  fill_random_bf16(v.ptr, size_t(cache));
+  AttentionDecode a;
+  a.qkv = Tensor(qkv.ptr, DType::bf16, Device::cuda, {B, 3 * H * D});
+  a.out = Tensor(out.ptr, DType::bf16, Device::cuda, {B, H * D});
+  a.k_cache = Tensor(k.ptr, DType::bf16, Device::cuda, {B, H, T, D});
+  a.v_cache = Tensor(v.ptr, DType::bf16, Device::cuda, {B, H, T, D});
+  a.B = B, a.H = H, a.D = D, a.T = T;
+  const size_t ws_bytes = cuda::flash_decode_workspace_bytes(a);
+  DeviceMem ws(ws_bytes);
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms;
+  for (int i = 0; i < opt.warmup + opt.iters; ++i) {
+    CUDA_CHECK(cudaMemsetAsync(flush, i & 0xff, kFlushBytes, stream));  // evict the cache from L2
+    CUDA_CHECK(cudaEventRecord(start, stream));
+    cuda::flash_decode(a, ws.ptr, ws_bytes, stream);
+    CUDA_CHECK(cudaEventRecord(stop, stream));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    if (i >= opt.warmup) ms.push_back(t);
+  }
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(ms.begin(), ms.end());
+  const double med = ms[ms.size() / 2];
+  const double bytes = 2.0 * double(cache) * 2.0;
+  const double tbs = bytes / (med * 1e-3) / 1e12;
+  const int splits = cuda::flash_decode_splits(a);
+  if (opt.json)
+    std::printf("{\"B\": %d, \"H\": %d, \"T\": %d, \"D\": %d, \"ms\": %.5f, \"bytes\": %.0f, \"tbs\": %.4f, \"splits\": %d}\n",
+                B, H, T, D, med, bytes, tbs, splits);
+  else
+    std::printf("B=%-3d H=%-3d T=%-8d D=%-4d %9.4f ms  KV read %7.3f TB/s  (%d splits)\n", B, H, T, D, med, tbs, splits);
+  std::fflush(stdout);
+}
+
+void run_decode_bench(const DecodeBenchOptions& opt) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
+    fail_input("bench decode needs a CUDA GPU, and none is visible");
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  DeviceMem flush(kFlushBytes);
+  if (!opt.json) {
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    std::printf("flash decode on %s, bf16 KV cache; bytes = K + V = 2*B*H*T*D*2, L2 flushed before each call; "
+                "median of %d after %d warm-up\n", prop.name, opt.iters, opt.warmup);
+  }
+  struct Shape { int H, D; };
+  std::vector<Shape> shapes = {{opt.heads, opt.head_dim}};
+  std::vector<int> lengths = opt.lengths, batches = opt.batches;
+  if (opt.suite) {
+    shapes = {{12, 64}, {16, 128}};  // GPT-2 124M's heads; hidden 2048 with D = 128
+    lengths.clear();
+    for (int t = 1024; t <= 262144; t *= 2) lengths.push_back(t);
+    batches = {1, 16};
+  }
+  for (const Shape& s : shapes)
+    for (int B : batches)
+      for (int T : lengths) bench_one(B, s.H, T, s.D, opt, stream, flush.ptr);
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+#endif
+
+}  // namespace
+
+void add_bench_decode_command(CLI::App& bench) {
+  auto opt = std::make_shared<DecodeBenchOptions>();
+  auto* cmd = bench.add_subcommand("decode", "Time FlashDecoding (one query against a bf16 KV cache): KV read bandwidth");
+  cmd->add_option("--batch", opt->batches, "batch sizes B")->capture_default_str();
+  cmd->add_option("--seq", opt->lengths, "cache lengths T")->capture_default_str();
+  cmd->add_option("--heads", opt->heads, "heads H")->capture_default_str();
+  cmd->add_option("--head-dim", opt->head_dim, "head dim D (64 or 128)")->capture_default_str();
+  cmd->add_flag("--suite", opt->suite, "T = 1K..256K, B = 1 and 16, (H, D) = (12, 64) and (16, 128)");
+  cmd->add_flag("--json", opt->json, "one JSON object per shape");
+  cmd->add_option("--warmup", opt->warmup, "warm-up runs")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--iters", opt->iters, "timed runs (median)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->callback([opt] {
+#ifdef FLASHGPT_WITH_CUDA
+    run_decode_bench(*opt);
+#else
+    fail_input("bench decode needs the CUDA backend: this flashgpt was built without CUDA");
+#endif
+  });
+}
+
+}  // namespace flashgpt

@@ -1,0 +1,36 @@
+#include "train/load_model.h"
+#include <cstdio>
+#include "src/errors.h"
+#include "train/checkpoint.h"
+
+namespace flashgpt {
+
+LoadedModel load_for_inference(const std::string& ckpt, const std::string& device,
+                               const std::string& precision, int B, int T) {
+  LoadedModel m;
+  m.dir = resolve_checkpoint(ckpt);
+  m.config = load_config(checkpoint_config_path(m.dir), {});
+  std::string p = precision.empty() ? m.config.train.precision : precision;
+  if (precision.empty() && p == "fp64" && device != "cpu") p = "auto";  // fp64 runs exist on the CPU only
+  m.backend = make_backend(device, p);
+  m.model = std::make_unique<GPT2>(model_config(m.config), *m.backend.ops, m.backend.dtype, B, T);
+  load_model_weights(m.dir, *m.model);
+  return m;
+}
+
+void init_from_checkpoint(const std::string& path, GPT2& model) {
+  const std::string dir = resolve_checkpoint(path);
+  const Config ck = load_config(checkpoint_config_path(dir), {});
+  const ModelConfig a = model_config(ck), b = model.config();
+  if (a.n_layer != b.n_layer || a.n_head != b.n_head || a.n_embd != b.n_embd ||
+      a.vocab_size != b.vocab_size || a.padded_vocab != b.padded_vocab || a.max_seq_len != b.max_seq_len)
+    fail_input("--init-from ", dir, ": the checkpoint's model (n_layer ", a.n_layer, ", n_head ", a.n_head,
+               ", n_embd ", a.n_embd, ", vocab_size ", a.vocab_size, ", padded_vocab ", a.padded_vocab,
+               ", max_seq_len ", a.max_seq_len, ") differs from the config's (n_layer ", b.n_layer, ", n_head ",
+               b.n_head, ", n_embd ", b.n_embd, ", vocab_size ", b.vocab_size, ", padded_vocab ",
+               b.padded_vocab, ", max_seq_len ", b.max_seq_len, ")");
+  load_model_weights(dir, model);
+  std::printf("initialised the weights from %s (fresh optimizer state)\n", dir.c_str());
+}
+
+}  // namespace flashgpt
