@@ -8,4 +8,5 @@ void add_info_command(CLI::App& app);     // src/info.cpp
 void add_train_commands(CLI::App& app);   // train/commands.cpp: train, eval
 void add_data_commands(CLI::App& app);    // data/commands.cpp: prepare, encode, decode
 void add_bench_commands(CLI::App& app);   // train/bench.cpp: bench attention, ...
+void add_memory_command(CLI::App& app);   // train/memory.cpp: memory (plan, --measure, --plot)
 }  // namespace flashgpt

@@ -18,6 +18,7 @@ struct Config {
     int padded_vocab = 50304;     // rows of wte (multiple of 128 for fast matmuls)
     int max_seq_len = 1024;       // rows of wpe
     std::string attention = "flash";  // flash (O(T) memory) | naive (stores T×T P)
+    std::string position = "learned";  // learned (GPT-2's max_seq_len × n_embd table) | rope (rotary, no table)
   } model;
   struct Train {
     int batch_size = 4;           // micro-batch sequences per rank per step
@@ -39,6 +40,7 @@ struct Config {
     int checkpoint_every = 0;     // checkpoint every N steps (and at the end); 0 = only at the end
     uint64_t seed = 1337;         // init and data order
     std::string precision = "auto";  // auto (bf16 on CUDA, fp32 on CPU) | bf16 | fp32 | fp64 (CPU)
+    std::string recompute = "none";  // what backward recomputes: none | gelu, ln, attn joined by '+' | block (layers/recompute.h)
   } train;
   struct Data {
     std::string train = "cache/shards/sotu/train_*.bin";  // glob of training shards

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   flashgpt::add_train_commands(app);
   flashgpt::add_data_commands(app);
   flashgpt::add_bench_commands(app);
+  flashgpt::add_memory_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

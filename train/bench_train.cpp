@@ -8,6 +8,7 @@
 #include "optim/adamw.h"
 #include "src/config.h"
 #include "train/backend.h"
+#include "train/memory_plan.h"
 #ifdef FLASHGPT_WITH_CUDA
 #include "kernels/cuda/timed_ops.h"
 #include "src/cuda/device_context.h"
@@ -37,7 +38,9 @@ void run_bench_train(const BenchTrainOptions& o) {
   }
 #endif
   const int B = cfg.train.batch_size, T = cfg.train.seq_len;
-  GPT2 model(model_config(cfg), *ops, be.dtype, B, T, attention_algo(cfg));
+  check_memory_fits(cfg, be, /*world=*/1, /*zero=*/0);  // before anything is allocated
+  const size_t used_before = be.device_memory_used();
+  GPT2 model(model_config(cfg), *ops, be.dtype, B, T, model_options(cfg));
   model.init_random(cfg.train.seed);
   AdamW opt(model, adamw_config(cfg));
   // Fresh random tokens (never zeros: they can time faster than real data).
@@ -71,16 +74,22 @@ void run_bench_train(const BenchTrainOptions& o) {
   const double med = sorted[sorted.size() / 2];
   const double tok_s = double(B) * T / (med / 1e3);
   const double tflops = tok_s * model.flops_per_token() / 1e12;
-  std::printf("bench train: %s on %s (%s), B=%d T=%d, attention %s, %.2fM params\n", o.config.c_str(),
-              be.gpu_name.empty() ? "cpu" : be.gpu_name.c_str(), dtype_name(be.dtype), B, T,
-              cfg.model.attention.c_str(), double(model.num_params()) / 1e6);
+  std::printf("bench train: %s on %s (%s), B=%d T=%d, attention %s, recompute %s, positions %s, %.2fM params\n",
+              o.config.c_str(), be.gpu_name.empty() ? "cpu" : be.gpu_name.c_str(), dtype_name(be.dtype), B, T,
+              cfg.model.attention.c_str(), model.options().recompute.name().c_str(), cfg.model.position.c_str(),
+              double(model.num_params()) / 1e6);
   std::printf("step time: median %.2f ms (min %.2f, max %.2f) over %d steps after %d warm-up\n", med,
               sorted.front(), sorted.back(), o.steps, o.warmup);
   std::printf("throughput: %.0f tokens/s, %.1f TFLOP/s (model FLOPs %.4g/token = 6N + attention)", tok_s,
               tflops, model.flops_per_token());
   if (be.peak_tflops > 0) std::printf(", MFU %.1f%% of %.0f", 100 * tflops / be.peak_tflops, be.peak_tflops);
   std::printf("\n");
-  if (!be.gpu_name.empty()) std::printf("GPU memory in use: %.1f GiB\n", double(be.device_memory_used()) / double(1ull << 30));
+  if (!be.gpu_name.empty()) {
+    const MemoryPlan plan = plan_memory(cfg, {Device::cuda, be.dtype, 1, 0});
+    std::printf("GPU memory in use: %.1f GiB (%.2f GiB for this run; the plan: %.2f GiB)\n",
+                double(be.device_memory_used()) / double(1ull << 30),
+                double(be.device_memory_used() - used_before) / double(1ull << 30), double(plan.total) / double(1ull << 30));
+  }
   std::printf("FLASHGPT_BENCH_TRAIN_JSON {\"B\": %d, \"T\": %d, \"ms_per_step\": %.3f, \"tokens_per_s\": %.1f, \"tflops\": %.2f}\n",
               B, T, med, tok_s, tflops);
 #ifdef FLASHGPT_WITH_CUDA

@@ -13,6 +13,7 @@
 #include "src/errors.h"
 #include "train/backend.h"
 #include "train/checkpoint.h"
+#include "train/memory_plan.h"
 
 namespace fs = std::filesystem;
 
@@ -62,7 +63,8 @@ TrainResult train(const Config& cfg, const std::string& resume) {
   const int accum = int(total / micro_tokens);
 
   Backend be = make_backend(cfg.run.device, t.precision);
-  GPT2 model(model_config(cfg), *be.ops, be.dtype, t.batch_size, t.seq_len, attention_algo(cfg));
+  check_memory_fits(cfg, be, world, /*zero=*/0);  // before anything is allocated
+  GPT2 model(model_config(cfg), *be.ops, be.dtype, t.batch_size, t.seq_len, model_options(cfg));
   model.init_random(t.seed);
   AdamW opt(model, adamw_config(cfg));
   LRSchedule sched{t.lr, t.warmup_steps, t.steps, t.min_lr_frac, t.schedule};
@@ -177,7 +179,7 @@ EvalResult evaluate_checkpoint(const std::string& ckpt, const std::string& patte
   const std::string data = pattern.empty() ? cfg.data.val : pattern;
   std::string precision = cfg.train.precision;
   Backend be = make_backend(device, precision == "fp64" && device != "cpu" ? "auto" : precision);
-  GPT2 model(model_config(cfg), *be.ops, be.dtype, cfg.train.batch_size, cfg.train.seq_len, attention_algo(cfg));
+  GPT2 model(model_config(cfg), *be.ops, be.dtype, cfg.train.batch_size, cfg.train.seq_len, model_options(cfg));
   load_model_weights(dir, model);
   DataLoader loader({data, cfg.train.batch_size, cfg.train.seq_len, 0, 1, 0, false, cfg.model.vocab_size});
   const int n = steps > 0 ? int(std::min<uint64_t>(uint64_t(steps), loader.batches_per_epoch()))
