@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -135,6 +136,40 @@ TEST(MemoryCommand, PlanAsJsonCsvAndSvg) {
   for (size_t at = plot.find("<polyline"); at != std::string::npos; at = plot.find("<polyline", at + 1)) ++lines;
   EXPECT_EQ(lines, 6u);
   EXPECT_EQ(plot.substr(plot.size() - 7), "</svg>\n");
+}
+
+// Measurements read back (--measured): attached to the matching planned point, or listed
+// and plotted as a series of their own (PyTorch's). The numbers here are made up.
+TEST(MemoryCommand, MergesMeasurementsIntoTableCsvAndPlot) {
+  test::ScratchDir dir("flashgpt_memory_merge_");
+  const std::string in = dir.file("measured.json"), svg = dir.file("m.svg"), csv = dir.file("m.csv");
+  std::ofstream(in) << R"json([
+    {"T": 1024, "B": 64, "attention": "flash", "recompute": "none", "status": "ok", "measured_bytes": 2.4e10,
+     "step_ms": 100, "tokens_per_s": 655360, "mfu": 0.5, "gpu": "Test GPU", "gpu_total_bytes": 8.0e10},
+    {"T": 2048, "B": 32, "attention": "flash", "recompute": "none", "status": "OOM (plan)", "detail": "too big"},
+    {"T": 1024, "B": 64, "attention": "PyTorch flash", "recompute": "eager", "status": "ok", "measured_bytes": 3.0e10,
+     "tokens_per_s": 300000, "mfu": 0.25},
+    {"T": 2048, "B": 32, "attention": "PyTorch flash", "recompute": "eager", "status": "OOM"}])json";
+  auto [rc, out] = run_flashgpt("memory -c " + kConfig + " --seq 1K,2K --tokens-per-step 65536 --measured " + in +
+                                " --plot " + svg + " --csv " + csv);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("655360"), std::string::npos) << out;
+  EXPECT_NE(out.find("OOM (plan)"), std::string::npos) << out;
+  EXPECT_NE(out.find("T=2K flash none: too big"), std::string::npos) << out;
+  EXPECT_NE(out.find("other measurements"), std::string::npos) << out;
+  EXPECT_NE(out.find("PyTorch flash, eager"), std::string::npos) << out;
+  std::ifstream s(svg);
+  std::stringstream text;
+  text << s.rdbuf();
+  EXPECT_NE(text.str().find("points: measured on Test GPU"), std::string::npos);
+  EXPECT_NE(text.str().find("Test GPU: 75 GiB"), std::string::npos);  // 8.0e10 bytes
+  EXPECT_NE(text.str().find("PyTorch flash, eager (measured)"), std::string::npos);
+  EXPECT_NE(text.str().find("<circle"), std::string::npos);
+  EXPECT_NE(text.str().find("<path d=\"M"), std::string::npos);  // a crossed point
+  std::ifstream c(csv);
+  std::string all((std::istreambuf_iterator<char>(c)), std::istreambuf_iterator<char>());
+  EXPECT_NE(all.find("\"PyTorch flash, eager\""), std::string::npos);
+  EXPECT_EQ(run_flashgpt("memory -c " + kConfig + " --measured " + svg).first, 2);  // not JSON
 }
 
 TEST(MemoryCommand, TableForTheConfigAlone) {

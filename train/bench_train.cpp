@@ -57,7 +57,7 @@ void run_bench_train(const BenchTrainOptions& o) {
   auto step = [&](int s) {
     model.set_batch(in[s % kBatches].data(), tg[s % kBatches].data());
     model.zero_grad();
-    model.forward(1.0f / float(B * T));
+    model.forward(1.0f / float(int64_t(B) * T));
     model.backward();
     opt.step(cfg.train.lr, opt.grad_norm(), uint32_t(s));
     ops->synchronize();

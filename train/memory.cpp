@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -41,6 +42,7 @@ struct MemoryOptions {
   bool measure = false;
   int warmup = 1, steps = 1;
   std::string measure_max_seq;           // longer points: plan only
+  std::vector<std::string> measured_files;  // earlier --json output (and PyTorch's) to merge
   bool json = false;
   std::string csv, plot;
   double gpu_gib = 0;                    // the plot's capacity line; 0: the GPU's, or an H200's
@@ -72,14 +74,68 @@ struct Measured {
   double bytes = 0;           // device memory in use for the point
   double step_ms = 0, tokens_per_s = 0, mfu = 0;
   std::string detail;         // the pre-flight sentence or the error
+  std::string gpu;            // the GPU's name, and its memory in bytes
+  double gpu_bytes = 0;
 };
 
 struct Point {
   Config cfg;  // this point's config (seq_len, batch_size, attention, recompute)
   MemoryPlan plan;
-  bool measure = false;
+  bool measure = false;  // measured (now, or read back with --measured)
   Measured m;
 };
+
+// A measurement without a plan of ours, read with --measured (e.g. PyTorch's, from
+// scripts/memory_torch.py): plotted and listed beside ours.
+struct External {
+  int64_t T = 0, B = 0;
+  std::string series;  // "<attention>, <recompute>" as in the JSON
+  Measured m;
+};
+
+// Reads the measured points of `file` (the --json output of an earlier --measure run, or
+// scripts/memory_torch.py's): those matching a planned point are attached to it, the
+// others are returned.
+std::vector<External> merge_measured(const std::string& file, std::vector<Point>& pts) {
+  std::ifstream f(file);
+  if (!f) fail_input("--measured: cannot read '", file, "'");
+  nlohmann::json all;
+  try {
+    all = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    fail_input("--measured: '", file, "' is not JSON: ", e.what());
+  }
+  if (!all.is_array()) fail_input("--measured: '", file, "' must hold a JSON array of points");
+  std::vector<External> ext;
+  for (const auto& j : all) {
+    if (!j.is_object() || !j.contains("status")) continue;  // a plan-only point
+    Measured m;
+    try {
+      m.status = j.at("status").get<std::string>();
+      m.bytes = j.value("measured_bytes", 0.0);
+      m.step_ms = j.value("step_ms", 0.0);
+      m.tokens_per_s = j.value("tokens_per_s", 0.0);
+      m.mfu = j.value("mfu", 0.0);
+      m.detail = j.value("detail", std::string());
+      m.gpu = j.value("gpu", std::string());
+      m.gpu_bytes = j.value("gpu_total_bytes", 0.0);
+      const int64_t T = j.at("T").get<int64_t>(), B = j.at("B").get<int64_t>();
+      const std::string a = j.at("attention").get<std::string>(), r = j.at("recompute").get<std::string>();
+      bool matched = false;
+      for (auto& p : pts)
+        if (p.plan.T == T && p.plan.B == B && p.plan.attention == a && p.plan.recompute == r &&
+            j.value("position", p.plan.position) == p.plan.position) {
+          p.measure = true;
+          p.m = m;
+          matched = true;
+        }
+      if (!matched) ext.push_back({T, B, a + ", " + r, m});
+    } catch (const nlohmann::json::exception& e) {
+      fail_input("--measured: a point of '", file, "' lacks a field: ", e.what());
+    }
+  }
+  return ext;
+}
 
 DType plan_dtype(const Config& c, Device dev) {
   const std::string& p = c.train.precision;
@@ -97,12 +153,37 @@ bool is_oom(const std::exception& e) {
          w.find("cudaErrorMemoryAllocation") != std::string::npos;
 }
 
-// Parameters are drawn once per parameter layout and copied into later models with the
-// same layout: GPT-2's initialisation of 124M weights on the host takes seconds.
+// GPT-2's initialisation of 124M weights on the host takes seconds, so the weights are
+// drawn once and later models get a copy, tensor by tensor by name; a larger position
+// table repeats the drawn rows.
 struct InitCache {
-  std::string key;
-  std::vector<char> raw;
+  DType dtype = DType::f32;
+  std::map<std::string, std::vector<char>> tensors;  // raw, activation dtype
 };
+
+void init_params(GPT2& model, Ops& ops, InitCache& cache, uint64_t seed) {
+  const size_t es = dtype_size(model.dtype());
+  std::vector<char> raw(model.params().nbytes());
+  bool cached = !cache.tensors.empty() && cache.dtype == model.dtype();
+  for (const ParamInfo& p : model.param_list()) cached = cached && cache.tensors.count(p.name);
+  if (!cached) {
+    model.init_random(seed);
+    ops.to_host(raw.data(), model.params());
+    cache.dtype = model.dtype();
+    cache.tensors.clear();
+    for (const ParamInfo& p : model.param_list())
+      cache.tensors[p.name].assign(raw.begin() + int64_t(p.offset * es), raw.begin() + int64_t((p.offset + p.numel()) * es));
+    return;
+  }
+  for (const ParamInfo& p : model.param_list()) {
+    const std::vector<char>& src = cache.tensors.at(p.name);
+    char* dst = raw.data() + p.offset * es;
+    const size_t want = size_t(p.numel()) * es;
+    for (size_t done = 0; done < want; done += std::min(src.size(), want - done))
+      std::memcpy(dst + done, src.data(), std::min(src.size(), want - done));
+  }
+  ops.from_host(model.params(), raw.data());
+}
 
 // One point on the GPU: fresh context and model, `warmup` + `steps` training steps on
 // random tokens.
@@ -119,15 +200,7 @@ Measured measure_point(const Point& pt, const MemoryOptions& o, InitCache& init)
   }
   try {
     GPT2 model(model_config(c), *be.ops, be.dtype, B, T, model_options(c));
-    const std::string key = cat(model.num_params(), " ", dtype_name(be.dtype), " ", c.train.seed);
-    if (init.key == key) {
-      be.ops->from_host(model.params(), init.raw.data());
-    } else {
-      model.init_random(c.train.seed);
-      init.raw.resize(model.params().nbytes());
-      be.ops->to_host(init.raw.data(), model.params());
-      init.key = key;
-    }
+    init_params(model, *be.ops, init, c.train.seed);
     AdamW opt(model, adamw_config(c));
     std::mt19937_64 rng(c.train.seed);
     std::uniform_int_distribution<int32_t> tok(0, c.model.vocab_size - 1);
@@ -153,6 +226,8 @@ Measured measure_point(const Point& pt, const MemoryOptions& o, InitCache& init)
     r.tokens_per_s = double(B) * T / (r.step_ms / 1e3);
     if (be.peak_tflops > 0) r.mfu = r.tokens_per_s * model.flops_per_token() / 1e12 / be.peak_tflops;
     r.status = "ok";
+    r.gpu = be.gpu_name;
+    r.gpu_bytes = double(be.device_memory_total());
   } catch (const std::exception& e) {
     if (!is_oom(e)) throw;
     r.status = "OOM (cudaMalloc)";
@@ -238,6 +313,20 @@ void print_table(const std::vector<Point>& pts, const MemoryOptions& o) {
                   p.m.detail.c_str());
 }
 
+void print_external(const std::vector<External>& ext) {
+  if (ext.empty()) return;
+  std::printf("\nother measurements (--measured):\n%6s %4s  %-36s|%9s %9s %6s  %s\n", "T", "B", "series", "measured",
+              "tokens/s", "MFU", "status");
+  for (const auto& e : ext) {
+    if (e.m.status == "ok")
+      std::printf("%6s %4lld  %-36s|%9.2f %9.0f %5.1f%%  ok\n", size_label(e.T).c_str(), (long long)e.B, e.series.c_str(),
+                  e.m.bytes / kGiB, e.m.tokens_per_s, 100 * e.m.mfu);
+    else
+      std::printf("%6s %4lld  %-36s|%9s %9s %6s  %s\n", size_label(e.T).c_str(), (long long)e.B, e.series.c_str(), "-",
+                  "-", "", e.m.status.c_str());
+  }
+}
+
 nlohmann::json point_json(const Point& p) {
   const MemoryPlan& m = p.plan;
   nlohmann::json lines = nlohmann::json::array();
@@ -255,6 +344,8 @@ nlohmann::json point_json(const Point& p) {
       j["step_ms"] = p.m.step_ms;
       j["tokens_per_s"] = p.m.tokens_per_s;
       j["mfu"] = p.m.mfu;
+      j["gpu"] = p.m.gpu;
+      j["gpu_total_bytes"] = p.m.gpu_bytes;
     } else {
       j["detail"] = p.m.detail;
     }
@@ -262,7 +353,7 @@ nlohmann::json point_json(const Point& p) {
   return j;
 }
 
-void write_csv(const std::vector<Point>& pts, const std::string& path) {
+void write_csv(const std::vector<Point>& pts, const std::vector<External>& ext, const std::string& path) {
   std::vector<std::string> cols;  // "group: name" of every plan line that occurs
   for (const auto& p : pts)
     for (const auto& l : p.plan.lines) {
@@ -293,12 +384,19 @@ void write_csv(const std::vector<Point>& pts, const std::string& path) {
     }
     f << "\n";
   }
+  for (const auto& e : ext) {  // measured elsewhere, no plan: the plan columns stay empty
+    f << e.T << "," << e.B << ",\"" << e.series << "\",,,,,,," << e.m.status << ",";
+    if (e.m.status == "ok") f << size_t(e.m.bytes) << "," << e.m.step_ms << "," << e.m.tokens_per_s << "," << e.m.mfu;
+    else f << ",,,";
+    for (size_t i = 0; i < cols.size(); ++i) f << ",";
+    f << "\n";
+  }
 }
 
-void write_plot(const std::vector<Point>& pts, const MemoryOptions& o, const Config& base, double capacity_gib,
-                const std::string& gpu_name) {
+void write_plot(const std::vector<Point>& pts, const std::vector<External>& ext, const MemoryOptions& o,
+                const Config& base, double capacity_gib, const std::string& gpu_name) {
   LogLogPlot plot;
-  const bool measured = std::any_of(pts.begin(), pts.end(), [](const Point& p) { return p.measure; });
+  const bool measured = !ext.empty() || std::any_of(pts.begin(), pts.end(), [](const Point& p) { return p.measure; });
   const std::string name = o.config.substr(o.config.find_last_of('/') + 1);
   plot.title = cat("Training memory against context length: ", name, " (", base.model.n_layer, " layers, C ",
                    base.model.n_embd, ", ", base.model.position, " positions)");
@@ -311,7 +409,7 @@ void write_plot(const std::vector<Point>& pts, const MemoryOptions& o, const Con
   plot.y_label = "device memory (GiB)";
   plot.hline = capacity_gib;
   plot.y_max = 8 * capacity_gib;  // naive attention's T×T matrices go far beyond any GPU
-  plot.hline_label = cat(measured ? gpu_name : std::string("NVIDIA H200"), ": ",
+  plot.hline_label = cat(gpu_name, ": ",
                          std::to_string(int(std::round(capacity_gib))), " GiB");
   std::vector<std::string> order;
   std::map<std::string, PlotSeries> by;
@@ -327,6 +425,22 @@ void write_plot(const std::vector<Point>& pts, const MemoryOptions& o, const Con
     s.line.push_back({x, y});
     if (p.measure && p.m.status == "ok") s.measured.push_back({x, p.m.bytes / kGiB});
     if (p.measure && p.m.status != "ok") s.failed.push_back({x, y});
+  }
+  // Measurements without a plan: a dashed line through the measured points; a run out
+  // of memory is crossed on the capacity line.
+  for (const auto& e : ext) {
+    const std::string label = e.series + " (measured)";
+    if (!by.count(label)) {
+      order.push_back(label);
+      by[label].label = label;
+      by[label].dashed = true;
+    }
+    if (e.m.status == "ok") {
+      by[label].measured.push_back({double(e.T), e.m.bytes / kGiB});
+      by[label].line.push_back({double(e.T), e.m.bytes / kGiB});
+    } else {
+      by[label].failed.push_back({double(e.T), capacity_gib});
+    }
   }
   for (const auto& l : order) {
     PlotSeries s = by[l];
@@ -383,6 +497,18 @@ void run_memory(const MemoryOptions& o) {
 
   double capacity = o.gpu_gib > 0 ? o.gpu_gib : kH200GiB;
   std::string gpu_name;
+  std::vector<External> ext;
+  for (const auto& file : o.measured_files) {
+    auto more = merge_measured(file, pts);
+    ext.insert(ext.end(), more.begin(), more.end());
+  }
+  // The capacity line of a plot from measurements read back: the GPU they ran on.
+  auto take_gpu = [&](const Measured& m) {
+    if (m.gpu_bytes > 0 && o.gpu_gib <= 0) capacity = m.gpu_bytes / kGiB;
+    if (!m.gpu.empty()) gpu_name = m.gpu;
+  };
+  for (const auto& p : pts) if (p.measure) take_gpu(p.m);
+  for (const auto& e : ext) take_gpu(e.m);
   if (o.measure) {
     // Short contexts first (cheap, and a sweep cut short keeps the most points), each
     // point in a fresh context.
@@ -424,9 +550,10 @@ void run_memory(const MemoryOptions& o) {
                 base.model.n_head, base.model.n_embd, base.model.position.c_str(), dtype_name(dtype),
                 dev == Device::cuda ? "cuda" : "cpu", o.world, o.zero);
     print_table(pts, o);
+    print_external(ext);
   }
-  if (!o.csv.empty()) write_csv(pts, o.csv);
-  if (!o.plot.empty()) write_plot(pts, o, base, capacity, gpu_name);
+  if (!o.csv.empty()) write_csv(pts, ext, o.csv);
+  if (!o.plot.empty()) write_plot(pts, ext, o, base, capacity, gpu_name.empty() ? "NVIDIA H200" : gpu_name);
 }
 
 }  // namespace
@@ -455,6 +582,9 @@ void add_memory_command(CLI::App& app) {
   cmd->add_option("--steps", o->steps, "--measure: timed steps (the median is reported)")->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--measure-max-seq", o->measure_max_seq, "--measure: longer contexts are planned only");
+  cmd->add_option("--measured", o->measured_files,
+                  "JSON of an earlier --measure --json run (or scripts/memory_torch.py) to merge into the table, CSV "
+                  "and plot (repeatable)")->check(CLI::ExistingFile);
   cmd->add_flag("--json", o->json, "Print the points as JSON (bytes)");
   cmd->add_option("--csv", o->csv, "Write the points as CSV (bytes)");
   cmd->add_option("--plot", o->plot, "Write an SVG plot of memory against context length");

@@ -7,8 +7,9 @@
 namespace flashgpt {
 namespace {
 
-constexpr double kWidth = 960, kHeight = 580;
-constexpr double kLeft = 78, kRight = 250, kTop = 64, kBottom = 58;  // margins; legend on the right
+constexpr double kWidth = 1020, kHeight = 580;
+constexpr double kLeft = 78, kRight = 300, kTop = 64, kBottom = 58;  // margins; legend on the right
+constexpr double kPadX = 0.3;  // in powers of two on each side, so edge markers show whole
 constexpr const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                                    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 
@@ -53,7 +54,7 @@ std::string render_svg(const LogLogPlot& plot) {
   if (x1 == x0) x0 /= 2, x1 *= 2;
   // y: whole decades around the data.
   const double ly0 = std::floor(std::log10(y0)), ly1 = std::ceil(std::log10(y1) + 1e-9);
-  const double lx0 = std::log2(x0), lx1 = std::log2(x1);
+  const double lx0 = std::log2(x0) - kPadX, lx1 = std::log2(x1) + kPadX;
   const double pw = kWidth - kLeft - kRight, ph = kHeight - kTop - kBottom;
   auto X = [&](double x) { return kLeft + (std::log2(x) - lx0) / (lx1 - lx0) * pw; };
   auto Y = [&](double y) { return kTop + ph - (std::log10(y) - ly0) / (ly1 - ly0) * ph; };
@@ -81,9 +82,9 @@ std::string render_svg(const LogLogPlot& plot) {
       o += "<text x=\"" + fmt("%.1f", kLeft - 6) + "\" y=\"" + fmt("%.1f", py + 4) +
            "\" text-anchor=\"end\">" + fmt("%g", y) + "</text>\n";
     }
-  const int steps = int(std::round(lx1 - lx0));
+  const int first = int(std::ceil(lx0)), steps = int(std::floor(lx1)) - first;
   for (int k = 0; k <= steps; ++k) {
-    const double x = std::pow(2.0, std::round(lx0) + k), px = X(x);
+    const double x = std::pow(2.0, first + k), px = X(x);
     if (px < kLeft - 1 || px > kLeft + pw + 1) continue;
     o += "<line x1=\"" + fmt("%.1f", px) + "\" x2=\"" + fmt("%.1f", px) + "\" y1=\"" + fmt("%.1f", kTop) +
          "\" y2=\"" + fmt("%.1f", kTop + ph) + "\" stroke=\"#eee\"/>\n";
