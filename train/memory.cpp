@@ -516,21 +516,20 @@ void run_memory(const MemoryOptions& o) {
     for (auto& p : pts) if (p.measure) order.push_back(&p);
     std::stable_sort(order.begin(), order.end(), [](const Point* a, const Point* b) { return a->plan.T < b->plan.T; });
     InitCache init;
+    FILE* progress = o.json ? stderr : stdout;  // --json: stdout holds the JSON alone
+    const auto t0 = std::chrono::steady_clock::now();
     for (Point* p : order) {
-      if (!o.json) {
-        std::printf("measuring T=%s B=%d %s recompute %s ... ", size_label(p->plan.T).c_str(), p->plan.B,
-                    p->plan.attention.c_str(), p->plan.recompute.c_str());
-        std::fflush(stdout);
-      }
+      std::fprintf(progress, "measuring T=%s B=%d %s recompute %s ... ", size_label(p->plan.T).c_str(), p->plan.B,
+                   p->plan.attention.c_str(), p->plan.recompute.c_str());
+      std::fflush(progress);
       p->m = measure_point(*p, o, init);
-      if (!o.json) {
-        if (p->m.status == "ok")
-          std::printf("%.2f GiB (plan %.2f), %.0f tokens/s\n", p->m.bytes / kGiB, double(p->plan.total) / kGiB,
-                      p->m.tokens_per_s);
-        else
-          std::printf("%s\n", p->m.status.c_str());
-        std::fflush(stdout);
-      }
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (p->m.status == "ok")
+        std::fprintf(progress, "%.2f GiB (plan %.2f), %.0f tokens/s, MFU %.1f%% [%.0f s]\n", p->m.bytes / kGiB,
+                     double(p->plan.total) / kGiB, p->m.tokens_per_s, 100 * p->m.mfu, elapsed);
+      else
+        std::fprintf(progress, "%s [%.0f s]\n", p->m.status.c_str(), elapsed);
+      std::fflush(progress);
     }
     Backend be = make_backend("cuda", base.train.precision);
     gpu_name = be.gpu_name;
