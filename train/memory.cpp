@@ -191,7 +191,8 @@ Measured measure_point(const Point& pt, const MemoryOptions& o, InitCache& init)
   const Config& c = pt.cfg;
   const int B = c.train.batch_size, T = c.train.seq_len;
   Measured r;
-  const size_t used_before = cuda_memory_info().second - cuda_memory_info().first;
+  const auto [free_before, total_before] = cuda_memory_info();
+  const size_t used_before = total_before - free_before;
   Backend be = make_backend("cuda", c.train.precision);
   r.detail = memory_shortfall(c, {Device::cuda, be.dtype, o.world, o.zero}, be.device_memory_free());
   if (!r.detail.empty()) {
