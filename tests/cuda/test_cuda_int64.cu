@@ -371,8 +371,11 @@ TEST_F(CudaInt64, MatmulPast2To31Elements) {
 
 // qkv of B = 2048 sequences × T = 1024 × 3·16·64: 6.4·10^9 elements. The straddling and the
 // last sequence against themselves alone, forward, backward with deterministic dQ (bitwise)
-// and with atomic dQ (dK, dV bitwise; dQ within one bf16 ulp: atomics only reorder fp32
-// additions, ~1e-6 relative, which can move a value across one bf16 rounding boundary).
+// and with atomic dQ: dK, dV bitwise; dQ within one bf16 ulp of the element plus 2^-10 of
+// the largest |dQ|. (Atomics only reorder the fp32 additions of at most T/16 = 64
+// partial sums: an error of at most 64·2^-24 of their magnitudes, which can move an
+// element across one bf16 rounding boundary, or more where partials cancel; an indexing
+// error is of the order of the largest |dQ| itself.)
 TEST_F(CudaInt64, FlashAttentionPast2To31Elements) {
   REQUIRE_FREE_GIB(46);
   const int B = 2048, T = 1024, H = 16, D = 64;
@@ -415,6 +418,9 @@ TEST_F(CudaInt64, FlashAttentionPast2To31Elements) {
           expect_same_rows(dqkv, b * T, dqs, cat("attention dQKV, sequence ", b));
         } else {
           auto big = bf16_bytes_to_doubles(host_rows(dqkv, b * T, T)), alone = bf16_bytes_to_doubles(host_rows(dqs, 0, T));
+          double max_dq = 0;
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t j = 0; j < int64_t(H) * D; ++j) max_dq = std::max(max_dq, std::fabs(alone[size_t(t * W + j)]));
           int64_t bad = 0;
           for (int64_t t = 0; t < T; ++t)
             for (int64_t j = 0; j < W; ++j) {
@@ -424,7 +430,7 @@ TEST_F(CudaInt64, FlashAttentionPast2To31Elements) {
               } else {
                 const double mag = std::max(std::fabs(alone[i]), std::fabs(big[i]));
                 const double ulp = mag < 1e-30 ? 0.0 : std::ldexp(1.0, std::ilogb(mag) - 7);  // bf16: 8 significant bits
-                bad += !(std::fabs(big[i] - alone[i]) <= ulp);
+                bad += !(std::fabs(big[i] - alone[i]) <= ulp + std::ldexp(max_dq, -10));
               }
             }
           EXPECT_EQ(bad, 0) << "attention dQKV (atomic dQ), sequence " << b;
