@@ -273,22 +273,22 @@ void GPT2::plan_activations() {
       for (Tensor* v : views) plan.add({v}, kind, dt, dev, shape);
     }
   };
-  using L = Acts::PerLayer;
-  per_layer(&L::ln1, rc.ln || rc.block, "layernorm outputs", a, {BT, C});
-  per_layer(&L::ln2, rc.ln || rc.block, "layernorm outputs", a, {BT, C});
-  per_layer(&L::ln1_mean, rc.block, "layernorm statistics", s, {BT});
-  per_layer(&L::ln1_rstd, rc.block, "layernorm statistics", s, {BT});
-  per_layer(&L::ln2_mean, rc.block, "layernorm statistics", s, {BT});
-  per_layer(&L::ln2_rstd, rc.block, "layernorm statistics", s, {BT});
-  per_layer(&L::qkv, rc.block, "QKV", a, {BT, 3 * C});
-  per_layer(&L::atty, rc.attn || rc.block, "attention output", a, {BT, C});
-  per_layer(&L::lse, rc.attn || rc.block, "attention LSE", s, {B, H, T});
+  using PerLayer = Acts::PerLayer;
+  per_layer(&PerLayer::ln1, rc.ln || rc.block, "layernorm outputs", a, {BT, C});
+  per_layer(&PerLayer::ln2, rc.ln || rc.block, "layernorm outputs", a, {BT, C});
+  per_layer(&PerLayer::ln1_mean, rc.block, "layernorm statistics", s, {BT});
+  per_layer(&PerLayer::ln1_rstd, rc.block, "layernorm statistics", s, {BT});
+  per_layer(&PerLayer::ln2_mean, rc.block, "layernorm statistics", s, {BT});
+  per_layer(&PerLayer::ln2_rstd, rc.block, "layernorm statistics", s, {BT});
+  per_layer(&PerLayer::qkv, rc.block, "QKV", a, {BT, 3 * C});
+  per_layer(&PerLayer::atty, rc.attn || rc.block, "attention output", a, {BT, C});
+  per_layer(&PerLayer::lse, rc.attn || rc.block, "attention LSE", s, {B, H, T});
   if (opts_.attention == AttentionAlgo::naive)
-    per_layer(&L::probs, rc.attn || rc.block, "attention P (naive)", a, {B, H, T, T});
-  per_layer(&L::fch_pre, rc.block, "MLP pre-GELU", a, {BT, 4 * C});
-  per_layer(&L::fch, rc.gelu || rc.block, "MLP GELU output", a, {BT, 4 * C});
-  per_layer(&L::res2, rc.block, "residual stream", a, {BT, C});
-  per_layer(&L::res3, /*recomputed=*/false, "residual stream", a, {BT, C});
+    per_layer(&PerLayer::probs, rc.attn || rc.block, "attention P (naive)", a, {B, H, T, T});
+  per_layer(&PerLayer::fch_pre, rc.block, "MLP pre-GELU", a, {BT, 4 * C});
+  per_layer(&PerLayer::fch, rc.gelu || rc.block, "MLP GELU output", a, {BT, 4 * C});
+  per_layer(&PerLayer::res2, rc.block, "residual stream", a, {BT, C});
+  per_layer(&PerLayer::res3, /*recomputed=*/false, "residual stream", a, {BT, C});
   plan.add({&A.encoded}, "residual stream", a, dev, {BT, C});
   plan.add({&A.lnf}, "layernorm outputs", a, dev, {BT, C});
   plan.add({&A.lnf_mean}, "layernorm statistics", s, dev, {BT});

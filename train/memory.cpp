@@ -70,7 +70,7 @@ int64_t parse_count(const std::string& s, const char* what) {
 }
 
 struct Measured {
-  std::string status;         // "ok", "OOM (plan)", "OOM (cudaMalloc)"
+  std::string status;         // "ok", "OOM (plan)", "OOM (cudaMalloc)", "error"
   double bytes = 0;           // device memory in use for the point
   double step_ms = 0, tokens_per_s = 0, mfu = 0;
   std::string detail;         // the pre-flight sentence or the error
@@ -230,8 +230,8 @@ Measured measure_point(const Point& pt, const MemoryOptions& o, InitCache& init)
     r.gpu = be.gpu_name;
     r.gpu_bytes = double(be.device_memory_total());
   } catch (const std::exception& e) {
-    if (!is_oom(e)) throw;
-    r.status = "OOM (cudaMalloc)";
+    // Recorded, and the sweep goes on (a sticky CUDA error would fail the next points too).
+    r.status = is_oom(e) ? "OOM (cudaMalloc)" : "error";
     r.detail = e.what();
   }
   return r;
