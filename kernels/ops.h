@@ -15,6 +15,7 @@
 //    activation gradients accumulate is said per op.
 //  * A matmul weight has the PyTorch nn.Linear layout (OC, C): out = inp · Wᵀ + b.
 #pragma once
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -26,6 +27,14 @@ namespace flashgpt {
 inline DType GradDType(DType act) { return act == DType::bf16 ? DType::f32 : act; }
 
 enum class AttentionAlgo { flash, naive };
+
+// Rotary position embedding (RoPE, "rotate half" pairing): in each head of q and k,
+// element i < D/2 and element i + D/2 of position t are rotated by the angle t·θ_i,
+// θ_i = kRopeBase^(−2i/D). Every backend takes θ_i from this function (fp64), so the
+// angles agree bit for bit; t·θ_i and its sine and cosine are computed in fp64 too
+// (at t = 10^6 an fp32 angle would be off by ~0.03 rad).
+constexpr double kRopeBase = 10000.0;
+inline double rope_inv_freq(int i, int D) { return std::pow(kRopeBase, -2.0 * i / D); }
 
 struct MatmulForward {
   Tensor out;      // (N, OC)   overwritten: inp·Wᵀ + b, then GELU if gelu
@@ -132,9 +141,16 @@ class Ops {
 
   // ---- embedding ----
   // out (B,T,C) = wte[tokens] + wpe[t]; tokens (B,T) int32 on this device. Overwrites.
+  // wpe undefined (rotary positions): out = wte[tokens].
   virtual void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) = 0;
-  // dwte, dwpe accumulate. Deterministic (no float atomics).
+  // dwte, dwpe accumulate (dwpe undefined: no position table). Deterministic (no float
+  // atomics).
   virtual void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) = 0;
+
+  // ---- rotary position embedding (see kRopeBase), in place ----
+  // qkv (B·T, 3·H·D): q and k of row b·T + t are rotated by +t·θ (inverse: by −t·θ, which
+  // is the backward: the gradient of q, k from that of the rotated q, k); v is untouched.
+  virtual void rope(Tensor qkv, int T, int H, bool inverse) = 0;
 
   // ---- layernorm (eps 1e-5) ----
   // out (N,C) = LN(inp)·w + b; mean, rstd (N) fp32 saved (fp64 in fp64 runs). Overwrites.

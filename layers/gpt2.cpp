@@ -1,6 +1,7 @@
 // GPT-2 forward and backward, written once against the op set.
 // Notation: BT = B·T rows, C = n_embd, H heads of D = C/H, Vp = padded vocab.
 #include "layers/gpt2.h"
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -40,22 +41,73 @@ Tensor slice_as(const Tensor& flat, const ParamInfo& p) {
   return t;
 }
 
-// Lays out named tensors in one allocation; offsets first, memory later.
+// Lays out tensors in one allocation; offsets first, memory later. Each buffer has a
+// kind (for the memory plan) and is seen through one or more views: a tensor that the
+// backward recomputes is one buffer shared by the views of every layer.
 struct ArenaPlan {
-  struct Entry { Tensor* t; size_t offset; };
+  struct Entry { std::vector<Tensor*> views; size_t offset; };
   std::vector<Entry> entries;
+  std::vector<std::pair<std::string, size_t>> kinds;  // bytes per kind, first-seen order
   size_t bytes = 0;
-  void add(Tensor& t, DType dtype, Device dev, std::initializer_list<int64_t> shape) {
-    t = Tensor(nullptr, dtype, dev, shape);
-    bytes = align_up(bytes, 256);
-    entries.push_back({&t, bytes});
+  void add(std::vector<Tensor*> views, const char* kind, DType dtype, Device dev,
+           std::initializer_list<int64_t> shape) {
+    const Tensor t(nullptr, dtype, dev, shape);
+    for (Tensor* v : views) *v = t;
+    bytes = align_up(bytes, 256);  // 256: also what keys cuBLASLt's algorithm cache
+    entries.push_back({std::move(views), bytes});
     bytes += t.nbytes();
+    auto it = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.first == kind; });
+    if (it == kinds.end()) kinds.emplace_back(kind, t.nbytes());
+    else it->second += t.nbytes();
   }
   void* allocate(Ops& ops) {
     char* base = static_cast<char*>(ops.alloc(bytes));
-    for (auto& e : entries) e.t->data = base + e.offset;
+    for (auto& e : entries)
+      for (Tensor* v : e.views) v->data = base + e.offset;
     return base;
   }
+};
+
+// An op set that only hands out addresses: GPT2::memory constructs the model on it to
+// learn what the model allocates, by running the very code that allocates. Nothing is
+// ever read or written through those addresses, and no op may run.
+class PlanningOps final : public Ops {
+ public:
+  explicit PlanningOps(Device d) : device_(d) {}
+  Device device() const override { return device_; }
+  std::string name() const override { return "planning"; }
+  void* alloc(size_t) override { return reinterpret_cast<void*>(kFakeBase); }
+  void free(void*) override {}
+  void* alloc_host(size_t) override { return nullptr; }
+  void free_host(void*) override {}
+  void memset_zero(Tensor) override {}
+  void to_host(void*, const Tensor&) override { no_compute(); }
+  void from_host(const Tensor&, const void*) override { no_compute(); }
+  void synchronize() override {}
+  void cast(Tensor, Tensor) override { no_compute(); }
+  void embedding_forward(Tensor, Tensor, Tensor, Tensor) override { no_compute(); }
+  void embedding_backward(Tensor, Tensor, Tensor, Tensor) override { no_compute(); }
+  void rope(Tensor, int, int, bool) override { no_compute(); }
+  void layernorm_forward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) override { no_compute(); }
+  void residual_layernorm_forward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) override { no_compute(); }
+  void layernorm_backward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) override { no_compute(); }
+  void matmul_forward(const MatmulForward&) override { no_compute(); }
+  void matmul_backward(const MatmulBackward&) override { no_compute(); }
+  void gelu_forward(Tensor, Tensor) override { no_compute(); }
+  void gelu_backward(Tensor, Tensor, Tensor) override { no_compute(); }
+  void attention_forward(const AttentionForward&) override { no_compute(); }
+  void attention_backward(const AttentionBackward&) override { no_compute(); }
+  void softmax_cross_entropy(Tensor, Tensor, Tensor, int, float) override { no_compute(); }
+  void adamw_update(const AdamWArgs&) override { no_compute(); }
+  void sum_squares(Tensor, Tensor) override { no_compute(); }
+  void scale(Tensor, float) override { no_compute(); }
+  void attention_decode(const AttentionDecode&) override { no_compute(); }
+  void kv_cache_write(const KVCacheWrite&) override { no_compute(); }
+
+ private:
+  static constexpr uintptr_t kFakeBase = uintptr_t(1) << 40;  // aligned, never dereferenced
+  [[noreturn]] static void no_compute() { fail("PlanningOps only plans memory; it cannot compute"); }
+  Device device_;
 };
 
 }  // namespace
@@ -71,16 +123,18 @@ struct GPT2::Ends {
   Tensor wte, wpe, lnf_w, lnf_b, d_wte, d_wpe, d_lnf_w, d_lnf_b;
 };
 
-// Activations: per layer what backward needs, plus scratch shared by all layers.
+// Activations: per layer what backward needs, plus scratch shared by all layers. A
+// tensor the recompute policy does not keep is one buffer seen by every layer's view:
+// the forward overwrites it layer after layer, the backward recomputes it (recompute()).
 struct GPT2::Acts {
   struct PerLayer {
     Tensor ln1, ln1_mean, ln1_rstd;   // (BT,C), (BT), (BT)
-    Tensor qkv;                       // (BT,3C) = (B,T,3,H,D)
+    Tensor qkv;                       // (BT,3C) = (B,T,3,H,D); q, k rotated with rope
     Tensor atty, lse, probs;          // (BT,C) = (B,T,H,D), (B,H,T), naive: (B,H,T,T)
     Tensor res2;                      // (BT,C) residual after attention
     Tensor ln2, ln2_mean, ln2_rstd;   // (BT,C), (BT), (BT)
     Tensor fch_pre, fch;              // (BT,4C) before / after GELU
-    Tensor res3;                      // (BT,C) residual after the MLP = block output
+    Tensor res3;                      // (BT,C) residual after the MLP = block output; always kept
   };
   std::vector<PerLayer> l;
   Tensor tokens, targets;             // (B,T) and (BT) int32
@@ -96,22 +150,46 @@ struct GPT2::Acts {
   Tensor delta;                       // (B,H,T) attention backward rowsum(dO∘O)
 };
 
-GPT2::GPT2(const ModelConfig& cfg, Ops& ops, DType dtype, int B, int T, AttentionAlgo algo,
-           size_t layer_align)
-    : cfg_(cfg), ops_(ops), dtype_(dtype), B_(B), T_(T), algo_(algo), layer_align_(layer_align) {
-  FG_ASSERT(layer_align >= 1, "layer_align must be >= 1");
+GPT2::GPT2(const ModelConfig& cfg, Ops& ops, DType dtype, int B, int T, const ModelOptions& opts)
+    : cfg_(cfg), ops_(ops), dtype_(dtype), B_(B), T_(T), opts_(opts),
+      unfused_gelu_(opts.recompute.gelu || opts.deterministic) {
+  FG_ASSERT(opts.layer_align >= 1, "layer_align must be >= 1");
   FG_ASSERT(cfg.n_embd % cfg.n_head == 0, "n_embd must be divisible by n_head");
   FG_ASSERT(T <= cfg.max_seq_len, "T exceeds max_seq_len");
   FG_ASSERT(cfg.padded_vocab >= cfg.vocab_size, "padded_vocab < vocab_size");
-  plan_params();
-  plan_activations();
+  FG_ASSERT(cfg.position == PositionEncoding::learned || (cfg.n_embd / cfg.n_head) % 2 == 0,
+            "rotary positions need an even head dim");
+  try {
+    plan_params();
+    plan_activations();
+  } catch (...) {  // e.g. out of device memory: give back what was allocated
+    release();
+    throw;
+  }
 }
 
-GPT2::~GPT2() {
+GPT2::~GPT2() { release(); }
+
+void GPT2::release() {
   if (param_mem_) ops_.free(param_mem_);
   if (grad_mem_) ops_.free(grad_mem_);
   if (act_mem_) ops_.free(act_mem_);
   if (staging_) ops_.free_host(staging_);
+  param_mem_ = grad_mem_ = act_mem_ = nullptr;
+  staging_ = nullptr;
+}
+
+ModelMemory GPT2::memory(const ModelConfig& cfg, Device device, DType dtype, int B, int T,
+                         const ModelOptions& opts) {
+  PlanningOps planning(device);
+  GPT2 m(cfg, planning, dtype, B, T, opts);
+  ModelMemory r;
+  r.num_params = m.num_params();
+  r.param_bytes = m.params_.nbytes();
+  r.grad_bytes = m.grads_.nbytes();
+  r.activation_bytes = m.act_bytes_;
+  r.activation_kinds = m.act_kinds_;
+  return r;
 }
 
 void GPT2::plan_params() {
@@ -121,7 +199,7 @@ void GPT2::plan_params() {
   // the two arenas exist.
   struct Binding { size_t index; Tensor* param; Tensor* grad; };
   std::vector<Binding> bindings;
-  const size_t layer_align = std::lcm(layer_align_, kAlignElems);
+  const size_t layer_align = std::lcm(opts_.layer_align, kAlignElems);
   auto add = [&](const std::string& name, int layer, std::vector<int64_t> shape, bool decay,
                  Tensor* param, Tensor* grad) {
     if (layer + 2 > int(layer_start_.size())) {  // the first parameter of a new layer
@@ -138,7 +216,8 @@ void GPT2::plan_params() {
   ends_ = std::make_unique<Ends>();
   Ends& e = *ends_;
   add("wte", -1, {cfg_.padded_vocab, C}, true, &e.wte, &e.d_wte);
-  add("wpe", -1, {cfg_.max_seq_len, C}, true, &e.wpe, &e.d_wpe);
+  if (cfg_.position == PositionEncoding::learned)
+    add("wpe", -1, {cfg_.max_seq_len, C}, true, &e.wpe, &e.d_wpe);
   layers_.resize(size_t(L));
   for (int l = 0; l < L; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
@@ -185,46 +264,60 @@ size_t GPT2::num_packed() const {
 }
 
 void GPT2::plan_activations() {
-  const int64_t B = B_, T = T_, BT = B * T, C = cfg_.n_embd, H = cfg_.n_head, L = cfg_.n_layer;
+  const int64_t B = B_, T = T_, BT = B * T, C = cfg_.n_embd, H = cfg_.n_head;
   const int64_t Vp = cfg_.padded_vocab;
   const DType a = dtype_, s = stat_dtype(dtype_);
   const Device dev = ops_.device();
+  const RecomputePolicy& rc = opts_.recompute;
   acts_ = std::make_unique<Acts>();
   Acts& A = *acts_;
+  A.l.resize(size_t(cfg_.n_layer));
   ArenaPlan plan;
-  A.l.resize(size_t(L));
-  for (auto& y : A.l) {
-    plan.add(y.ln1, a, dev, {BT, C});
-    plan.add(y.ln1_mean, s, dev, {BT});
-    plan.add(y.ln1_rstd, s, dev, {BT});
-    plan.add(y.qkv, a, dev, {BT, 3 * C});
-    plan.add(y.atty, a, dev, {BT, C});
-    plan.add(y.lse, s, dev, {B, H, T});
-    if (algo_ == AttentionAlgo::naive) plan.add(y.probs, a, dev, {B, H, T, T});
-    plan.add(y.res2, a, dev, {BT, C});
-    plan.add(y.ln2, a, dev, {BT, C});
-    plan.add(y.ln2_mean, s, dev, {BT});
-    plan.add(y.ln2_rstd, s, dev, {BT});
-    plan.add(y.fch_pre, a, dev, {BT, 4 * C});
-    plan.add(y.fch, a, dev, {BT, 4 * C});
-    plan.add(y.res3, a, dev, {BT, C});
-  }
-  plan.add(A.tokens, DType::i32, dev, {B, T});
-  plan.add(A.targets, DType::i32, dev, {BT});
-  plan.add(A.encoded, a, dev, {BT, C});
-  plan.add(A.lnf, a, dev, {BT, C});
-  plan.add(A.lnf_mean, s, dev, {BT});
-  plan.add(A.lnf_rstd, s, dev, {BT});
-  plan.add(A.losses, s, dev, {BT});
-  plan.add(A.logits, a, dev, {std::min(BT, kHeadChunkRows), Vp});
-  plan.add(A.proj, a, dev, {BT, C});
-  plan.add(A.dres, a, dev, {BT, C});
-  plan.add(A.dln, a, dev, {BT, C});
-  plan.add(A.datty, a, dev, {BT, C});
-  plan.add(A.dqkv, a, dev, {BT, 3 * C});
-  plan.add(A.dfch, a, dev, {BT, 4 * C});
-  plan.add(A.delta, s, dev, {B, H, T});
+  // One tensor per layer, or one buffer for all layers when backward recomputes it.
+  auto per_layer = [&](Tensor Acts::PerLayer::*member, bool recomputed, const char* kind, DType dt,
+                       std::initializer_list<int64_t> shape) {
+    std::vector<Tensor*> views;
+    for (auto& y : A.l) views.push_back(&(y.*member));
+    if (recomputed) {
+      plan.add(views, kind, dt, dev, shape);
+    } else {
+      for (Tensor* v : views) plan.add({v}, kind, dt, dev, shape);
+    }
+  };
+  using PerLayer = Acts::PerLayer;
+  per_layer(&PerLayer::ln1, rc.ln || rc.block, "layernorm outputs", a, {BT, C});
+  per_layer(&PerLayer::ln2, rc.ln || rc.block, "layernorm outputs", a, {BT, C});
+  per_layer(&PerLayer::ln1_mean, rc.block, "layernorm statistics", s, {BT});
+  per_layer(&PerLayer::ln1_rstd, rc.block, "layernorm statistics", s, {BT});
+  per_layer(&PerLayer::ln2_mean, rc.block, "layernorm statistics", s, {BT});
+  per_layer(&PerLayer::ln2_rstd, rc.block, "layernorm statistics", s, {BT});
+  per_layer(&PerLayer::qkv, rc.block, "QKV", a, {BT, 3 * C});
+  per_layer(&PerLayer::atty, rc.attn || rc.block, "attention output", a, {BT, C});
+  per_layer(&PerLayer::lse, rc.attn || rc.block, "attention LSE", s, {B, H, T});
+  if (opts_.attention == AttentionAlgo::naive)
+    per_layer(&PerLayer::probs, rc.attn || rc.block, "attention P (naive)", a, {B, H, T, T});
+  per_layer(&PerLayer::fch_pre, rc.block, "MLP pre-GELU", a, {BT, 4 * C});
+  per_layer(&PerLayer::fch, rc.gelu || rc.block, "MLP GELU output", a, {BT, 4 * C});
+  per_layer(&PerLayer::res2, rc.block, "residual stream", a, {BT, C});
+  per_layer(&PerLayer::res3, /*recomputed=*/false, "residual stream", a, {BT, C});
+  plan.add({&A.encoded}, "residual stream", a, dev, {BT, C});
+  plan.add({&A.lnf}, "layernorm outputs", a, dev, {BT, C});
+  plan.add({&A.lnf_mean}, "layernorm statistics", s, dev, {BT});
+  plan.add({&A.lnf_rstd}, "layernorm statistics", s, dev, {BT});
+  plan.add({&A.tokens}, "tokens, targets, losses", DType::i32, dev, {B, T});
+  plan.add({&A.targets}, "tokens, targets, losses", DType::i32, dev, {BT});
+  plan.add({&A.losses}, "tokens, targets, losses", s, dev, {BT});
+  plan.add({&A.logits}, "LM-head chunk", a, dev, {std::min(BT, kHeadChunkRows), Vp});
+  // Shared by all layers: projection outputs (forward) and activation gradients (backward).
+  plan.add({&A.proj}, "scratch (projections, gradients)", a, dev, {BT, C});
+  plan.add({&A.dres}, "scratch (projections, gradients)", a, dev, {BT, C});
+  plan.add({&A.dln}, "scratch (projections, gradients)", a, dev, {BT, C});
+  plan.add({&A.datty}, "scratch (projections, gradients)", a, dev, {BT, C});
+  plan.add({&A.dqkv}, "scratch (projections, gradients)", a, dev, {BT, 3 * C});
+  plan.add({&A.dfch}, "scratch (projections, gradients)", a, dev, {BT, 4 * C});
+  plan.add({&A.delta}, "scratch (projections, gradients)", s, dev, {B, H, T});
   act_bytes_ = plan.bytes;
+  act_kinds_ = plan.kinds;
   act_mem_ = plan.allocate(ops_);
   staging_ = static_cast<int32_t*>(ops_.alloc_host(size_t(2 * BT) * sizeof(int32_t)));
 }
@@ -275,33 +368,10 @@ void GPT2::zero_grad() { ops_.memset_zero(grads_); }
 
 float GPT2::forward(float dloss) {
   Acts& A = *acts_;
-  const int B = B_, T = T_, C = cfg_.n_embd, H = cfg_.n_head, D = C / H, L = cfg_.n_layer;
-  ops_.embedding_forward(A.encoded, A.tokens, ends_->wte, ends_->wpe);
-  for (int l = 0; l < L; ++l) {
-    Layer& w = layers_[size_t(l)];
-    Acts::PerLayer& y = A.l[size_t(l)];
-    const Tensor& res_in = l == 0 ? A.encoded : A.l[size_t(l - 1)].res3;
-    // ln_1 of layer 0; later layers got theirs fused into the previous block's last residual add
-    if (l == 0) ops_.layernorm_forward(y.ln1, y.ln1_mean, y.ln1_rstd, res_in, w.ln1_w, w.ln1_b);
-    ops_.matmul_forward({.out = y.qkv, .inp = y.ln1, .weight = w.qkv_w, .bias = w.qkv_b});
-    AttentionForward att;
-    att.out = y.atty; att.lse = y.lse; att.qkv = y.qkv; att.probs = y.probs;
-    att.B = B; att.T = T; att.H = H; att.D = D; att.causal = true; att.algo = algo_;
-    ops_.attention_forward(att);
-    ops_.matmul_forward({.out = A.proj, .inp = y.atty, .weight = w.attproj_w, .bias = w.attproj_b});
-    ops_.residual_layernorm_forward(y.res2, y.ln2, y.ln2_mean, y.ln2_rstd, res_in, A.proj, w.ln2_w, w.ln2_b);
-    ops_.matmul_forward({.out = y.fch, .inp = y.ln2, .weight = w.fc_w, .bias = w.fc_b, .gelu = true, .pre_gelu = y.fch_pre});
-    ops_.matmul_forward({.out = A.proj, .inp = y.fch, .weight = w.fcproj_w, .bias = w.fcproj_b});
-    if (l + 1 < L) {
-      Layer& nw = layers_[size_t(l + 1)];
-      Acts::PerLayer& ny = A.l[size_t(l + 1)];
-      ops_.residual_layernorm_forward(y.res3, ny.ln1, ny.ln1_mean, ny.ln1_rstd, y.res2, A.proj, nw.ln1_w, nw.ln1_b);
-    } else {
-      ops_.residual_layernorm_forward(y.res3, A.lnf, A.lnf_mean, A.lnf_rstd, y.res2, A.proj, ends_->lnf_w, ends_->lnf_b);
-    }
-  }
+  ops_.embedding_forward(A.encoded, A.tokens, ends_->wte, ends_->wpe);  // wpe undefined with rope
+  for (int l = 0; l < cfg_.n_layer; ++l) block_forward(l, /*recompute=*/false);
   // LM head, chunk by chunk: logits → loss (+ dlogits in place) → head backward.
-  const int64_t BT = int64_t(B) * T;
+  const int64_t BT = int64_t(B_) * T_;
   const int64_t chunk = A.logits.shape[0];
   for (int64_t r = 0; r < BT; r += chunk) head_chunk(r, std::min(BT, r + chunk), dloss);
   std::vector<double> losses = host_doubles(ops_, A.losses);
@@ -311,6 +381,63 @@ float GPT2::forward(float dloss) {
     if (host_targets_[size_t(i)] >= 0) { sum += losses[size_t(i)]; ++count; }
   last_loss_ = count ? sum / double(count) : 0.0;
   return float(last_loss_);
+}
+
+void GPT2::block_forward(int l, bool recompute) {
+  Acts& A = *acts_;
+  const int L = cfg_.n_layer;
+  Layer& w = layers_[size_t(l)];
+  Acts::PerLayer& y = A.l[size_t(l)];
+  const Tensor& res_in = l == 0 ? A.encoded : A.l[size_t(l - 1)].res3;
+  // ln_1 of layer 0 (and of any re-run block); the forward of later layers got theirs fused
+  // into the previous block's last residual add, with the same bits.
+  if (l == 0 || recompute) ops_.layernorm_forward(y.ln1, y.ln1_mean, y.ln1_rstd, res_in, w.ln1_w, w.ln1_b);
+  ops_.matmul_forward({.out = y.qkv, .inp = y.ln1, .weight = w.qkv_w, .bias = w.qkv_b});
+  if (cfg_.position == PositionEncoding::rope) ops_.rope(y.qkv, T_, cfg_.n_head, /*inverse=*/false);
+  attention_forward(l);
+  ops_.matmul_forward({.out = A.proj, .inp = y.atty, .weight = w.attproj_w, .bias = w.attproj_b});
+  ops_.residual_layernorm_forward(y.res2, y.ln2, y.ln2_mean, y.ln2_rstd, res_in, A.proj, w.ln2_w, w.ln2_b);
+  if (unfused_gelu_) {
+    ops_.matmul_forward({.out = y.fch_pre, .inp = y.ln2, .weight = w.fc_w, .bias = w.fc_b});
+    ops_.gelu_forward(y.fch, y.fch_pre);
+  } else {
+    ops_.matmul_forward({.out = y.fch, .inp = y.ln2, .weight = w.fc_w, .bias = w.fc_b, .gelu = true, .pre_gelu = y.fch_pre});
+  }
+  if (recompute) return;  // the rest only makes res3, which is kept, and the next ln_1
+  ops_.matmul_forward({.out = A.proj, .inp = y.fch, .weight = w.fcproj_w, .bias = w.fcproj_b});
+  if (l + 1 < L) {
+    Layer& nw = layers_[size_t(l + 1)];
+    Acts::PerLayer& ny = A.l[size_t(l + 1)];
+    ops_.residual_layernorm_forward(y.res3, ny.ln1, ny.ln1_mean, ny.ln1_rstd, y.res2, A.proj, nw.ln1_w, nw.ln1_b);
+  } else {
+    ops_.residual_layernorm_forward(y.res3, A.lnf, A.lnf_mean, A.lnf_rstd, y.res2, A.proj, ends_->lnf_w, ends_->lnf_b);
+  }
+}
+
+void GPT2::attention_forward(int l) {
+  Acts::PerLayer& y = acts_->l[size_t(l)];
+  AttentionForward att;
+  att.out = y.atty; att.lse = y.lse; att.qkv = y.qkv; att.probs = y.probs;
+  att.B = B_; att.T = T_; att.H = cfg_.n_head; att.D = cfg_.n_embd / cfg_.n_head;
+  att.causal = true; att.algo = opts_.attention;
+  ops_.attention_forward(att);
+}
+
+void GPT2::recompute(int l) {
+  const RecomputePolicy& rc = opts_.recompute;
+  if (rc.block) {
+    block_forward(l, /*recompute=*/true);
+    return;
+  }
+  Layer& w = layers_[size_t(l)];
+  Acts::PerLayer& y = acts_->l[size_t(l)];
+  const Tensor& res_in = l == 0 ? acts_->encoded : acts_->l[size_t(l - 1)].res3;
+  if (rc.ln) {  // the kept statistics are rewritten with the same values
+    ops_.layernorm_forward(y.ln1, y.ln1_mean, y.ln1_rstd, res_in, w.ln1_w, w.ln1_b);
+    ops_.layernorm_forward(y.ln2, y.ln2_mean, y.ln2_rstd, y.res2, w.ln2_w, w.ln2_b);
+  }
+  if (rc.attn) attention_forward(l);
+  if (rc.gelu) ops_.gelu_forward(y.fch, y.fch_pre);
 }
 
 void GPT2::head_chunk(int64_t row0, int64_t row1, float dloss) {
@@ -338,6 +465,7 @@ void GPT2::backward() {
                           ends_->lnf_w, A.lnf_mean, A.lnf_rstd);
   if (grads_ready_) grads_ready_(L);
   for (int l = L - 1; l >= 0; --l) {
+    recompute(l);
     Layer& w = layers_[size_t(l)];
     Acts::PerLayer& y = A.l[size_t(l)];
     const Tensor& res_in = l == 0 ? A.encoded : A.l[size_t(l - 1)].res3;
@@ -353,8 +481,10 @@ void GPT2::backward() {
     AttentionBackward att;
     att.dqkv = A.dqkv; att.dout = A.datty; att.qkv = y.qkv; att.out = y.atty; att.lse = y.lse;
     att.delta = A.delta; att.probs = y.probs;
-    att.B = B; att.T = T; att.H = H; att.D = D; att.causal = true; att.algo = algo_;
+    att.B = B; att.T = T; att.H = H; att.D = D; att.causal = true; att.algo = opts_.attention;
     ops_.attention_backward(att);
+    // dq, dk were taken w.r.t. the rotated q, k: rotate them back.
+    if (cfg_.position == PositionEncoding::rope) ops_.rope(A.dqkv, T, H, /*inverse=*/true);
     ops_.matmul_backward({.dinp = A.dln, .dweight = w.d_qkv_w, .dbias = w.d_qkv_b, .dout = A.dqkv,
                           .inp = y.ln1, .weight = w.qkv_w});
     ops_.layernorm_backward(A.dres, w.d_ln1_w, w.d_ln1_b, A.dln, res_in, w.ln1_w, y.ln1_mean, y.ln1_rstd);

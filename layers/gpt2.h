@@ -8,22 +8,57 @@
 // One micro-step:   set_batch(inputs, targets);  loss = forward(dloss);  backward();
 // forward() runs the LM head chunk by chunk: logits → fused softmax-CE (loss, and
 // dlogits in place when dloss != 0) → head backward for that chunk, so the
-// (B·T, Vp) logits never exist whole. backward() then runs the blocks in reverse.
+// (B·T, Vp) logits never exist whole. backward() then runs the blocks in reverse,
+// recomputing first what the recompute policy (layers/recompute.h) did not keep.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 #include "kernels/ops.h"
+#include "layers/recompute.h"
 
 namespace flashgpt {
+
+// learned: GPT-2's position table wpe (max_seq_len × C) added to the token embedding.
+// rope: no table; q and k are rotated by their position (ops.h, Ops::rope).
+enum class PositionEncoding { learned, rope };
 
 struct ModelConfig {
   int n_layer = 0, n_head = 0, n_embd = 0;
   int vocab_size = 0;    // real vocabulary (50257 for GPT-2)
   int padded_vocab = 0;  // rows of wte, a multiple of 128 for fast matmuls (50304)
-  int max_seq_len = 0;   // rows of wpe
+  int max_seq_len = 0;   // longest T; the rows of wpe with learned positions
+  PositionEncoding position = PositionEncoding::learned;
+};
+
+// How one model instance computes (not what it computes): the attention algorithm and
+// what backward recomputes. Converts from an AttentionAlgo, as the constructor used to
+// take one.
+struct ModelOptions {
+  ModelOptions(AttentionAlgo a = AttentionAlgo::flash) : attention(a) {}  // NOLINT: implicit on purpose
+  AttentionAlgo attention;
+  RecomputePolicy recompute;
+  // FLASHGPT_DETERMINISTIC=1 (set by train/backend.cpp): the MLP's GELU is computed from
+  // the rounded pre-activation by the elementwise kernel, never in the matmul epilogue,
+  // whatever the policy, so that every recompute policy gives the same bits.
+  bool deterministic = false;
+  // Each layer's parameter range (and the arena's end) starts at a multiple of this many
+  // elements, so a caller can cut every layer into equal shards (ZeRO-1).
+  size_t layer_align = 1;
+};
+
+// The model's memory, from the shapes alone (GPT2::memory): exactly what the
+// constructor allocates, arena by arena, since it comes from the same code.
+struct ModelMemory {
+  size_t num_params = 0;        // elements of the parameter arena (alignment gaps included)
+  size_t param_bytes = 0;       // parameters, activation dtype
+  size_t grad_bytes = 0;        // gradients, GradDType
+  size_t activation_bytes = 0;  // the activation arena (alignment gaps included)
+  // The activation arena by tensor kind ("QKV", "MLP pre-GELU", ...), in layout order.
+  std::vector<std::pair<std::string, size_t>> activation_kinds;
 };
 
 // One named parameter tensor inside the parameter arena.
@@ -41,10 +76,10 @@ struct ParamInfo {
 class GPT2 {
  public:
   // B, T: the micro-batch this model is sized for (activations are planned for it).
-  // layer_align: each layer's parameter range (and the arena's end) starts at a multiple
-  // of this many elements, so a caller can cut every layer into equal shards (ZeRO-1).
-  GPT2(const ModelConfig& cfg, Ops& ops, DType dtype, int B, int T,
-       AttentionAlgo algo = AttentionAlgo::flash, size_t layer_align = 1);
+  GPT2(const ModelConfig& cfg, Ops& ops, DType dtype, int B, int T, const ModelOptions& opts = {});
+  // What GPT2(cfg, ops, dtype, B, T, opts) allocates on `device`, without allocating.
+  static ModelMemory memory(const ModelConfig& cfg, Device device, DType dtype, int B, int T,
+                            const ModelOptions& opts);
   ~GPT2();
   GPT2(const GPT2&) = delete;
   GPT2& operator=(const GPT2&) = delete;
@@ -74,7 +109,8 @@ class GPT2 {
   DType dtype() const { return dtype_; }
   int B() const { return B_; }
   int T() const { return T_; }
-  AttentionAlgo attention_algo() const { return algo_; }
+  AttentionAlgo attention_algo() const { return opts_.attention; }
+  const ModelOptions& options() const { return opts_; }
 
   Tensor params() const { return params_; }  // all parameters, flat, activation dtype
   Tensor grads() const { return grads_; }    // all gradients, flat, GradDType(dtype)
@@ -85,6 +121,8 @@ class GPT2 {
   // the ranges of -1, 0, ..., n_layer tile the whole arena, padding included.
   std::pair<size_t, size_t> layer_range(int layer) const;
   size_t activation_bytes() const { return act_bytes_; }
+  // The activation arena by tensor kind (see ModelMemory).
+  const std::vector<std::pair<std::string, size_t>>& activation_kinds() const { return act_kinds_; }
   // The last forward's logits for rows [0, rows) are not kept (chunked); tests that
   // need logits call this: (B*T, Vp) logits of the current batch written to host.
   void logits_to_host(float* out);
@@ -96,22 +134,30 @@ class GPT2 {
   struct Layer;    // views into the arenas for one block
   void plan_params();
   void plan_activations();
+  void release();  // frees whatever is allocated (destructor, failed constructor)
+  // Block l's forward. recompute: the backward's re-run under the block policy, which
+  // recomputes what the block's backward reads and stops before the block output
+  // (kept) and the next layernorm.
+  void block_forward(int l, bool recompute);
+  void attention_forward(int l);
+  void recompute(int l);  // what the policy did not keep of block l, before its backward
   void head_chunk(int64_t row0, int64_t row1, float dloss);
 
   ModelConfig cfg_;
   Ops& ops_;
   DType dtype_;
   int B_, T_;
-  AttentionAlgo algo_;
+  ModelOptions opts_;
+  bool unfused_gelu_;  // GELU by the elementwise kernel after the matmul (see ModelOptions)
 
   std::vector<ParamInfo> param_list_;
-  size_t layer_align_;
   std::vector<size_t> layer_start_;  // arena offset where layer l starts, at [l + 1]; end last
   GradReadyHook grads_ready_;
   void* param_mem_ = nullptr;
   void* grad_mem_ = nullptr;
   void* act_mem_ = nullptr;
   size_t act_bytes_ = 0;
+  std::vector<std::pair<std::string, size_t>> act_kinds_;
   Tensor params_, grads_;
   std::vector<Layer> layers_;
   struct Ends;                   // embeddings and final layernorm

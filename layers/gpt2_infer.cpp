@@ -56,6 +56,9 @@ GPT2Decoder::GPT2Decoder(GPT2& model, int B, int max_len)
   if (B < 1) fail_input("decoding needs at least one sequence, got B = ", B);
   if (max_len < 1 || max_len > c.max_seq_len)
     fail_input("sequence length ", max_len, " is outside the model's context [1, ", c.max_seq_len, "]");
+  if (c.position != PositionEncoding::learned)
+    fail_input("decoding with a KV cache supports learned positions only; this model uses model.position=rope "
+               "(eval of shards works; sampling RoPE models is not built yet)");
 
   // Views of the parameters, found by their names in the model's parameter list.
   w_ = std::make_unique<Weights>();

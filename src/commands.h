@@ -10,4 +10,5 @@ void add_data_commands(CLI::App& app);    // data/commands.cpp: prepare, encode,
 void add_bench_commands(CLI::App& app);   // train/bench.cpp: bench attention, ...
 void add_sample_command(CLI::App& app);   // train/sample.cpp: sample
 void add_interop_commands(CLI::App& app); // train/hf_interop.cpp: export, import (Hugging Face)
+void add_memory_command(CLI::App& app);   // train/memory.cpp: memory (plan, --measure, --plot)
 }  // namespace flashgpt

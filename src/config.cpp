@@ -5,6 +5,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include "layers/recompute.h"
 #include "src/errors.h"
 
 namespace flashgpt {
@@ -62,6 +63,7 @@ std::map<std::string, Binding> bindings(Config& c) {
   m["model.padded_vocab"] = bind(c.model.padded_vocab);
   m["model.max_seq_len"] = bind(c.model.max_seq_len);
   m["model.attention"] = bind(c.model.attention);
+  m["model.position"] = bind(c.model.position);
   m["train.batch_size"] = bind(c.train.batch_size);
   m["train.seq_len"] = bind(c.train.seq_len);
   m["train.total_batch"] = bind(c.train.total_batch);
@@ -86,6 +88,7 @@ std::map<std::string, Binding> bindings(Config& c) {
   m["train.precision"] = bind(c.train.precision);
   m["train.zero"] = bind(c.train.zero);
   m["train.init_from"] = bind(c.train.init_from);
+  m["train.recompute"] = bind(c.train.recompute);
   m["data.train"] = bind(c.data.train);
   m["data.val"] = bind(c.data.val);
   m["run.out_dir"] = bind(c.run.out_dir);
@@ -130,6 +133,10 @@ void validate_config(const Config& c) {
   check(m.max_seq_len >= 1, "model.max_seq_len", "must be >= 1");
   check(m.attention == "flash" || m.attention == "naive", "model.attention",
         "must be 'flash' or 'naive', got '" + m.attention + "'");
+  check(m.position == "learned" || m.position == "rope", "model.position",
+        "must be 'learned' or 'rope', got '" + m.position + "'");
+  check(m.position == "learned" || (m.n_embd / m.n_head) % 2 == 0, "model.position",
+        cat("rope needs an even head dim, got n_embd / n_head = ", m.n_embd / m.n_head));
   check(t.batch_size >= 1, "train.batch_size", "must be >= 1");
   check(t.seq_len >= 1, "train.seq_len", "must be >= 1");
   check(t.seq_len <= m.max_seq_len, "train.seq_len",
@@ -157,6 +164,11 @@ void validate_config(const Config& c) {
   check(t.precision == "auto" || t.precision == "bf16" || t.precision == "fp32" || t.precision == "fp64",
         "train.precision", "must be auto, bf16, fp32 or fp64, got '" + t.precision + "'");
   check(t.zero == 0 || t.zero == 1, "train.zero", cat("must be 0 or 1, got ", t.zero));
+  try {
+    RecomputePolicy::parse(t.recompute);
+  } catch (const InputError& e) {
+    fail_input("config key 'train.recompute': ", e.what());
+  }
   check(c.run.device == "auto" || c.run.device == "cpu" || c.run.device == "cuda", "run.device",
         "must be auto, cpu or cuda, got '" + c.run.device + "'");
   check(!c.run.out_dir.empty(), "run.out_dir", "must not be empty");

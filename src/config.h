@@ -18,6 +18,7 @@ struct Config {
     int padded_vocab = 50304;     // rows of wte (multiple of 128 for fast matmuls)
     int max_seq_len = 1024;       // rows of wpe
     std::string attention = "flash";  // flash (O(T) memory) | naive (stores T×T P)
+    std::string position = "learned";  // learned (GPT-2's max_seq_len × n_embd table) | rope (rotary, no table)
   } model;
   struct Train {
     int batch_size = 4;           // micro-batch sequences per rank per step
@@ -45,6 +46,7 @@ struct Config {
     int zero = 1;                 // with several ranks: 1 shards AdamW state (master, m, v) over them
                                   // (ZeRO-1), 0 keeps all of it on every rank; no effect on one rank
     std::string init_from;        // checkpoint (or run dir) whose weights start a fresh run (fine-tuning); "" = random init
+    std::string recompute = "none";  // what backward recomputes: none | gelu, ln, attn joined by '+' | block (layers/recompute.h)
   } train;
   struct Data {
     std::string train = "cache/shards/sotu/train_*.bin";  // glob of training shards

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   flashgpt::add_bench_commands(app);
   flashgpt::add_sample_command(app);
   flashgpt::add_interop_commands(app);
+  flashgpt::add_memory_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

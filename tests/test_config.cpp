@@ -33,7 +33,7 @@ std::string error_of(const std::string& yaml, std::vector<std::string> sets = {}
 }
 
 TEST(Config, LoadsEveryShippedConfig) {
-  for (const char* name : {"tiny", "gpt2-124m", "gpt2-350m", "gpt2-774m"}) {
+  for (const char* name : {"tiny", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-124m-1m"}) {
     Config c = load_config(std::string(FLASHGPT_SOURCE_DIR) + "/configs/" + name + ".yaml", {});
     EXPECT_EQ(c.model.n_embd % c.model.n_head, 0) << name;
   }
@@ -70,6 +70,21 @@ TEST(Config, RejectsOutOfRangeValues) {
   EXPECT_NE(error_of("train:\n  schedule: sawtooth\n").find("'train.schedule'"), std::string::npos);
   EXPECT_NE(error_of("run:\n  device: tpu\n").find("'run.device'"), std::string::npos);
   EXPECT_NE(error_of("model:\n  vocab_size: 100\n  padded_vocab: 64\n").find("'model.padded_vocab'"), std::string::npos);
+}
+
+TEST(Config, PositionAndRecomputeKeys) {
+  Config c = load_config(write_yaml("model:\n  position: rope\ntrain:\n  recompute: ln+gelu\n"), {});
+  EXPECT_EQ(c.model.position, "rope");
+  EXPECT_EQ(c.train.recompute, "ln+gelu");
+  Config d = load_config("", {});
+  EXPECT_EQ(d.model.position, "learned");
+  EXPECT_EQ(d.train.recompute, "none");
+  EXPECT_NE(error_of("model:\n  position: alibi\n").find("'model.position': must be 'learned' or 'rope'"), std::string::npos);
+  EXPECT_NE(error_of("model:\n  n_embd: 30\n  n_head: 2\n  position: rope\n").find("'model.position': rope needs an even head dim"),
+            std::string::npos);
+  EXPECT_NE(error_of("train:\n  recompute: everything\n").find("'train.recompute': recompute policy 'everything': unknown part"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {"train.recompute=block+gelu"}).find("'train.recompute'"), std::string::npos);
 }
 
 TEST(Config, RejectsInvalidYaml) {

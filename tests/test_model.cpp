@@ -37,10 +37,11 @@ ModelConfig tiny(int V = 29, int Vp = 32) { return {2, 2, 12, V, Vp, 16}; }
 // h = 1e-5 balances truncation error (~h²·|L'''| ≈ 1e-10) against cancellation
 // (~eps·|L|/h ≈ 1e-10), so analytic and numeric gradients agree to ~1e-9 absolute;
 // we allow 1e-7 absolute + 1e-5 relative, far below any real bug (≥ 1e-3).
-void check_gradients(AttentionAlgo algo, int T) {
+void check_gradients(AttentionAlgo algo, int T, PositionEncoding pos = PositionEncoding::learned) {
   auto ops = make_cpu_ops();
   const int B = 2;
   ModelConfig cfg = tiny();
+  cfg.position = pos;
   GPT2 model(cfg, *ops, DType::f64, B, T, algo);
   model.init_random(7);
   // Larger weights than GPT-2's init so every path carries a visible gradient.
@@ -86,6 +87,9 @@ void check_gradients(AttentionAlgo algo, int T) {
 TEST(Model, GradientsMatchFiniteDifferencesFlash) { check_gradients(AttentionAlgo::flash, 7); }
 TEST(Model, GradientsMatchFiniteDifferencesNaive) { check_gradients(AttentionAlgo::naive, 7); }
 TEST(Model, GradientsMatchFiniteDifferencesSingleToken) { check_gradients(AttentionAlgo::flash, 1); }
+TEST(Model, GradientsMatchFiniteDifferencesRotaryPositions) {
+  check_gradients(AttentionAlgo::flash, 7, PositionEncoding::rope);
+}
 
 TEST(Model, FlashAndNaiveAttentionGiveTheSameLossAndGradients) {
   auto ops = make_cpu_ops();
@@ -171,7 +175,9 @@ TEST(Model, ResumeFromCheckpointIsBitExact) {
     OptimizerSnapshot snap = snapshot_of(o);
     ckpt = save_checkpoint(dir.string(), m, &snap, {2, nlohmann::json::object(), {}}, "model: {}\n");
   }
-  GPT2 m(cfg, *ops, DType::f32, B, T, AttentionAlgo::flash, /*layer_align=*/3 * 64);
+  ModelOptions aligned;
+  aligned.layer_align = 3 * 64;
+  GPT2 m(cfg, *ops, DType::f32, B, T, aligned);
   ASSERT_NE(m.num_params(), ref.num_params()) << "the test wants another arena layout";
   AdamW o(m, {});
   OptimizerSnapshot snap{0, DType::f32, std::vector<std::string>(2)};
@@ -210,7 +216,9 @@ TEST(Model, CorruptCheckpointIsRejected) {
 TEST(Model, LayerRangesTileTheArenaLayerMajor) {
   auto ops = make_cpu_ops();
   for (size_t align : {size_t(1), size_t(64 * 3), size_t(64 * 8)}) {
-    GPT2 m(tiny(), *ops, DType::f32, 1, 4, AttentionAlgo::flash, align);
+    ModelOptions opts;
+    opts.layer_align = align;
+    GPT2 m(tiny(), *ops, DType::f32, 1, 4, opts);
     size_t prev_end = 0;
     for (int l = -1; l <= m.config().n_layer; ++l) {
       auto [b, e] = m.layer_range(l);

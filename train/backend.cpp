@@ -1,5 +1,6 @@
 #include "train/backend.h"
 #include <cstdlib>
+#include <utility>
 #include "src/errors.h"
 #ifdef FLASHGPT_WITH_CUDA
 #include "src/cuda/device_context.h"
@@ -65,11 +66,24 @@ Backend make_backend(const std::string& device, const std::string& precision, in
 
 ModelConfig model_config(const Config& c) {
   return {c.model.n_layer, c.model.n_head, c.model.n_embd, c.model.vocab_size, c.model.padded_vocab,
-          c.model.max_seq_len};
+          c.model.max_seq_len,
+          c.model.position == "rope" ? PositionEncoding::rope : PositionEncoding::learned};
 }
 
 AttentionAlgo attention_algo(const Config& c) {
   return c.model.attention == "naive" ? AttentionAlgo::naive : AttentionAlgo::flash;
+}
+
+bool deterministic_requested() {
+  const char* env = std::getenv("FLASHGPT_DETERMINISTIC");
+  return env && std::string(env) == "1";
+}
+
+ModelOptions model_options(const Config& c) {
+  ModelOptions o(attention_algo(c));
+  o.recompute = RecomputePolicy::parse(c.train.recompute);
+  o.deterministic = deterministic_requested();
+  return o;
 }
 
 AdamWConfig adamw_config(const Config& c) {
@@ -85,14 +99,23 @@ std::unique_ptr<Communicator> make_device_communicator(Backend& be, Communicator
   return nullptr;
 }
 
-size_t Backend::device_memory_used() const {
+std::pair<size_t, size_t> cuda_memory_info() {
+  size_t free_b = 0, total_b = 0;
 #ifdef FLASHGPT_WITH_CUDA
-  if (context) {
-    size_t free_b = 0, total_b = 0;
-    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) return total_b - free_b;
+  if (cuda_available() && cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    cudaGetLastError();
+    free_b = total_b = 0;
   }
 #endif
-  return 0;
+  return {free_b, total_b};
 }
+
+size_t Backend::device_memory_used() const {
+  if (!context) return 0;
+  auto [free_b, total_b] = cuda_memory_info();
+  return total_b - free_b;
+}
+size_t Backend::device_memory_free() const { return context ? cuda_memory_info().first : 0; }
+size_t Backend::device_memory_total() const { return context ? cuda_memory_info().second : 0; }
 
 }  // namespace flashgpt

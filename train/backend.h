@@ -4,6 +4,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <utility>
 #include "kernels/ops.h"
 #include "layers/gpt2.h"
 #include "optim/adamw.h"
@@ -19,6 +20,8 @@ struct Backend {
   std::string gpu_name;           // empty on the CPU
   double peak_tflops = 0;         // dense bf16 peak of this GPU, 0 if unknown
   size_t device_memory_used() const;  // bytes in use on the GPU (0 on the CPU)
+  size_t device_memory_free() const;  // bytes free on the GPU (0 on the CPU)
+  size_t device_memory_total() const; // the GPU's memory (0 on the CPU)
 };
 
 // device: auto | cpu | cuda; precision: auto | bf16 | fp32 | fp64. On CUDA, the
@@ -31,9 +34,15 @@ Backend make_backend(const std::string& device, const std::string& precision, in
 // nullptr: use `host` itself (CPU tensors through MPI, or the single process).
 std::unique_ptr<Communicator> make_device_communicator(Backend& be, Communicator& host);
 bool cuda_available();  // built with CUDA and at least one GPU visible
+// (free, total) bytes of device memory of the current GPU (initialises the CUDA
+// context); (0, 0) without a GPU.
+std::pair<size_t, size_t> cuda_memory_info();
 
 ModelConfig model_config(const Config& c);
 AttentionAlgo attention_algo(const Config& c);  // model.attention
+// model.attention, train.recompute, and FLASHGPT_DETERMINISTIC=1 from the environment.
+ModelOptions model_options(const Config& c);
+bool deterministic_requested();  // FLASHGPT_DETERMINISTIC=1
 AdamWConfig adamw_config(const Config& c);
 
 }  // namespace flashgpt

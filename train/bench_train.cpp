@@ -10,6 +10,7 @@
 #include "train/backend.h"
 #include "train/comm.h"
 #include "train/data_parallel.h"
+#include "train/memory_plan.h"
 #ifdef FLASHGPT_WITH_CUDA
 #include "kernels/cuda/timed_ops.h"
 #include "src/cuda/device_context.h"
@@ -69,7 +70,11 @@ void run_bench_train(const BenchTrainOptions& o, Communicator& host) {
   }
 #endif
   const int B = cfg.train.batch_size, T = cfg.train.seq_len;
-  GPT2 model(model_config(cfg), *ops, be.dtype, B, T, attention_algo(cfg), DataParallel::layer_align(world));
+  check_memory_fits(cfg, be, world, cfg.train.zero);  // before anything is allocated
+  const size_t used_before = be.device_memory_used();
+  ModelOptions mopts = model_options(cfg);
+  mopts.layer_align = DataParallel::layer_align(world);
+  GPT2 model(model_config(cfg), *ops, be.dtype, B, T, mopts);
   model.init_random(cfg.train.seed);
   DataParallel dp(model, comm, cfg.train.zero);
   dp.broadcast_weights();
@@ -113,9 +118,10 @@ void run_bench_train(const BenchTrainOptions& o, Communicator& host) {
   const double mem = comm.max(double(be.device_memory_used())), mem_min = -comm.max(-double(be.device_memory_used()));
   const double opt_bytes = double(opt.m().nbytes() + opt.v().nbytes() + (opt.master().defined() ? opt.master().nbytes() : 0));
   if (lead) {
-    std::printf("bench train: %s on %s (%s), B=%d T=%d per rank, attention %s, %.2fM params\n", o.config.c_str(),
-                be.gpu_name.empty() ? "cpu" : be.gpu_name.c_str(), dtype_name(be.dtype), B, T,
-                cfg.model.attention.c_str(), double(model.num_packed()) / 1e6);
+    std::printf("bench train: %s on %s (%s), B=%d T=%d per rank, attention %s, recompute %s, positions %s, %.2fM params\n",
+                o.config.c_str(), be.gpu_name.empty() ? "cpu" : be.gpu_name.c_str(), dtype_name(be.dtype), B, T,
+                cfg.model.attention.c_str(), model.options().recompute.name().c_str(), cfg.model.position.c_str(),
+                double(model.num_packed()) / 1e6);
     if (world > 1 || std::string(comm.name()) != "single")
       std::printf("ranks: %d (%s), ZeRO-%d, %zu gradient buckets, optimizer state %.2f GB per rank\n", world,
                   comm.name(), cfg.train.zero, dp.bucket_count(), opt_bytes / 1e9);
@@ -125,9 +131,12 @@ void run_bench_train(const BenchTrainOptions& o, Communicator& host) {
                 tok_s, world, tflops, model.flops_per_token());
     if (be.peak_tflops > 0) std::printf(", MFU %.1f%% of %.0f", 100 * tflops / be.peak_tflops, be.peak_tflops);
     std::printf("\n");
-    if (!be.gpu_name.empty())
-      std::printf("GPU memory in use: %.1f GiB per GPU (max over ranks; min %.1f)\n", mem / double(1ull << 30),
-                  mem_min / double(1ull << 30));
+    if (!be.gpu_name.empty()) {
+      const MemoryPlan plan = plan_memory(cfg, {Device::cuda, be.dtype, world, cfg.train.zero});
+      std::printf("GPU memory in use: %.1f GiB per GPU (max over ranks; min %.1f); rank 0: %.2f GiB for this run, "
+                  "the plan: %.2f GiB\n", mem / double(1ull << 30), mem_min / double(1ull << 30),
+                  double(be.device_memory_used() - used_before) / double(1ull << 30), double(plan.total) / double(1ull << 30));
+    }
     std::printf("FLASHGPT_BENCH_TRAIN_JSON {\"B\": %d, \"T\": %d, \"ranks\": %d, \"zero\": %d, \"ms_per_step\": %.3f, "
                 "\"tokens_per_s\": %.1f, \"tflops_per_rank\": %.2f, \"gpu_mem_gib\": %.2f, \"optimizer_gb_per_rank\": %.3f}\n",
                 B, T, world, cfg.train.zero, med, tok_s, tflops, mem / double(1ull << 30), opt_bytes / 1e9);

@@ -17,6 +17,7 @@
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
 #include "train/load_model.h"
+#include "train/memory_plan.h"
 #include "train/stop_signals.h"
 
 namespace fs = std::filesystem;
@@ -99,10 +100,12 @@ TrainResult train(const Config& cfg, const std::string& resume, Communicator& ho
   const int accum = int(total / micro_tokens);
 
   Backend be = make_backend(cfg.run.device, t.precision, host.local_rank(), host.local_world());
+  check_memory_fits(cfg, be, world, t.zero);  // before anything is allocated
   std::unique_ptr<Communicator> device_comm = make_device_communicator(be, host);
   Communicator& comm = device_comm ? *device_comm : host;
-  GPT2 model(model_config(cfg), *be.ops, be.dtype, t.batch_size, t.seq_len, attention_algo(cfg),
-             DataParallel::layer_align(world));
+  ModelOptions mopts = model_options(cfg);
+  mopts.layer_align = DataParallel::layer_align(world);
+  GPT2 model(model_config(cfg), *be.ops, be.dtype, t.batch_size, t.seq_len, mopts);
   model.init_random(t.seed);
   // Fine-tuning: rank 0 loads the weights, the broadcast below hands them to every rank.
   if (!t.init_from.empty() && resume.empty() && lead) init_from_checkpoint(t.init_from, model);
@@ -296,7 +299,7 @@ EvalResult evaluate_checkpoint(const std::string& ckpt, const std::string& patte
   const std::string data = pattern.empty() ? cfg.data.val : pattern;
   std::string precision = cfg.train.precision;
   Backend be = make_backend(device, precision == "fp64" && device != "cpu" ? "auto" : precision);
-  GPT2 model(model_config(cfg), *be.ops, be.dtype, cfg.train.batch_size, cfg.train.seq_len, attention_algo(cfg));
+  GPT2 model(model_config(cfg), *be.ops, be.dtype, cfg.train.batch_size, cfg.train.seq_len, model_options(cfg));
   load_model_weights(dir, model);
   DataLoader loader({data, cfg.train.batch_size, cfg.train.seq_len, 0, 1, 0, false, cfg.model.vocab_size, 0});
   const int n = steps > 0 ? int(std::min<uint64_t>(uint64_t(steps), loader.batches_per_epoch()))

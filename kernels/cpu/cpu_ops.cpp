@@ -104,25 +104,30 @@ class CpuOps final : public Ops {
   // ---- embedding ----
   void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) override {
     FG_ASSERT(tokens.ndim == 2, "tokens must be (B,T), got ", tokens.shape_str());
-    FG_ASSERT(wte.ndim == 2 && wpe.ndim == 2, "wte and wpe must be (V,C) and (maxT,C)");
+    FG_ASSERT(wte.ndim == 2 && (!wpe.defined() || wpe.ndim == 2),
+              "wte and wpe must be (V,C) and (maxT,C)");
     const int64_t BT = tokens.numel(), C = wte.size(1);
     check(tokens, "tokens", DType::i32, BT);
-    FG_ASSERT(wpe.size(1) == C && wpe.size(0) >= tokens.size(1), "wpe ", wpe.shape_str(),
-              " does not cover T = ", tokens.size(1), " and C = ", C);
-    check(wpe, "wpe", wte.dtype, wpe.numel());
+    if (wpe.defined()) {
+      FG_ASSERT(wpe.size(1) == C && wpe.size(0) >= tokens.size(1), "wpe ", wpe.shape_str(),
+                " does not cover T = ", tokens.size(1), " and C = ", C);
+      check(wpe, "wpe", wte.dtype, wpe.numel());
+    }
     check(out, "out", wte.dtype, BT * C);
     dispatch(wte.dtype, "embedding_forward", [&](auto tag) {
       cpu::embedding_forward<decltype(tag)>(out, tokens, wte, wpe);
     });
   }
   void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) override {
-    FG_ASSERT(tokens.ndim == 2 && dwte.ndim == 2 && dwpe.ndim == 2,
+    FG_ASSERT(tokens.ndim == 2 && dwte.ndim == 2 && (!dwpe.defined() || dwpe.ndim == 2),
               "embedding_backward: tokens (B,T), dwte (V,C), dwpe (maxT,C)");
     const int64_t BT = tokens.numel(), C = dwte.size(1);
     check(tokens, "tokens", DType::i32, BT);
-    FG_ASSERT(dwpe.size(1) == C && dwpe.size(0) >= tokens.size(1), "dwpe ", dwpe.shape_str(),
-              " does not cover T = ", tokens.size(1));
-    check(dwpe, "dwpe", dwte.dtype, dwpe.numel());
+    if (dwpe.defined()) {
+      FG_ASSERT(dwpe.size(1) == C && dwpe.size(0) >= tokens.size(1), "dwpe ", dwpe.shape_str(),
+                " does not cover T = ", tokens.size(1));
+      check(dwpe, "dwpe", dwte.dtype, dwpe.numel());
+    }
     check(dout, "dout", dwte.dtype, BT * C);
     for (int64_t i = 0; i < BT; ++i) {
       const int32_t id = tokens.as<int32_t>()[i];
@@ -196,6 +201,15 @@ class CpuOps final : public Ops {
       check(a.dinp_gelu_pre, "dinp_gelu_pre", t, N * C);
     }
     dispatch(t, "matmul_backward", [&](auto tag) { cpu::matmul_backward<decltype(tag)>(a); });
+  }
+
+  // ---- rotary position embedding ----
+  void rope(Tensor qkv, int T, int H, bool inverse) override {
+    check_host(qkv, "qkv");
+    FG_ASSERT(qkv.ndim == 2 && T > 0 && H > 0 && qkv.size(0) % T == 0 && qkv.size(1) % (3 * H) == 0,
+              "rope: qkv must be (B·T, 3·H·D), got ", qkv.shape_str(), " for T = ", T, ", H = ", H);
+    FG_ASSERT(qkv.size(1) / (3 * H) % 2 == 0, "rope: head dim must be even");
+    dispatch(qkv.dtype, "rope", [&](auto tag) { cpu::rope<decltype(tag)>(qkv, T, H, inverse); });
   }
 
   // ---- GELU ----

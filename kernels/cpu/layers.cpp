@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 #include "cpu_kernels.h"
 
 namespace flashgpt::cpu {
@@ -47,20 +48,23 @@ template <class T> void gelu_backward(Tensor dinp, Tensor inp, Tensor dout) {
 }
 
 // ---- embedding ----
-// out (B,T,C) = wte[tokens[b,t]] + wpe[t]; overwrites.
+// out (B,T,C) = wte[tokens[b,t]] + wpe[t] (no wpe: rotary positions); overwrites.
 template <class T> void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) {
   const int64_t B = tokens.size(0), Tn = tokens.size(1), C = wte.size(1), V = wte.size(0);
   const int32_t* tok = tokens.as<int32_t>();
   T* o = out.as<T>();
   const T* te = wte.as<T>();
-  const T* pe = wpe.as<T>();
+  const T* pe = wpe.defined() ? wpe.as<T>() : nullptr;
   // Checked before the parallel loop: an exception must not leave an OpenMP region.
   for (int64_t bt = 0; bt < B * Tn; ++bt)
     FG_ASSERT(tok[bt] >= 0 && tok[bt] < V, "token id ", tok[bt], " outside the vocabulary of ", V);
 #pragma omp parallel for schedule(static) if (cpu::worth_parallel(B * Tn * C))
   for (int64_t bt = 0; bt < B * Tn; ++bt) {
     const int64_t id = tok[bt], t = bt % Tn;
-    for (int64_t c = 0; c < C; ++c) o[bt * C + c] = te[id * C + c] + pe[t * C + c];
+    if (pe)
+      for (int64_t c = 0; c < C; ++c) o[bt * C + c] = te[id * C + c] + pe[t * C + c];
+    else
+      for (int64_t c = 0; c < C; ++c) o[bt * C + c] = te[id * C + c];
   }
 }
 
@@ -71,7 +75,7 @@ void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) {
   const int64_t B = tokens.size(0), Tn = tokens.size(1), C = dwte.size(1);
   const int32_t* tok = tokens.as<int32_t>();
   T* dte = dwte.as<T>();
-  T* dpe = dwpe.as<T>();
+  T* dpe = dwpe.defined() ? dwpe.as<T>() : nullptr;
   const T* d = dout.as<T>();
   const int64_t chunks = (C + kChannelChunk - 1) / kChannelChunk;
 #pragma omp parallel for schedule(static) if (cpu::worth_parallel(B * Tn * C))
@@ -81,8 +85,35 @@ void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) {
       const int64_t id = tok[bt], t = bt % Tn;
       for (int64_t c = c0; c < c1; ++c) {
         dte[id * C + c] += d[bt * C + c];
-        dpe[t * C + c] += d[bt * C + c];
+        if (dpe) dpe[t * C + c] += d[bt * C + c];
       }
+    }
+  }
+}
+
+// ---- rotary position embedding (see kRopeBase in ops.h), in place ----
+// Row n = b·T + t of qkv (N, 3·H·D): in q and k of each head, (x_i, x_{i+D/2}) becomes
+// (x_i·cos − x_{i+D/2}·sin, x_{i+D/2}·cos + x_i·sin) with angle ±t·θ_i; cos and sin
+// are computed in fp64 and rounded to T.
+template <class T> void rope(Tensor qkv, int64_t Tn, int H, bool inverse) {
+  const int64_t N = qkv.size(0), HD = qkv.size(1) / 3, D = HD / H, half = D / 2;
+  T* x = qkv.as<T>();
+  std::vector<double> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) inv_freq[size_t(i)] = rope_inv_freq(int(i), int(D));
+  const double sign = inverse ? -1.0 : 1.0;
+#pragma omp parallel for schedule(static) if (cpu::worth_parallel(N * 2 * HD))
+  for (int64_t n = 0; n < N; ++n) {
+    const double t = double(n % Tn);
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = t * inv_freq[size_t(i)];
+      const T c = T(std::cos(angle)), s = T(sign * std::sin(angle));
+      for (int64_t part = 0; part < 2; ++part)  // q, then k
+        for (int64_t h = 0; h < H; ++h) {
+          T* head = x + n * 3 * HD + part * HD + h * D;
+          const T a = head[i], b = head[i + half];
+          head[i] = a * c - b * s;
+          head[i + half] = b * c + a * s;
+        }
     }
   }
 }
@@ -201,7 +232,8 @@ void softmax_cross_entropy(StatView losses, Tensor logits, Tensor targets, int V
   template void layernorm_forward<T>(Tensor, StatView, StatView, Tensor, Tensor, Tensor);   \
   template void layernorm_backward<T>(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor,       \
                                       StatView, StatView);                                  \
-  template void softmax_cross_entropy<T>(StatView, Tensor, Tensor, int, float);
+  template void softmax_cross_entropy<T>(StatView, Tensor, Tensor, int, float);          \
+  template void rope<T>(Tensor, int64_t, int, bool);
 FG_INSTANTIATE(float)
 FG_INSTANTIATE(double)
 #undef FG_INSTANTIATE

@@ -1,6 +1,12 @@
 // Shared device helpers of the CUDA op set: element types, 16-byte packs, conversions,
 // warp/block reductions, the dtype dispatch and the launch helpers. Included by the
 // kernel files of kernels/cuda/ only (nvcc).
+//
+// Indexing rule (audited for issue 10): an index into a whole activation is int64_t —
+// at a million tokens B·T·4C, B·T·3C and B·T·C pass 2^31 — computed as
+// int64_t(blockIdx.x) * blockDim.x + threadIdx.x or row * C with an int64_t row. int is
+// kept only for what is bounded by one row or one sequence (a column, a position t < T,
+// a head). tests/cuda/test_cuda_int64.cu runs every op family just past 2^31 elements.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

@@ -18,13 +18,17 @@ class DeviceContext;
 namespace flashgpt::cuda {
 
 // ---- embedding.cu ----
-// out (N=B·T, C) = wte[tokens] + wpe[t]. Overwrites.
+// out (N=B·T, C) = wte[tokens] + wpe[t] (wpe undefined: no position term). Overwrites.
 void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, cudaStream_t stream);
 size_t embedding_backward_scratch_bytes(int64_t n_tokens, int64_t vocab_rows);
-// dwte (Vp, C), dwpe (maxT, C) fp32 accumulate; deterministic: tokens are radix-sorted
+// dwte (Vp, C), dwpe (maxT, C; undefined: none) fp32 accumulate; deterministic: tokens are radix-sorted
 // (stable) and one thread block per distinct token sums its rows in order.
 void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, void* scratch,
                         size_t scratch_bytes, cudaStream_t stream);
+
+// ---- rope.cu ----
+// In place: q, k of row b·T + t rotated by +t·θ (inverse: −t·θ); see ops.h.
+void rope(Tensor qkv, int T_len, int H, bool inverse, cudaStream_t stream);
 
 // ---- layernorm.cu ----
 // out = LN(x)·w + b with x = inp1 (residual undefined, inp2 undefined) or

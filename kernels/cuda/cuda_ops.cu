@@ -21,6 +21,24 @@ void check_dev_opt(const Tensor& t, const char* what) {
   if (t.defined()) check_dev(t, what);
 }
 
+// cudaMalloc that reports running out of memory as such (an InputError: the run is too
+// big for this GPU, which the pre-flight check of train/memory_plan.h normally says
+// before anything is allocated); any other failure is an error as usual.
+void* device_malloc(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // not sticky, but leave no error behind
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    fail_input("out of GPU memory: allocating ", bytes / double(1 << 20), " MiB with ",
+               free_b / double(1 << 20), " MiB free of ", total_b / double(1 << 20),
+               " MiB (`flashgpt memory` shows what a run needs)");
+  }
+  CUDA_CHECK(err);
+  return p;
+}
+
 // A grow-only device buffer. Growing synchronises the stream first (the old buffer may
 // still be in use by queued kernels); it only happens while shapes are first seen.
 class DeviceBuffer {
@@ -33,7 +51,7 @@ class DeviceBuffer {
         CUDA_CHECK(cudaFree(ptr_));
         ptr_ = nullptr;
       }
-      CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+      ptr_ = device_malloc(bytes);
       cap_ = bytes;
     }
     return ptr_;
@@ -51,11 +69,7 @@ class CudaOps final : public Ops {
   std::string name() const override { return "cuda"; }
 
   // ---- memory ----
-  void* alloc(size_t bytes) override {
-    void* p = nullptr;
-    CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 1)));
-    return p;
-  }
+  void* alloc(size_t bytes) override { return device_malloc(bytes); }
   void free(void* p) override {
     if (p) CUDA_CHECK(cudaFree(p));
   }
@@ -96,14 +110,20 @@ class CudaOps final : public Ops {
 
   // ---- embedding ----
   void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) override {
-    check_dev(out, "out"); check_dev(tokens, "tokens"); check_dev(wte, "wte"); check_dev(wpe, "wpe");
+    check_dev(out, "out"); check_dev(tokens, "tokens"); check_dev(wte, "wte"); check_dev_opt(wpe, "wpe");
     cuda::embedding_forward(out, tokens, wte, wpe, stream());
   }
   void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) override {
-    check_dev(dwte, "dwte"); check_dev(dwpe, "dwpe"); check_dev(dout, "dout"); check_dev(tokens, "tokens");
+    check_dev(dwte, "dwte"); check_dev_opt(dwpe, "dwpe"); check_dev(dout, "dout"); check_dev(tokens, "tokens");
     size_t bytes = cuda::embedding_backward_scratch_bytes(tokens.numel(), dwte.shape[0]);
     void* s = scratch_.get(bytes, stream());
     cuda::embedding_backward(dwte, dwpe, dout, tokens, s, bytes, stream());
+  }
+
+  // ---- rotary position embedding ----
+  void rope(Tensor qkv, int T, int H, bool inverse) override {
+    check_dev(qkv, "qkv");
+    cuda::rope(qkv, T, H, inverse, stream());
   }
 
   // ---- layernorm ----

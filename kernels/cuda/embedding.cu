@@ -30,10 +30,14 @@ __global__ void embedding_forward_kernel(T* __restrict__ out, const int* __restr
   int c = int(i % packs_per_row) * P;
   int t = int(n % T_len);
   Pack<T> a = load_pack(wte + int64_t(tokens[n]) * C + c);
-  Pack<T> b = load_pack(wpe + int64_t(t) * C + c);
   Pack<T> r;
+  if (wpe) {
+    Pack<T> b = load_pack(wpe + int64_t(t) * C + c);
 #pragma unroll
-  for (int k = 0; k < P; ++k) r.v[k] = from_f<T>(to_f(a.v[k]) + to_f(b.v[k]));
+    for (int k = 0; k < P; ++k) r.v[k] = from_f<T>(to_f(a.v[k]) + to_f(b.v[k]));
+  } else {
+    r = a;  // rotary positions: no position table
+  }
   store_pack(out + n * C + c, r);
 }
 
@@ -121,16 +125,17 @@ void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, cudaSt
   int64_t N = tokens.numel();
   int T_len = int(tokens.shape[1]);
   int C = int(wte.shape[1]);
-  FG_ASSERT(out.dtype == wte.dtype && wpe.dtype == wte.dtype, "embedding dtypes differ");
+  const bool has_wpe = wpe.defined();
+  FG_ASSERT(out.dtype == wte.dtype && (!has_wpe || wpe.dtype == wte.dtype), "embedding dtypes differ");
   FG_ASSERT(out.numel() == N * C, "out must be (B,T,C): ", out.shape_str());
-  FG_ASSERT(wpe.shape[1] == C && wpe.shape[0] >= T_len, "wpe too small: ", wpe.shape_str());
-  FG_ASSERT(aligned16(out.data) && aligned16(wte.data) && aligned16(wpe.data),
+  FG_ASSERT(!has_wpe || (wpe.shape[1] == C && wpe.shape[0] >= T_len), "wpe too small: ", wpe.shape_str());
+  FG_ASSERT(aligned16(out.data) && aligned16(wte.data) && (!has_wpe || aligned16(wpe.data)),
             "embedding needs 16-byte aligned tensors");
   FG_DISPATCH_FLOAT(out.dtype, T, {
     FG_ASSERT(C % Pack<T>::N == 0, "C=", C, " must be a multiple of ", Pack<T>::N);
     int64_t work = N * (C / Pack<T>::N);
     embedding_forward_kernel<T><<<unsigned(ceil_div(work, kThreads)), kThreads, 0, stream>>>(
-        out.as<T>(), tokens.as<int>(), wte.as<T>(), wpe.as<T>(), N, T_len, C);
+        out.as<T>(), tokens.as<int>(), wte.as<T>(), has_wpe ? wpe.as<T>() : nullptr, N, T_len, C);
     CUDA_CHECK_LAUNCH();
   });
 }
@@ -147,9 +152,12 @@ void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, vo
   int B = int(tokens.shape[0]), T_len = int(tokens.shape[1]);
   int64_t Vp = dwte.shape[0];
   int C = int(dwte.shape[1]);
-  FG_ASSERT(dwte.dtype == DType::f32 && dwpe.dtype == DType::f32, "embedding grads are fp32");
+  const bool has_wpe = dwpe.defined();
+  FG_ASSERT(dwte.dtype == DType::f32 && (!has_wpe || dwpe.dtype == DType::f32), "embedding grads are fp32");
   FG_ASSERT(dout.numel() == N * C, "dout must be (B,T,C): ", dout.shape_str());
-  FG_ASSERT(dwpe.shape[1] == C && dwpe.shape[0] >= T_len, "dwpe too small");
+  FG_ASSERT(!has_wpe || (dwpe.shape[1] == C && dwpe.shape[0] >= T_len), "dwpe too small");
+  // The sort's row indices are int: N < 2^31 tokens per micro-batch.
+  FG_ASSERT(N < (int64_t(1) << 31), "embedding backward takes fewer than 2^31 tokens, got ", N);
   FG_ASSERT(scratch_bytes >= embedding_backward_scratch_bytes(N, Vp), "scratch too small");
   FG_ASSERT(aligned16(dout.data), "dout must be 16-byte aligned");
 
@@ -172,10 +180,12 @@ void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, vo
     constexpr int P = Pack<T>::N;
     FG_ASSERT(C % P == 0, "C=", C, " must be a multiple of ", P);
     int packs = C / P;
-    int64_t wpe_work = int64_t(T_len) * packs;
-    wpe_backward_kernel<T><<<unsigned(ceil_div(wpe_work, kThreads)), kThreads, 0, stream>>>(
-        dwpe.as<float>(), dout.as<T>(), B, T_len, C);
-    CUDA_CHECK_LAUNCH();
+    if (has_wpe) {
+      int64_t wpe_work = int64_t(T_len) * packs;
+      wpe_backward_kernel<T><<<unsigned(ceil_div(wpe_work, kThreads)), kThreads, 0, stream>>>(
+          dwpe.as<float>(), dout.as<T>(), B, T_len, C);
+      CUDA_CHECK_LAUNCH();
+    }
     int threads = int(std::min<int64_t>(kThreads, ceil_div(packs, kWarpSize) * kWarpSize));
     dim3 grid(unsigned(N), unsigned(ceil_div(packs, threads)));
     wte_backward_kernel<T><<<grid, threads, 0, stream>>>(dwte.as<float>(), dout.as<T>(),

@@ -19,6 +19,8 @@
 // dinp through the DGELU epilogue: dinp = (dout·W) ∘ GELU'(aux = dinp_gelu_pre).
 // In fp32 runs, or where cuBLASLt has no fused algorithm, the same results come from the
 // plain GEMM followed by the elementwise GELU kernels (gelu.cu).
+// Sizes: m, n, k are int (N < 2^31 rows); matrices may hold more than 2^31 elements
+// (cuBLASLt's layouts are 64-bit; tests/cuda/test_cuda_int64.cu checks N·4C > 2^31).
 #include <algorithm>
 #include <cstring>
 #include "kernels/cuda/common.cuh"
@@ -168,6 +170,7 @@ void Matmul::forward(const MatmulForward& a, cudaStream_t stream) {
             "matmul_forward shapes: inp ", a.inp.shape_str(), " weight ", a.weight.shape_str(),
             " out ", a.out.shape_str());
   FG_ASSERT(a.inp.dtype == a.weight.dtype && a.out.dtype == a.weight.dtype, "matmul dtypes differ");
+  FG_ASSERT(N <= INT32_MAX, "matmul: N = ", N, " rows; cuBLASLt takes m, n, k as int");
   FG_ASSERT(!a.bias.defined() || (a.bias.numel() == OC && a.bias.dtype == a.out.dtype), "bias (OC)");
   FG_ASSERT(!a.gelu || !a.pre_gelu.defined() || a.pre_gelu.numel() == N * OC, "pre_gelu (N, OC)");
   Gemm g;
@@ -207,6 +210,7 @@ void Matmul::backward(const MatmulBackward& a, void* scratch, cudaStream_t strea
   FG_ASSERT(!a.dbias.defined() || (a.dbias.dtype == DType::f32 && a.dbias.numel() == OC), "dbias (OC) fp32");
   FG_ASSERT(!a.dinp.defined() || (a.dinp.numel() == N * C && a.dinp.dtype == a.inp.dtype), "dinp (N, C)");
   FG_ASSERT(a.dout.dtype == a.inp.dtype && a.weight.dtype == a.inp.dtype, "matmul dtypes differ");
+  FG_ASSERT(N <= INT32_MAX, "matmul: N = ", N, " rows; cuBLASLt takes m, n, k as int");
   if (a.dinp.defined()) {
     // dinpᶜ(C,N) = Wᶜ(C,OC) · doutᶜ(OC,N)  [∘ GELU'(dinp_gelu_pre)]
     Gemm g;

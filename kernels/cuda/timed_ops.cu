@@ -53,6 +53,9 @@ class TimedOpsImpl final : public TimedOps {
   void embedding_backward(Tensor a, Tensor b, Tensor d, Tensor t) override {
     timed("embedding_backward", [&] { in_.embedding_backward(a, b, d, t); });
   }
+  void rope(Tensor qkv, int T, int H, bool inverse) override {
+    timed(inverse ? "rope_backward" : "rope_forward", [&] { in_.rope(qkv, T, H, inverse); });
+  }
   void layernorm_forward(Tensor o, Tensor m, Tensor r, Tensor i, Tensor w, Tensor b) override {
     timed("layernorm_forward", [&] { in_.layernorm_forward(o, m, r, i, w, b); });
   }

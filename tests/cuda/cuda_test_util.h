@@ -18,6 +18,7 @@
 #pragma once
 #include <gtest/gtest.h>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <memory>
@@ -30,6 +31,21 @@
 #include "tests/testing.h"
 
 namespace flashgpt::test {
+
+// Sets an environment variable for the scope (run-time switches such as
+// FLASHGPT_DETERMINISTIC), restoring the previous value after.
+struct ScopedEnv {
+  std::string name, old;
+  bool had = false;
+  ScopedEnv(const char* n, const char* value) : name(n) {
+    if (const char* v = std::getenv(n)) had = true, old = v;
+    setenv(n, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had) setenv(name.c_str(), old.c_str(), 1);
+    else unsetenv(name.c_str());
+  }
+};
 
 // Skips (GTEST_SKIP) when no GPU is visible; otherwise owns a context and both op sets.
 class CudaTest : public ::testing::Test {

@@ -5,6 +5,8 @@
 //  * ten AdamW steps, GPU fp32 vs CPU fp64 (bound from CPU fp32): the losses agree.
 //  * bf16: FlashAttention inside the model vs the naive attention, both against fp64
 //    (loss and every gradient); and a smoke test (loss near fp32, training lowers it).
+//  * rotary positions (fp32 vs the CPU), and every recompute policy bitwise equal to
+//    `none` (bf16 with FLASHGPT_DETERMINISTIC=1, and fp32).
 // And a harness that only runs when asked (skipped otherwise): FLASHGPT_PARITY_DIR=dir
 // writes the weights, batch, loss and gradients of a small GPT-2 (fp32, GPU) as raw
 // files for scripts/parity_torch.py. (The training-step benchmark is
@@ -179,6 +181,74 @@ TEST_F(CudaModel, Bf16TrainsAndStaysNearFp32) {
   auto losses = train_losses(gpu, same);
   EXPECT_NEAR(losses[0], r, 0.01 * r);
   EXPECT_LT(losses.back(), losses.front() - 0.1) << "training on one batch did not lower the loss";
+}
+
+// Rotary positions on the GPU (fp32) against the CPU model in fp64, with the CPU fp32
+// model fixing the bound: loss, logits and every gradient.
+TEST_F(CudaModel, Fp32RotaryPositionsMatchCpu) {
+  auto rng = test_rng();
+  ModelConfig cfg = tiny_config();
+  cfg.position = PositionEncoding::rope;
+  GPT2 gpu(cfg, *gpu_, DType::f32, kB, kT);
+  GPT2 ref(cfg, *cpu_, DType::f64, kB, kT);
+  GPT2 naive(cfg, *cpu_, DType::f32, kB, kT);
+  gpu.init_random(99);
+  copy_params(gpu, ref);
+  copy_params(gpu, naive);
+  Batch b = random_batch(kB, kT, cfg.vocab_size, rng);
+  StepResult g = run_step(gpu, b, true), r = run_step(ref, b, true), n = run_step(naive, b, true);
+  EXPECT_NEAR(g.loss, r.loss, 1e-5 * std::fabs(r.loss)) << "loss";
+  OpCase::expect_within(g.logits, n.logits, r.logits, /*derived=*/true, "logits");
+  for (const ParamInfo& p : gpu.param_list())
+    OpCase::expect_within(slice(g.grads, p), slice(n.grads, p), slice(r.grads, p), /*derived=*/true, "grad " + p.name);
+}
+
+// Every recompute policy gives the bits of `none`: the loss and every gradient after two
+// accumulated micro-batches with an evaluation forward between them. bf16 with
+// FLASHGPT_DETERMINISTIC=1 (dQ without atomics, GELU outside the matmul epilogue in every
+// policy), flash and naive attention, learned and rotary positions; and fp32.
+TEST_F(CudaModel, RecomputePoliciesGiveTheBitsOfNone) {
+  ScopedEnv det("FLASHGPT_DETERMINISTIC", "1");
+  struct Run { std::vector<double> losses, grads; };
+  auto run = [&](const ModelConfig& cfg, DType dt, const ModelOptions& o) {
+    GPT2 m(cfg, *gpu_, dt, 2, 113, o);  // T = 113: no multiple of any tile
+    m.init_random(5);
+    auto rng = test_rng();
+    Run r;
+    m.zero_grad();
+    for (int step = 0; step < 2; ++step) {
+      Batch b = random_batch(2, 113, cfg.vocab_size, rng), e = random_batch(2, 113, cfg.vocab_size, rng);
+      m.set_batch(b.inputs.data(), b.targets.data());
+      r.losses.push_back(m.forward(1.0f / 226));
+      m.backward();
+      m.set_batch(e.inputs.data(), e.targets.data());
+      r.losses.push_back(m.forward(0.0f));
+    }
+    r.grads = to_doubles(*gpu_, m.grads());
+    return r;
+  };
+  ModelConfig base = tiny_config();
+  base.n_embd = 128; base.n_head = 2; base.max_seq_len = 128;  // head dim 64 for FlashAttention
+  for (DType dt : {DType::bf16, DType::f32})
+    for (PositionEncoding pos : {PositionEncoding::learned, PositionEncoding::rope})
+      for (AttentionAlgo algo : {AttentionAlgo::flash, AttentionAlgo::naive}) {
+        ModelConfig cfg = base;
+        cfg.position = pos;
+        ModelOptions none(algo);
+        none.deterministic = true;
+        const Run ref = run(cfg, dt, none);
+        for (const char* policy : {"gelu", "ln", "attn", "gelu+ln+attn", "block"}) {
+          SCOPED_TRACE(cat(dtype_name(dt), pos == PositionEncoding::rope ? " rope " : " learned ",
+                           algo == AttentionAlgo::naive ? "naive " : "flash ", policy));
+          ModelOptions o = none;
+          o.recompute = RecomputePolicy::parse(policy);
+          const Run got = run(cfg, dt, o);
+          EXPECT_EQ(got.losses, ref.losses);
+          size_t differ = 0;
+          for (size_t i = 0; i < got.grads.size(); ++i) differ += !(got.grads[i] == ref.grads[i]);
+          EXPECT_EQ(differ, 0u) << "gradient elements that differ from recompute=none";
+        }
+      }
 }
 
 // ---------------------------------------------------------------- harnesses

@@ -35,6 +35,42 @@ TEST_F(CudaOps, EmbeddingForwardBackward) {
   }
 }
 
+TEST_F(CudaOps, EmbeddingWithoutPositionTable) {
+  for (DType dt : kDtypes) {
+    auto rng = test_rng(int(dt));
+    const int C = 768, Vp = 1024;
+    OpCase c;
+    c.add("tokens", {kB, kT}, Kind::i32, ints(kB * kT, rng, 0, 40));
+    c.add("wte", {Vp, C}, Kind::act, uniform(int64_t(Vp) * C, rng));
+    c.add("out", {kB, kT, C}, Kind::act, {}, true);
+    c.add("dout", {kB, kT, C}, Kind::act, uniform(kB * kT * C, rng));
+    c.add("dwte", {Vp, C}, Kind::grad, uniform(int64_t(Vp) * C, rng), true);
+    c.compare(*cpu_, *gpu_, dt, [](Ops& ops, OpCase& a) {
+      ops.embedding_forward(a["out"], a["tokens"], a["wte"], Tensor());
+      ops.embedding_backward(a["dwte"], Tensor(), a["dout"], a["tokens"]);
+    }, "embedding without wpe");
+  }
+}
+
+// RoPE forward, then the inverse rotation (the backward) on another tensor: awkward
+// lengths, head dims 64 and 128 (and 2: one pair at the fastest frequency), and a
+// context of 2^20 positions with one head, where the angle needs fp64.
+TEST_F(CudaOps, RopeForwardAndInverse) {
+  struct S { int B, T, H, D; };
+  for (DType dt : kDtypes)
+    for (S s : {S{3, 37, 3, 64}, S{2, 113, 2, 128}, S{1, 1 << 20, 1, 2}, S{1, 4100, 12, 64}}) {
+      auto rng = test_rng(int(dt) * 17 + s.T + s.D);
+      const int64_t N = int64_t(s.B) * s.T, W = 3 * int64_t(s.H) * s.D;
+      OpCase c;
+      c.add("qkv", {N, W}, Kind::act, uniform(N * W, rng), true);
+      c.add("dqkv", {N, W}, Kind::act, uniform(N * W, rng), true);
+      c.compare(*cpu_, *gpu_, dt, [&](Ops& ops, OpCase& a) {
+        ops.rope(a["qkv"], s.T, s.H, /*inverse=*/false);
+        ops.rope(a["dqkv"], s.T, s.H, /*inverse=*/true);
+      }, cat("rope B=", s.B, " T=", s.T, " H=", s.H, " D=", s.D));
+    }
+}
+
 TEST_F(CudaOps, LayerNormForwardBackward) {
   for (DType dt : kDtypes)
     for (int C : {768, 1600}) {
