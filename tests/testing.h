@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -66,20 +67,66 @@ template <class T> class HostTensor {
   std::vector<T> data_;
 };
 
-// A generator seeded from the running test's name (reproducible, different per test),
-// or from FLASHGPT_TEST_SEED when set (to explore other inputs). The seed is recorded
-// in the test's XML output.
-inline std::mt19937_64 test_rng(uint64_t salt = 0) {
-  uint64_t seed = 0;
-  if (const char* env = std::getenv("FLASHGPT_TEST_SEED")) {
-    seed = std::stoull(env);
-  } else if (const auto* info = ::testing::UnitTest::GetInstance()->current_test_info()) {
-    seed = std::hash<std::string>()(std::string(info->test_suite_name()) + "." + info->name());
-  }
-  seed ^= salt * 0x9E3779B97F4A7C15ull;
-  ::testing::Test::RecordProperty("seed", std::to_string(seed));
-  return std::mt19937_64(seed);
+// The seed of the running test: FLASHGPT_TEST_SEED when set (to explore other inputs),
+// else a hash of the test's name (reproducible, different per test). Every random input
+// of the suite derives from it, and a failing test prints it (SeedReporter below), so
+// any failure can be re-run with FLASHGPT_TEST_SEED=<seed>.
+inline uint64_t seed_for(const ::testing::TestInfo& info) {
+  if (const char* env = std::getenv("FLASHGPT_TEST_SEED")) return std::stoull(env);
+  return std::hash<std::string>()(std::string(info.test_suite_name()) + "." + info.name());
 }
+
+// Keeps the running test's seed (set when each test starts: asking gtest for the current
+// test from inside its failure reporting would deadlock) and prints it after every
+// failure. Installed once per test binary by the inline variable below.
+class SeedReporter : public ::testing::EmptyTestEventListener {
+ public:
+  static uint64_t& current() {
+    static uint64_t seed = 0;
+    return seed;
+  }
+  void OnTestStart(const ::testing::TestInfo& info) override { current() = seed_for(info); }
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (r.failed())
+      std::printf("[   SEED   ] reproduce with FLASHGPT_TEST_SEED=%llu\n",
+                  static_cast<unsigned long long>(current()));
+  }
+};
+inline const bool kSeedReporterInstalled = [] {
+  ::testing::UnitTest::GetInstance()->listeners().Append(new SeedReporter);
+  return true;
+}();
+
+inline uint64_t test_seed() { return SeedReporter::current(); }
+
+// The one random generator of the tests: seeded from test_seed(); salt gives
+// independent streams within one test. The seed is also in the test's XML output.
+inline std::mt19937_64 test_rng(uint64_t salt = 0) {
+  const uint64_t seed = test_seed();
+  ::testing::Test::RecordProperty("seed", std::to_string(seed));
+  return std::mt19937_64(seed ^ (salt * 0x9E3779B97F4A7C15ull));
+}
+
+// Sets (or, with value nullptr, unsets) an environment variable for one scope and
+// restores what was there before: a previous value, or its absence.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_.c_str(), old_.c_str(), 1);
+    else unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
 
 template <class T>
 void fill_uniform(HostTensor<T>& t, std::mt19937_64& rng, double lo = -1, double hi = 1) {
@@ -137,6 +184,91 @@ void expect_all_close(const std::vector<A>& actual, const std::vector<B>& expect
                      << " elements out of tolerance; worst at [" << worst_i
                      << "]: " << double(actual[worst_i]) << " vs " << double(expected[worst_i])
                      << " (rtol " << rtol << ", atol " << atol << ")";
+}
+
+// ---- the bound of every comparison of ours with an fp64 reference -----------------
+// ref is exact (fp64, on the same inputs); naive is a straightforward computation in the
+// precision under test (fp32 arithmetic and the storage dtype of ours: NaiveOps). Each
+// element i of ours must satisfy
+//
+//   |ours_i − ref_i| ≤ 2·( |naive_i − ref_i| + λ·σ_g(i) + u·|ref_i| )
+//
+//  * |naive_i − ref_i|: this element's own error at that precision. FlashAttention's
+//    criterion "no worse than twice the naive error", made per element.
+//  * σ_g: the RMS of the naive errors over element i's group — its row (the last
+//    dimension, whose elements are computed alike), or enough consecutive rows to hold
+//    kMinGroup elements. One element's naive error can be small by chance while ours,
+//    rounded another way, is not; σ_g is the error scale of that kind of element.
+//  * λ = sqrt(2·ln(N/δ)), N elements, δ = 1e-6: if the errors of a correct
+//    implementation were Gaussian with deviation σ_g, P(|e| > λσ_g) ≤ exp(−λ²/2) per
+//    element (Chernoff), so a false failure anywhere in the tensor has chance ≤ δ.
+//  * u·|ref_i|: one rounding of the stored result (u = 2^-24 fp32, 2^-8 bf16): ours and
+//    naive may round an element that lies near a tie to different neighbours.
+//  * the factor 2: ours may sum in another order, with other intrinsics (FA-3's factor).
+// The bound is per element and per group, never the tensor's maximum: an element whose
+// value is a thousand times smaller than its neighbours' still gets a bound at its own
+// scale (e.g. a non-target dlogit next to the target's). Where the naive computation is
+// exact for a whole group (copies, sums of small integers), the bound is exact equality.
+inline double unit_roundoff(DType t) {
+  switch (t) {
+    case DType::bf16: return 0x1p-8;
+    case DType::f32: return 0x1p-24;
+    case DType::f64: return 0x1p-53;
+    default: return 0;  // integers are exact
+  }
+}
+
+constexpr int64_t kMinGroup = 64;
+constexpr double kRuleDelta = 1e-6;
+
+struct RuleResult {
+  size_t bad = 0, worst = 0;
+  double worst_ratio = 0;  // error/bound of the worst element (NaN counts as infinite)
+  double lambda = 0;
+};
+
+// row: elements per row (<= 0: the whole tensor is one group); u: unit roundoff of the
+// stored dtype of ours.
+inline RuleResult check_rule(const std::vector<double>& ours, const std::vector<double>& naive,
+                             const std::vector<double>& ref, int64_t row, double u) {
+  const size_t n = ref.size();
+  RuleResult r;
+  r.lambda = std::sqrt(2 * std::log(double(std::max<size_t>(n, 1)) / kRuleDelta));
+  if (ours.size() != n || naive.size() != n) return r.bad = n + 1, r;
+  if (row <= 0 || size_t(row) > n) row = int64_t(std::max<size_t>(n, 1));
+  const size_t rows_per_group = size_t((kMinGroup + row - 1) / row);
+  const size_t group = std::min(n, rows_per_group * size_t(row));
+  std::vector<size_t> edges;  // group boundaries; a short remainder joins the last group
+  for (size_t g = 0; g < n; g += group) edges.push_back(g);
+  if (edges.size() > 1 && n - edges.back() < size_t(kMinGroup)) edges.pop_back();
+  edges.push_back(n);
+  for (size_t k = 0; k + 1 < edges.size(); ++k) {
+    const size_t g0 = edges[k], g1 = edges[k + 1];
+    double ss = 0;
+    for (size_t i = g0; i < g1; ++i) ss += (naive[i] - ref[i]) * (naive[i] - ref[i]);
+    const double sigma = std::sqrt(ss / double(g1 - g0));
+    for (size_t i = g0; i < g1; ++i) {
+      const double bound =
+          2 * (std::fabs(naive[i] - ref[i]) + r.lambda * sigma + u * std::fabs(ref[i]));
+      const double err = std::fabs(ours[i] - ref[i]);
+      const double ratio = err == 0 ? 0 : (bound > 0 ? err / bound : INFINITY);
+      if (!(ratio <= 1)) ++r.bad;  // NaN counts as bad
+      if (!(ratio <= r.worst_ratio)) r.worst_ratio = std::isnan(ratio) ? INFINITY : ratio, r.worst = i;
+    }
+  }
+  return r;
+}
+
+inline void expect_rule(const std::vector<double>& ours, const std::vector<double>& naive,
+                        const std::vector<double>& ref, int64_t row, double u,
+                        const std::string& what) {
+  ASSERT_EQ(ours.size(), ref.size()) << what;
+  ASSERT_EQ(naive.size(), ref.size()) << what;
+  const RuleResult r = check_rule(ours, naive, ref, row, u);
+  EXPECT_EQ(r.bad, 0u) << what << ": " << r.bad << " of " << ref.size()
+                       << " elements out of bound; worst [" << r.worst << "] ours " << ours[r.worst]
+                       << ", fp64 " << ref[r.worst] << ", naive " << naive[r.worst]
+                       << " (error/bound " << r.worst_ratio << ", lambda " << r.lambda << ")";
 }
 
 // A scalar loss from any output: L = Σ w_i·y_i with fixed random weights w, so that

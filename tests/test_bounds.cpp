@@ -1,0 +1,203 @@
+// The bound that every comparison with an fp64 reference uses (testing.h, check_rule) and
+// its yardstick, the naive same-precision computation (naive_ops.h), tested on the CPU
+// where CI runs them:
+//  * the rule is per element and per group: an exact group demands equality, small
+//    elements get small bounds;
+//  * NaiveOps computes the right thing (against fp64), and its bf16 storage rounds;
+//  * correct fp32 ops pass against fp64 with naive as the yardstick, op by op and for the
+//    whole model — and deliberately wrong ones fail, among them the one the tensor-wide
+//    bound let through (non-target dlogits written as 0).
+#include <gtest/gtest.h>
+#include <cmath>
+#include "layers/gpt2.h"
+#include "tests/naive_ops.h"
+#include "tests/testing.h"
+
+namespace flashgpt::test {
+namespace {
+
+std::vector<double> doubles(const HostTensor<float>& t) { return {t.vec().begin(), t.vec().end()}; }
+
+TEST(Bound, ExactGroupsDemandEqualityAndSmallElementsGetSmallBounds) {
+  // Two rows of 64: the first computed exactly by naive, the second with errors.
+  std::vector<double> ref(128), naive(128);
+  for (int i = 0; i < 128; ++i) ref[i] = naive[i] = 1 + i;
+  for (int i = 64; i < 128; ++i) naive[i] += (i % 2 ? 1e-6 : -1e-6);
+  std::vector<double> ours = naive;
+  EXPECT_EQ(check_rule(ours, naive, ref, 64, 0).bad, 0u);
+  ours[3] += 1e-12;  // exact row: any difference fails
+  EXPECT_EQ(check_rule(ours, naive, ref, 64, 0).bad, 1u);
+  ours = naive;
+  ours[70] = ref[70] + 2 * (1e-6 + check_rule(ours, naive, ref, 64, 0).lambda * 1e-6) * 0.99;
+  EXPECT_EQ(check_rule(ours, naive, ref, 64, 0).bad, 0u) << "just inside the bound";
+  ours[70] = ref[70] + 2 * (1e-6 + check_rule(ours, naive, ref, 64, 0).lambda * 1e-6) * 1.01;
+  EXPECT_EQ(check_rule(ours, naive, ref, 64, 0).bad, 1u) << "just outside the bound";
+  // Rows shorter than kMinGroup are grouped; a NaN always fails.
+  ours = naive;
+  ours[5] = NAN;
+  EXPECT_EQ(check_rule(ours, naive, ref, 8, 0).bad, 1u);
+}
+
+// The softmax-cross-entropy inputs of the CUDA test: 37 rows of the GPT-2 vocabulary.
+struct CrossEntropyCase {
+  static constexpr int V = 50257, Vp = 50304, N = 37;
+  static constexpr float kDloss = 1.0f / 37;
+  HostTensor<double> logits{N, Vp};
+  HostTensor<int32_t> targets{N};
+  explicit CrossEntropyCase(std::mt19937_64& rng) {
+    fill_uniform(logits, rng, -4, 4);
+    for (double& x : logits.vec()) x = double(float(x));  // the same inputs in fp32
+    fill_ints(targets, rng, 0, V);
+    targets[3] = -1;
+  }
+  // dlogits (in place of the logits) and losses, by `ops` in dtype T.
+  template <class T> std::pair<std::vector<double>, std::vector<double>> run(Ops& ops) const {
+    HostTensor<T> x({N, Vp}), loss({N});
+    for (int64_t i = 0; i < x.numel(); ++i) x[i] = T(logits[i]);
+    ops.softmax_cross_entropy(loss, x, targets, V, kDloss);
+    return {{x.vec().begin(), x.vec().end()}, {loss.vec().begin(), loss.vec().end()}};
+  }
+};
+
+TEST(Bound, NonTargetDlogitsWrittenAsZeroFail) {
+  auto rng = test_rng();
+  CrossEntropyCase c(rng);
+  auto cpu = make_cpu_ops();
+  NaiveOps naive_ops;
+  const auto [ref, ref_loss] = c.run<double>(*cpu);
+  const auto [naive, naive_loss] = c.run<float>(naive_ops);
+  auto [ours, ours_loss] = c.run<float>(*cpu);  // correct: passes
+  const double u = unit_roundoff(DType::f32);
+  EXPECT_EQ(check_rule(ours, naive, ref, c.Vp, u).bad, 0u);
+  EXPECT_EQ(check_rule(ours_loss, naive_loss, ref_loss, 0, u).bad, 0u);
+  // Every non-target dlogit written as 0: its largest is ~1e-5·dloss, which a bound taken
+  // from the tensor's largest error (the target's, ~u·dloss) let through.
+  std::vector<double> zeroed = ours;
+  size_t zeroed_count = 0;
+  for (int n = 0; n < c.N; ++n)
+    for (int j = 0; j < c.V; ++j)
+      if (j != c.targets[n] && c.targets[n] >= 0) zeroed[size_t(n) * c.Vp + j] = 0, ++zeroed_count;
+  EXPECT_EQ(check_rule(zeroed, naive, ref, c.Vp, u).bad, zeroed_count);
+  // Probabilities from an lse off by one bf16 rounding (2^-8: the vocabulary's sum kept
+  // in bf16, say): every dlogit of the row off by that factor fails, except the smallest
+  // ones, whose bound is set by their row's error scale (λ·σ ~ 1e-10 absolute here).
+  std::vector<double> shifted = ours;
+  for (double& g : shifted) g *= std::exp(0x1p-8);
+  EXPECT_GT(check_rule(shifted, naive, ref, c.Vp, u).bad, zeroed_count / 2);
+}
+
+// The four ops NaiveOps writes itself, against fp64: a worst-case bound per row, k·u·C
+// times the row's largest magnitude (k a few roundings per term), so that naive is
+// known to compute the right thing (not to be accurate: that is not its job).
+TEST(NaiveOps, Fp32OpsMatchFp64) {
+  auto rng = test_rng();
+  auto cpu = make_cpu_ops();
+  NaiveOps naive;
+  constexpr int64_t N = 9, C = 200;
+  HostTensor<double> x({N, C}), x2({N, C}), w({C}), b({C}), dy({N, C});
+  for (auto* t : {&x, &x2, &w, &b, &dy}) {
+    fill_uniform(*t, rng, -2, 2);
+    for (double& v : t->vec()) v = double(float(v));
+  }
+  auto run = [&](Ops& ops, auto tag) {
+    using T = decltype(tag);
+    auto conv = [](const HostTensor<double>& s, std::initializer_list<int64_t> shape) {
+      HostTensor<T> d(shape);
+      for (int64_t i = 0; i < s.numel(); ++i) d[i] = T(s[i]);
+      return d;
+    };
+    HostTensor<T> res({N, C}), out({N, C}), mean({N}), rstd({N}), dx = conv(dy, {N, C}),
+        dw = conv(w, {C}), db = conv(b, {C}), ss({1});
+    ops.residual_layernorm_forward(res, out, mean, rstd, conv(x, {N, C}), conv(x2, {N, C}),
+                                   conv(w, {C}), conv(b, {C}));
+    ops.layernorm_backward(dx, dw, db, conv(dy, {N, C}), res, conv(w, {C}), mean, rstd);
+    ops.sum_squares(ss, conv(x, {N, C}));
+    std::vector<std::vector<double>> r;
+    for (auto* t : {&res, &out, &mean, &rstd, &dx, &dw, &db, &ss}) r.emplace_back(t->vec().begin(), t->vec().end());
+    return r;
+  };
+  const auto got = run(naive, float{}), want = run(*cpu, double{});
+  const char* names[] = {"residual", "LN out", "mean", "rstd", "dinp", "dweight", "dbias", "sum_squares"};
+  const int64_t rows[] = {C, C, N, N, C, C, C, 1};
+  const double k = 8 * double(N * C) * unit_roundoff(DType::f32);  // the longest sum: N·C terms
+  for (size_t t = 0; t < got.size(); ++t)
+    for (size_t r0 = 0; r0 < got[t].size(); r0 += size_t(rows[t])) {
+      std::vector<double> g(got[t].begin() + int64_t(r0), got[t].begin() + int64_t(r0) + rows[t]);
+      std::vector<double> e(want[t].begin() + int64_t(r0), want[t].begin() + int64_t(r0) + rows[t]);
+      expect_all_close(g, e, 0, k * max_abs(e), std::string(names[t]) + " row at " + std::to_string(r0));
+    }
+  CrossEntropyCase c(rng);
+  const auto [dl, loss] = c.run<float>(naive);
+  const auto [dl_ref, loss_ref] = c.run<double>(*cpu);
+  expect_all_close(loss, loss_ref, 0, 8 * c.V * unit_roundoff(DType::f32) * max_abs(loss_ref), "CE loss");
+  // dlogits: relative to dloss (each is dloss·(p − [target])).
+  expect_all_close(dl, dl_ref, 0, 8 * c.V * unit_roundoff(DType::f32) * c.kDloss, "CE dlogits");
+}
+
+TEST(NaiveOps, Bf16StorageRoundsActivationOutputsOnly) {
+  auto rng = test_rng();
+  NaiveOps naive(NaiveOps::Bf16Storage::on);
+  constexpr int64_t N = 5, C = 64;
+  HostTensor<float> x({N, C}), w({C}), b({C}), out({N, C}), mean({N}), rstd({N});
+  fill_uniform(x, rng, -3, 3);
+  fill_uniform(w, rng);
+  fill_uniform(b, rng);
+  for (auto* t : {&x, &w, &b})
+    for (float& v : t->vec()) v = bf16_to_float(float_to_bf16(v));
+  naive.layernorm_forward(out, mean, rstd, x, w, b);
+  for (float v : out.vec()) ASSERT_EQ(v, bf16_to_float(float_to_bf16(v))) << "out not stored as bf16";
+  int exact = 0;
+  for (float v : rstd.vec()) exact += v == bf16_to_float(float_to_bf16(v));
+  EXPECT_LT(exact, N) << "rstd (a statistic, fp32) was rounded to bf16";
+}
+
+// The whole CPU model in fp32 against fp64, with the naive fp32 model as the yardstick:
+// the same check the CUDA model test makes of the GPU, here of the CPU fp32 op set (which
+// sums some reductions in double and so is at least as accurate as naive).
+TEST(Bound, CpuFp32ModelPassesAgainstFp64WithNaiveYardstick) {
+  auto rng = test_rng();
+  ModelConfig cfg{2, 2, 64, 500, 512, 32};
+  const int B = 2, T = 24;
+  auto cpu = make_cpu_ops();
+  NaiveOps naive_ops;
+  GPT2 ours(cfg, *cpu, DType::f32, B, T), naive(cfg, naive_ops, DType::f32, B, T),
+      ref(cfg, *cpu, DType::f64, B, T);
+  ours.init_random(5);
+  std::vector<float> p(ours.num_params());
+  cpu->to_host(p.data(), ours.params());
+  naive_ops.from_host(naive.params(), p.data());
+  std::vector<double> p64(p.begin(), p.end());
+  cpu->from_host(ref.params(), p64.data());
+  HostTensor<int32_t> in({B * T}), tg({B * T});
+  fill_ints(in, rng, 0, cfg.vocab_size);
+  fill_ints(tg, rng, 0, cfg.vocab_size);
+  auto step = [&](GPT2& m) {
+    m.set_batch(in.data(), tg.data());
+    m.zero_grad();
+    m.forward(1.0f / (B * T));
+    m.backward();
+    std::vector<double> g(m.num_params());
+    if (m.dtype() == DType::f64) {
+      m.ops().to_host(g.data(), m.grads());
+    } else {
+      std::vector<float> f(m.num_params());
+      m.ops().to_host(f.data(), m.grads());
+      g.assign(f.begin(), f.end());
+    }
+    return std::make_pair(m.last_loss(), g);
+  };
+  const auto [lo, go] = step(ours);
+  const auto [ln, gn] = step(naive);
+  const auto [lr, gr] = step(ref);
+  const double u = unit_roundoff(DType::f32);
+  expect_rule({lo}, {ln}, {lr}, 0, u, "loss");
+  for (const ParamInfo& pi : ours.param_list()) {
+    auto part = [&](const std::vector<double>& v) {
+      return std::vector<double>(v.begin() + int64_t(pi.offset), v.begin() + int64_t(pi.offset) + pi.numel());
+    };
+    expect_rule(part(go), part(gn), part(gr), pi.shape.back(), u, "grad " + pi.name);
+  }
+}
+
+}  // namespace
+}  // namespace flashgpt::test
