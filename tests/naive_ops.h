@@ -3,13 +3,16 @@
 //   * fp32 arithmetic throughout. The CPU op set in fp32 is that, except where it sums
 //     in double for accuracy (layernorm statistics and backward sums, the softmax sum of
 //     cross-entropy, sum_squares); those four ops are written again here with fp32 sums,
-//     in one pass over the row, as a plain GPU kernel would do them.
+//     as a plain GPU kernel would do them: rows of C <= a few thousand summed in order,
+//     longer sums (the vocabulary, all gradients) as fp32 partial sums of kChunk
+//     elements added in order — one thread's share, then the block's.
 //   * with bf16 storage (Bf16Storage::on): every output of the activation dtype is
 //     rounded to bf16 after each op (round to nearest even), as a bf16 implementation
 //     stores it; statistics and parameter gradients stay fp32. So a whole bf16 model can
 //     be run naively on the CPU, op by op, and its error compared with ours.
 // Tensors are fp32 CPU tensors. Everything else is delegated to the CPU op set.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -134,10 +137,9 @@ class NaiveOps final : public Ops {
         if (dloss != 0) std::fill(x, x + Vp, 0.0f);
         continue;
       }
-      float m = -INFINITY, sum = 0;
+      float m = -INFINITY;
       for (int64_t j = 0; j < V; ++j) m = std::max(m, x[j]);
-      for (int64_t j = 0; j < V; ++j) sum += std::exp(x[j] - m);
-      const float lse = m + std::log(sum);
+      const float lse = m + std::log(chunked_sum(V, [&](int64_t j) { return std::exp(x[j] - m); }));
       loss[n] = lse - x[t];
       if (dloss == 0) continue;
       for (int64_t j = 0; j < V; ++j) x[j] = dloss * (std::exp(x[j] - lse) - (j == t ? 1.0f : 0.0f));
@@ -152,13 +154,22 @@ class NaiveOps final : public Ops {
   }
   void sum_squares(Tensor out, Tensor grad) override {
     const float* g = f32(grad);
-    float s = f32(out)[0];
-    for (int64_t i = 0; i < grad.numel(); ++i) s += g[i] * g[i];
-    f32(out)[0] = s;
+    f32(out)[0] += chunked_sum(grad.numel(), [&](int64_t i) { return g[i] * g[i]; });
   }
   void scale(Tensor x, float s) override { cpu_->scale(x, s); }
 
  private:
+  static constexpr int64_t kChunk = 128;
+  // Σ_{i<n} term(i) in fp32: partial sums of kChunk terms, then the partials, in order.
+  template <class Term> static float chunked_sum(int64_t n, Term term) {
+    float total = 0;
+    for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+      float part = 0;
+      for (int64_t i = i0; i < std::min(n, i0 + kChunk); ++i) part += term(i);
+      total += part;
+    }
+    return total;
+  }
   static float* f32(const Tensor& t) {
     FG_ASSERT(t.dtype == DType::f32 && t.device == Device::cpu, "NaiveOps takes fp32 CPU tensors");
     return t.as<float>();
