@@ -61,8 +61,8 @@ struct CrossEntropyCase {
 };
 
 // The example: every non-target dlogit written as 0. Its largest is ~1e-5·dloss,
-// which a bound from the tensor's largest error (the target's) let through. In fp32,
-// ours is the CPU op (correct: passes); in bf16, ours is naive itself.
+// which a bound from the tensor's largest error (the target's) let through everywhere.
+// In fp32, ours is the CPU op (correct: passes); in bf16, ours is naive itself.
 TEST(Bound, NonTargetDlogitsWrittenAsZeroFail) {
   for (DType dt : {DType::f32, DType::bf16}) {
     SCOPED_TRACE(dtype_name(dt));
@@ -81,14 +81,16 @@ TEST(Bound, NonTargetDlogitsWrittenAsZeroFail) {
     for (int n = 0; n < c.N; ++n)
       for (int j = 0; j < c.V; ++j)
         if (j != c.targets[n] && c.targets[n] >= 0) zeroed[size_t(n) * c.Vp + j] = 0, ++zeroed_count;
-    EXPECT_EQ(check_rule(zeroed, naive, ref, c.Vp, u).bad, zeroed_count);
+    // In fp32 every zeroed entry fails; in bf16 the smallest of a row are held to the
+    // error scale of their neighbours in the row (the larger of an element's two scales,
+    // see testing.h), which is larger than they are, and only most fail.
+    const size_t zeroed_bad = check_rule(zeroed, naive, ref, c.Vp, u).bad;
+    EXPECT_GE(zeroed_bad, dt == DType::f32 ? zeroed_count : zeroed_count * 3 / 4);
     // Probabilities from an lse off by 2^-4 (a sum over the vocabulary kept in bf16, its
-    // errors compounding, say): every dlogit off by that factor. It fails almost
-    // everywhere; in bf16 some elements pass because the rounded logits repeat, so whole
-    // blocks share one naive error, which then sets their scale.
+    // errors compounding, say): every dlogit off by that factor. Likewise.
     std::vector<double> shifted = ours;
     for (double& g : shifted) g *= std::exp(0x1p-4);
-    EXPECT_GT(check_rule(shifted, naive, ref, c.Vp, u).bad, zeroed_count * 9 / 10);
+    EXPECT_GE(check_rule(shifted, naive, ref, c.Vp, u).bad, dt == DType::f32 ? zeroed_count : zeroed_count / 3);
   }
 }
 
@@ -157,52 +159,86 @@ TEST(NaiveOps, Bf16StorageRoundsActivationOutputsOnly) {
   EXPECT_LT(exact, N) << "rstd (a statistic, fp32) was rounded to bf16";
 }
 
-// The whole CPU model in fp32 against fp64, with the naive fp32 model as the yardstick:
-// the same check the CUDA model test makes of the GPU, here of the CPU fp32 op set (which
-// sums some reductions in double and so is at least as accurate as naive).
-TEST(Bound, CpuFp32ModelPassesAgainstFp64WithNaiveYardstick) {
-  auto rng = test_rng();
-  ModelConfig cfg{2, 2, 64, 500, 512, 32};
-  const int B = 2, T = 24;
-  auto cpu = make_cpu_ops();
-  NaiveOps naive_ops;
-  GPT2 ours(cfg, *cpu, DType::f32, B, T), naive(cfg, naive_ops, DType::f32, B, T),
-      ref(cfg, *cpu, DType::f64, B, T);
-  ours.init_random(5);
-  std::vector<float> p(ours.num_params());
-  cpu->to_host(p.data(), ours.params());
-  naive_ops.from_host(naive.params(), p.data());
-  std::vector<double> p64(p.begin(), p.end());
-  cpu->from_host(ref.params(), p64.data());
-  HostTensor<int32_t> in({B * T}), tg({B * T});
-  fill_ints(in, rng, 0, cfg.vocab_size);
-  fill_ints(tg, rng, 0, cfg.vocab_size);
-  auto step = [&](GPT2& m) {
-    m.set_batch(in.data(), tg.data());
-    m.zero_grad();
-    m.forward(1.0f / (B * T));
-    m.backward();
-    std::vector<double> g(m.num_params());
-    if (m.dtype() == DType::f64) {
-      m.ops().to_host(g.data(), m.grads());
-    } else {
-      std::vector<float> f(m.num_params());
-      m.ops().to_host(f.data(), m.grads());
-      g.assign(f.begin(), f.end());
-    }
-    return std::make_pair(m.last_loss(), g);
+// A whole model at the precision under test, from the same weights and batch: loss and
+// every gradient (rows of the parameter's last dimension).
+struct ModelRun {
+  double loss;
+  std::vector<double> grads;
+};
+ModelRun run_model(Ops& ops, DType dt, AttentionAlgo algo, const std::vector<double>& params,
+                   const HostTensor<int32_t>& in, const HostTensor<int32_t>& tg) {
+  const ModelConfig cfg{2, 2, 64, 500, 512, 32};
+  const int B = 2, T = int(in.numel()) / 2;
+  GPT2 m(cfg, ops, dt, B, T, algo);
+  auto upload = [&](const Tensor& t, const std::vector<double>& v) {
+    if (t.dtype == DType::f64) return ops.from_host(t, v.data());
+    std::vector<float> f(v.begin(), v.end());
+    ops.from_host(t, f.data());
   };
-  const auto [lo, go] = step(ours);
-  const auto [ln, gn] = step(naive);
-  const auto [lr, gr] = step(ref);
-  const double u = unit_roundoff(DType::f32);
-  expect_rule({lo}, {ln}, {lr}, 0, u, "loss");
-  for (const ParamInfo& pi : ours.param_list()) {
+  auto download = [&](const Tensor& t) {
+    std::vector<double> v(size_t(t.numel()));
+    if (t.dtype == DType::f64) {
+      ops.to_host(v.data(), t);
+    } else {
+      std::vector<float> f(v.size());
+      ops.to_host(f.data(), t);
+      v.assign(f.begin(), f.end());
+    }
+    return v;
+  };
+  upload(m.params(), params);
+  m.set_batch(in.data(), tg.data());
+  m.zero_grad();
+  m.forward(1.0f / float(B * T));
+  m.backward();
+  return {m.last_loss(), download(m.grads())};
+}
+
+void expect_model_rule(const ModelRun& ours, const ModelRun& naive, const ModelRun& ref,
+                       const std::string& what) {
+  const ModelConfig cfg{2, 2, 64, 500, 512, 32};
+  auto ops = make_cpu_ops();
+  GPT2 layout(cfg, *ops, DType::f32, 1, 1);
+  const double u = unit_roundoff(DType::f32);  // gradients are stored in fp32
+  expect_rule({ours.loss}, {naive.loss}, {ref.loss}, 0, u, what + " loss");
+  for (const ParamInfo& pi : layout.param_list()) {
     auto part = [&](const std::vector<double>& v) {
       return std::vector<double>(v.begin() + int64_t(pi.offset), v.begin() + int64_t(pi.offset) + pi.numel());
     };
-    expect_rule(part(go), part(gn), part(gr), pi.shape.back(), u, "grad " + pi.name);
+    expect_rule(part(ours.grads), part(naive.grads), part(ref.grads), pi.shape.back(), u,
+                what + " grad " + pi.name);
   }
+}
+
+// The CPU model in fp32 (which sums some reductions in double, so is at least as
+// accurate as naive) against fp64 with the naive fp32 model as the yardstick — the check
+// the CUDA model test makes of the GPU. And the bf16 regime, which the CPU can only
+// emulate: a bf16-storage model with the flash algorithm as "ours" against the one with
+// the naive algorithm as the yardstick. Weights are bf16 values, so all see the same.
+TEST(Bound, ModelsAtLowerPrecisionPassAgainstFp64WithNaiveYardstick) {
+  auto rng = test_rng();
+  const ModelConfig cfg{2, 2, 64, 500, 512, 32};
+  const int B = 2, T = 24;
+  auto cpu = make_cpu_ops();
+  std::vector<double> params;
+  {
+    GPT2 init(cfg, *cpu, DType::f64, B, T);
+    init.init_random(5);
+    params.resize(init.num_params());
+    cpu->to_host(params.data(), init.params());
+    for (double& p : params) p = bf16_to_double(double_to_bf16(p));
+  }
+  HostTensor<int32_t> in({B * T}), tg({B * T});
+  fill_ints(in, rng, 0, cfg.vocab_size);
+  fill_ints(tg, rng, 0, cfg.vocab_size);
+  tg[5] = -1;
+  NaiveOps naive32, naive16(NaiveOps::Bf16Storage::on);
+  const ModelRun ref = run_model(*cpu, DType::f64, AttentionAlgo::flash, params, in, tg);
+  expect_model_rule(run_model(*cpu, DType::f32, AttentionAlgo::flash, params, in, tg),
+                    run_model(naive32, DType::f32, AttentionAlgo::flash, params, in, tg), ref, "fp32");
+  expect_model_rule(run_model(naive16, DType::f32, AttentionAlgo::flash, params, in, tg),
+                    run_model(naive16, DType::f32, AttentionAlgo::naive, params, in, tg), ref,
+                    "bf16 storage");
 }
 
 }  // namespace

@@ -196,13 +196,15 @@ void expect_all_close(const std::vector<A>& actual, const std::vector<B>& expect
 //  * |naive_i − ref_i|: this element's own error at that precision. FlashAttention's
 //    criterion "no worse than twice the naive error", made per element.
 //  * σ_i: the error scale of elements like i. One element's naive error can be small by
-//    chance while ours, rounded another way, is not. Elements alike: the same row (the
-//    last dimension; consecutive rows joined up to kMinGroup elements) and of similar
-//    size — the row's elements sorted by |ref| and cut into blocks of kMinGroup. σ_i is
-//    the RMS of naive's errors over i's block, leaving out its largest eighth, so that one
-//    large element among small ones (a target dlogit in its row) does not set the scale
-//    of the others. Structural zeros (0 in ref and in naive: padding, masked entries)
-//    are no block's members and have σ = 0.
+//    chance while ours, rounded another way, is not. Elements like i are in its row (the
+//    last dimension; consecutive rows joined up to kMinGroup elements), in two ways:
+//    its neighbours (the row cut into blocks of kMinGroup: the Q, K and V parts of a
+//    fused bias, a head's slice) and the elements of similar size (the row sorted by
+//    |ref|, then cut: the small dlogits of a row apart from the large). Each block's
+//    scale is the RMS of naive's errors over it, leaving out its largest eighth so that
+//    one large element among small ones (the target's dlogit) does not set the others'
+//    scale; σ_i is the larger of i's two blocks' scales. Structural zeros (0 in ref and
+//    in naive: padding, masked entries) belong to no block and have σ = 0.
 //  * λ = sqrt(2·ln(N/δ)), N elements, δ = 1e-6: if the errors of a correct
 //    implementation were Gaussian with deviation σ_i, P(|e| > λσ_i) ≤ exp(−λ²/2) per
 //    element (Chernoff), so a false failure anywhere in the tensor has chance ≤ δ.
@@ -240,6 +242,18 @@ inline std::vector<size_t> cut(size_t n, size_t size) {
   return edges;
 }
 
+// Trimmed RMS of naive's errors over elements idx[b0..b1): the largest eighth left out.
+inline double trimmed_rms(const std::vector<double>& naive, const std::vector<double>& ref,
+                          const std::vector<size_t>& idx, size_t b0, size_t b1) {
+  std::vector<double> sq;
+  for (size_t j = b0; j < b1; ++j) sq.push_back((naive[idx[j]] - ref[idx[j]]) * (naive[idx[j]] - ref[idx[j]]));
+  std::sort(sq.begin(), sq.end());
+  const size_t keep = sq.size() - sq.size() / 8;
+  double sum = 0;
+  for (size_t j = 0; j < keep; ++j) sum += sq[j];
+  return std::sqrt(sum / double(keep));
+}
+
 // σ_i of every element (see above). row: elements per row (<= 0: one row).
 inline std::vector<double> error_scales(const std::vector<double>& naive,
                                         const std::vector<double>& ref, int64_t row) {
@@ -249,28 +263,24 @@ inline std::vector<double> error_scales(const std::vector<double>& naive,
   if (row <= 0 || size_t(row) > n) row = int64_t(n);
   const size_t rows_per_group = size_t((kMinGroup + row - 1) / row);
   const std::vector<size_t> groups = cut(n, std::min(n, rows_per_group * size_t(row)));
-  std::vector<size_t> order;
-  std::vector<double> sq;
+  std::vector<size_t> members;
   for (size_t k = 0; k + 1 < groups.size(); ++k) {
     // Structural zeros (padding, masked or ignored entries: 0 in ref and naive alike)
     // are not computed like the rest: they keep σ = 0, so ours must be 0 there too.
-    order.clear();
+    members.clear();
     for (size_t i = groups[k]; i < groups[k + 1]; ++i)
-      if (ref[i] != 0 || naive[i] != 0) order.push_back(i);
-    if (order.empty()) continue;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return std::fabs(ref[a]) < std::fabs(ref[b]); });
-    const std::vector<size_t> blocks = cut(order.size(), size_t(kMinGroup));
-    for (size_t b = 0; b + 1 < blocks.size(); ++b) {
-      sq.clear();
-      for (size_t j = blocks[b]; j < blocks[b + 1]; ++j)
-        sq.push_back((naive[order[j]] - ref[order[j]]) * (naive[order[j]] - ref[order[j]]));
-      std::sort(sq.begin(), sq.end());
-      const size_t keep = sq.size() - sq.size() / 8;
-      double sum = 0;
-      for (size_t j = 0; j < keep; ++j) sum += sq[j];
-      const double s = std::sqrt(sum / double(keep));
-      for (size_t j = blocks[b]; j < blocks[b + 1]; ++j) sigma[order[j]] = s;
+      if (ref[i] != 0 || naive[i] != 0) members.push_back(i);
+    // Neighbours in the row, then neighbours in size; σ is the larger of the two scales.
+    for (int by_size = 0; by_size < 2; ++by_size) {
+      if (by_size)
+        std::stable_sort(members.begin(), members.end(),
+                         [&](size_t a, size_t b) { return std::fabs(ref[a]) < std::fabs(ref[b]); });
+      const std::vector<size_t> blocks = cut(members.size(), size_t(kMinGroup));
+      for (size_t b = 0; b + 1 < blocks.size(); ++b) {
+        const double s = trimmed_rms(naive, ref, members, blocks[b], blocks[b + 1]);
+        for (size_t j = blocks[b]; j < blocks[b + 1]; ++j)
+          sigma[members[j]] = std::max(sigma[members[j]], s);
+      }
     }
   }
   return sigma;

@@ -159,7 +159,8 @@ TEST_F(CudaOps, SoftmaxCrossEntropyPaddedVocab) {
 
 // The bound rejects a deliberately wrong kernel: the GPU's dlogits with every non-target
 // entry replaced by 0 (the largest is ~1e-5·dloss: a bound from the tensor's largest
-// error, the target's, let this through).
+// error, the target's, let this through). Every zeroed entry fails in fp32, most in bf16
+// (the smallest of a row are held to their neighbours' error scale; tests/test_bounds.cpp).
 TEST_F(CudaOps, SoftmaxCrossEntropyBoundRejectsZeroedNonTargets) {
   const int V = 50257, Vp = 50304;
   auto rng = test_rng();
@@ -179,7 +180,8 @@ TEST_F(CudaOps, SoftmaxCrossEntropyBoundRejectsZeroedNonTargets) {
     for (int64_t n = 0; n < N; ++n)
       for (int j = 0; j < V; ++j)
         if (j != int(targets[size_t(n)])) got[size_t(n * Vp + j)] = 0, ++zeroed;
-    EXPECT_EQ(check_rule(got, r.naive["logits"], r.ref["logits"], Vp, c.roundoff("logits", dt)).bad, zeroed)
+    EXPECT_GE(check_rule(got, r.naive["logits"], r.ref["logits"], Vp, c.roundoff("logits", dt)).bad,
+              dt == DType::f32 ? zeroed : zeroed * 3 / 4)
         << dtype_name(dt);
   }
 }
