@@ -368,5 +368,21 @@ TEST_F(CudaOps, MatmulPlansAreCachedPerShape) {
   gpu_->free(p);
 }
 
+// B·T beyond int: cuBLAS takes int dimensions, so the launcher refuses instead of
+// narrowing (checked before anything is read: the pointers are never dereferenced).
+TEST_F(CudaOps, MatmulRejectsMoreRowsThanCublasTakes) {
+  cuda::Matmul mm(*ctx_);
+  alignas(256) static unsigned char dummy[256];
+  const int64_t N = (int64_t(1) << 31) + 8, C = 8;
+  MatmulForward f;
+  f.inp = Tensor(dummy, DType::bf16, Device::cuda, {N, C});
+  f.weight = Tensor(dummy, DType::bf16, Device::cuda, {C, C});
+  f.out = Tensor(dummy, DType::bf16, Device::cuda, {N, C});
+  EXPECT_THROW(mm.forward(f, ctx_->main_stream()), std::runtime_error);
+  MatmulBackward b;
+  b.dinp = f.out; b.dout = f.out; b.inp = f.inp; b.weight = f.weight;
+  EXPECT_THROW(mm.backward(b, nullptr, ctx_->main_stream()), std::runtime_error);
+}
+
 }  // namespace
 }  // namespace flashgpt::test
