@@ -102,7 +102,8 @@ class ReferenceBpe {
     for (int rank = 0; std::getline(f, line);) {
       if (line.empty()) continue;
       const size_t space = line.find(' ');
-      rank_[key(bytes(line.substr(0, space)), bytes(line.substr(space + 1)))] = rank++;
+      merges_.emplace_back(bytes(line.substr(0, space)), bytes(line.substr(space + 1)));
+      rank_[key(merges_.back().first, merges_.back().second)] = rank++;
     }
   }
   std::vector<int32_t> encode(std::string_view text) const {
@@ -125,11 +126,14 @@ class ReferenceBpe {
     });
     return ids;
   }
+  // The merges of vocab.bpe, in rank order: (left bytes, right bytes).
+  const std::vector<std::pair<std::string, std::string>>& merges() const { return merges_; }
 
  private:
   static std::string key(const std::string& a, const std::string& b) { return std::to_string(a.size()) + ":" + a + b; }
   std::unordered_map<std::string, int32_t> id_of_;
   std::unordered_map<std::string, int> rank_;
+  std::vector<std::pair<std::string, std::string>> merges_;
 };
 
 const ReferenceBpe& reference(const Tokenizer& tok) {
@@ -209,6 +213,25 @@ TEST(Tokenizer, RandomUtf8MatchesReferenceBpeAndRoundTrips) {
     ASSERT_EQ(ids, reference(*tok).encode(s)) << "trial " << trial;
     ASSERT_EQ(tok->decode(ids), s) << "trial " << trial;
   }
+}
+
+// Rank order decides between overlapping pairs even for neighbouring ranks: wherever
+// merge r is (a, b) and merge r + 1 is (c, a), the bytes c·a·b offer both pairs and
+// (a, b) must go first. Every such case of GPT-2's merges is encoded like the reference.
+TEST(Tokenizer, NeighbouringRanksAreOrdered) {
+  REQUIRE_TOKENIZER();
+  const auto& merges = reference(*tok).merges();
+  ASSERT_EQ(merges.size(), 50000u);
+  int cases = 0;
+  for (size_t r = 0; r + 1 < merges.size(); ++r) {
+    const auto& [a, b] = merges[r];
+    const auto& [c, d] = merges[r + 1];
+    if (d != a) continue;
+    const std::string s = c + a + b;
+    ASSERT_EQ(tok->encode(s), reference(*tok).encode(s)) << "merges " << r << " and " << r + 1 << ": '" << s << "'";
+    ++cases;
+  }
+  EXPECT_GT(cases, 0) << "no merge r + 1 ends with merge r's left token";
 }
 
 // Long runs of one class are one piece each (GPT-2 does not split digits): BPE on them
