@@ -38,6 +38,23 @@ TEST(Bound, ExactGroupsDemandEqualityAndSmallElementsGetSmallBounds) {
   EXPECT_EQ(check_rule(ours, naive, ref, 8, 0).bad, 1u);
 }
 
+TEST(Testing, ScopedEnvRestoresWhatWasThere) {
+  const char* name = "FLASHGPT_SCOPED_ENV_TEST";
+  unsetenv(name);
+  {
+    ScopedEnv a(name, "1");
+    EXPECT_STREQ(std::getenv(name), "1");
+    {
+      ScopedEnv b(name, "2");
+      EXPECT_STREQ(std::getenv(name), "2");
+      ScopedEnv c(name, nullptr);
+      EXPECT_EQ(std::getenv(name), nullptr);
+    }
+    EXPECT_STREQ(std::getenv(name), "1") << "the outer value was not restored";
+  }
+  EXPECT_EQ(std::getenv(name), nullptr) << "the variable was not unset again";
+}
+
 // The softmax-cross-entropy inputs of the CUDA test: 37 rows of the GPT-2 vocabulary,
 // logits exactly representable in `dt` (fp32 or bf16).
 struct CrossEntropyCase {
