@@ -44,6 +44,8 @@ bool stand_ins_to_bytes(const std::string& s, const std::vector<int>& inverse, s
   return true;
 }
 
+thread_local uint64_t t_bpe_work = 0;  // see Tokenizer::bpe_work
+
 std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) fail_input("vocabulary file ", path, " is missing: ", kFetchHint);
@@ -157,13 +159,14 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) 
     if (left < 0 || parts[size_t(left)].next < 0) return;
     int32_t a = parts[size_t(left)].id, b = parts[size_t(parts[size_t(left)].next)].id;
     auto it = merges_.find(pair_key(a, b));
-    if (it != merges_.end()) heap.push({it->second.rank, left, a, b});
+    if (it != merges_.end()) heap.push({it->second.rank, left, a, b}), ++t_bpe_work;
   };
   for (int i = 0; i + 1 < n; ++i) consider(i);
 
   while (!heap.empty()) {
     Candidate c = heap.top();
     heap.pop();
+    ++t_bpe_work;
     Part& left = parts[size_t(c.left)];
     // Stale if either side has changed since: a merge gives the left part a new id
     // and marks the right part dead (id -1), which a candidate can also start at.
@@ -178,6 +181,8 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) 
   }
   for (int32_t i = 0; i >= 0; i = parts[size_t(i)].next) out.push_back(parts[size_t(i)].id);
 }
+
+uint64_t Tokenizer::bpe_work() { return t_bpe_work; }
 
 void Tokenizer::encode(std::string_view text, std::vector<int32_t>& out, BpeCache& cache) const {
   std::vector<int32_t> ids;

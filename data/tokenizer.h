@@ -51,6 +51,11 @@ class Tokenizer {
   std::string decode(const std::vector<int32_t>& ids) const { return decode(ids.data(), ids.size()); }
   const std::string& token_bytes(int32_t id) const { return token_bytes_[size_t(id)]; }
 
+  // BPE work done by the calling thread so far: candidate pairs pushed and popped. Lets
+  // a test check that encoding stays O(n log n) in a piece's length by counting work,
+  // not seconds.
+  static uint64_t bpe_work();
+
  private:
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
   static uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }

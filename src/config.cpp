@@ -128,8 +128,11 @@ void validate_config(const Config& c) {
   check(m.n_embd >= 1, "model.n_embd", "must be >= 1");
   check(m.n_embd % m.n_head == 0, "model.n_embd",
         cat("must be divisible by model.n_head (", m.n_embd, " % ", m.n_head, " != 0)"));
+  // The GPU kernels move 16 bytes (8 bf16) at a time along channels and vocabulary.
+  check(m.n_embd % 8 == 0, "model.n_embd", cat("must be a multiple of 8 (", m.n_embd, ")"));
   check(m.vocab_size >= 2, "model.vocab_size", "must be >= 2");
   check(m.padded_vocab >= m.vocab_size, "model.padded_vocab", "must be >= model.vocab_size");
+  check(m.padded_vocab % 8 == 0, "model.padded_vocab", cat("must be a multiple of 8 (", m.padded_vocab, ")"));
   check(m.max_seq_len >= 1, "model.max_seq_len", "must be >= 1");
   check(m.attention == "flash" || m.attention == "naive", "model.attention",
         "must be 'flash' or 'naive', got '" + m.attention + "'");
@@ -172,6 +175,15 @@ void validate_config(const Config& c) {
   check(c.run.device == "auto" || c.run.device == "cpu" || c.run.device == "cuda", "run.device",
         "must be auto, cpu or cuda, got '" + c.run.device + "'");
   check(!c.run.out_dir.empty(), "run.out_dir", "must not be empty");
+  if (t.precision == "bf16" || (t.precision == "auto" && c.run.device == "cuda")) validate_bf16_model(c);
+}
+
+void validate_bf16_model(const Config& c) {
+  const auto& m = c.model;
+  const int head_dim = m.n_embd / m.n_head;
+  check(m.attention != "flash" || head_dim == 64 || head_dim == 128, "model.n_head",
+        cat("bf16 FlashAttention needs a head dim (n_embd / n_head) of 64 or 128, got ", m.n_embd,
+            " / ", m.n_head, " = ", head_dim));
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {

@@ -64,5 +64,9 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 std::string config_to_yaml(const Config& c);
 // Throws InputError on out-of-range values or inconsistent keys.
 void validate_config(const Config& c);
+// What a bf16 run on the GPU needs of the model (FlashAttention's head dims). Checked by
+// validate_config when the config asks for bf16 (train.precision bf16, or auto with
+// run.device cuda); a caller that resolves precision auto to bf16 calls it then.
+void validate_bf16_model(const Config& c);
 
 }  // namespace flashgpt

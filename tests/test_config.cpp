@@ -32,10 +32,22 @@ std::string error_of(const std::string& yaml, std::vector<std::string> sets = {}
   return "";
 }
 
+// Every shipped config loads; the GPT-2 sizes are GPT-2's, and they run in bf16 on the
+// GPU (head dim 64). The tiny config is the CPU default (head dim 16).
 TEST(Config, LoadsEveryShippedConfig) {
-  for (const char* name : {"tiny", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-124m-1m"}) {
-    Config c = load_config(std::string(FLASHGPT_SOURCE_DIR) + "/configs/" + name + ".yaml", {});
-    EXPECT_EQ(c.model.n_embd % c.model.n_head, 0) << name;
+  struct Shipped { const char* name; int n_layer, n_head, n_embd; bool bf16_ok; };
+  for (const Shipped& s : {Shipped{"tiny", 4, 1, 64, true}, Shipped{"gpt2-124m", 12, 12, 768, true},
+                           Shipped{"gpt2-350m", 24, 16, 1024, true}, Shipped{"gpt2-774m", 36, 20, 1280, true},
+                           Shipped{"gpt2-124m-1m", 12, 12, 768, true}}) {
+    SCOPED_TRACE(s.name);
+    Config c = load_config(std::string(FLASHGPT_SOURCE_DIR) + "/configs/" + s.name + ".yaml", {});
+    EXPECT_EQ(c.model.n_layer, s.n_layer);
+    EXPECT_EQ(c.model.n_head, s.n_head);
+    EXPECT_EQ(c.model.n_embd, s.n_embd);
+    EXPECT_EQ(c.model.vocab_size, 50257);
+    EXPECT_EQ(c.model.padded_vocab, 50304);
+    if (s.bf16_ok) EXPECT_NO_THROW(validate_bf16_model(c));
+    else EXPECT_THROW(validate_bf16_model(c), InputError);
   }
 }
 
@@ -80,11 +92,27 @@ TEST(Config, PositionAndRecomputeKeys) {
   EXPECT_EQ(d.model.position, "learned");
   EXPECT_EQ(d.train.recompute, "none");
   EXPECT_NE(error_of("model:\n  position: alibi\n").find("'model.position': must be 'learned' or 'rope'"), std::string::npos);
-  EXPECT_NE(error_of("model:\n  n_embd: 30\n  n_head: 2\n  position: rope\n").find("'model.position': rope needs an even head dim"),
+  EXPECT_NE(error_of("model:\n  n_embd: 24\n  n_head: 8\n  position: rope\n").find("'model.position': rope needs an even head dim"),
             std::string::npos);
   EXPECT_NE(error_of("train:\n  recompute: everything\n").find("'train.recompute': recompute policy 'everything': unknown part"),
             std::string::npos);
   EXPECT_NE(error_of("", {"train.recompute=block+gelu"}).find("'train.recompute'"), std::string::npos);
+}
+
+// What the GPU kernels need is checked at load (exit 2), not found by a kernel (exit 1):
+// widths the 16-byte vector loads divide, and FlashAttention's head dims in bf16.
+TEST(Config, RejectsWhatTheGpuKernelsCannotRun) {
+  EXPECT_NE(error_of("model:\n  n_embd: 36\n  n_head: 2\n").find("'model.n_embd': must be a multiple of 8"), std::string::npos);
+  EXPECT_NE(error_of("model:\n  vocab_size: 100\n  padded_vocab: 100\n").find("'model.padded_vocab': must be a multiple of 8"), std::string::npos);
+  EXPECT_EQ(error_of("model:\n  vocab_size: 100\n  padded_vocab: 104\n"), "");
+  const std::string head_dim_80 = "model:\n  n_embd: 160\n  n_head: 2\n";
+  EXPECT_EQ(error_of(head_dim_80), "");  // precision auto, device auto: not known to be bf16
+  EXPECT_EQ(error_of(head_dim_80, {"train.precision=fp32", "run.device=cuda"}), "");
+  EXPECT_EQ(error_of(head_dim_80, {"train.precision=bf16", "model.attention=naive"}), "");
+  for (auto sets : {std::vector<std::string>{"train.precision=bf16"}, {"run.device=cuda"}})
+    EXPECT_NE(error_of(head_dim_80, sets).find("'model.n_head': bf16 FlashAttention needs a head dim (n_embd / n_head) of 64 or 128, got 160 / 2 = 80"),
+              std::string::npos);
+  EXPECT_EQ(error_of("model:\n  n_embd: 256\n  n_head: 2\n", {"train.precision=bf16"}), "");  // 128
 }
 
 TEST(Config, RejectsInvalidYaml) {
@@ -93,10 +121,13 @@ TEST(Config, RejectsInvalidYaml) {
 }
 
 TEST(Config, ProgramExitsWithCode2OnBadConfig) {
-  std::string cmd = std::string(FLASHGPT_BINARY) + " train --config " + write_yaml("train:\n  lrr: 1\n") + " 2>/dev/null";
-  int status = std::system(cmd.c_str());
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 2);
+  for (const char* yaml : {"train:\n  lrr: 1\n", "model:\n  n_embd: 36\n  n_head: 2\n",
+                           "model:\n  n_embd: 160\n  n_head: 2\ntrain:\n  precision: bf16\n"}) {
+    std::string cmd = std::string(FLASHGPT_BINARY) + " train --config " + write_yaml(yaml) + " 2>/dev/null";
+    int status = std::system(cmd.c_str());
+    ASSERT_TRUE(WIFEXITED(status)) << yaml;
+    EXPECT_EQ(WEXITSTATUS(status), 2) << yaml;
+  }
 }
 
 TEST(Schedule, WarmupCosineAndLinear) {
@@ -111,6 +142,30 @@ TEST(Schedule, WarmupCosineAndLinear) {
   EXPECT_NEAR(s.at(10 + 33), 1.0 - 0.9 * 33.0 / 99.0, 1e-12);
   s.kind = "constant";
   EXPECT_DOUBLE_EQ(s.at(100), 1.0);
+}
+
+// No warmup: the first step already has the peak lr; past the last step the lr stays at
+// its final value (min_lr for cosine and linear), it does not turn back up or go below.
+TEST(Schedule, NoWarmupAndStepsPastTheEnd) {
+  for (const char* kind : {"cosine", "linear"}) {
+    SCOPED_TRACE(kind);
+    LRSchedule s{2.0, 0, 50, 0.1, kind};
+    EXPECT_DOUBLE_EQ(s.at(0), 2.0);
+    EXPECT_LT(s.at(1), 2.0);
+    EXPECT_NEAR(s.at(49), 0.2, 1e-12);
+    for (int step : {50, 51, 100, 10000}) EXPECT_NEAR(s.at(step), 0.2, 1e-12) << "step " << step;
+    double prev = s.at(0);
+    for (int step = 1; step < 60; ++step) {
+      EXPECT_LE(s.at(step), prev) << "step " << step;
+      prev = s.at(step);
+    }
+  }
+  LRSchedule c{2.0, 0, 50, 0.1, "constant"};
+  EXPECT_DOUBLE_EQ(c.at(0), 2.0);
+  EXPECT_DOUBLE_EQ(c.at(500), 2.0);
+  // Warmup longer than the run: the lr is still rising at the last step.
+  LRSchedule w{1.0, 100, 10, 0.1, "cosine"};
+  EXPECT_DOUBLE_EQ(w.at(9), 0.1);
 }
 
 }  // namespace

@@ -109,6 +109,36 @@ TEST_F(CpuOps, LayerNormForwardSavesMeanAndRstd) {
   }
   expect_all_close(mean.vec(), want_mean, 1e-14, 0, "mean");
   expect_all_close(rstd.vec(), want_rstd, 1e-14, 0, "rstd");
+  // The output against the definition, element by element: (x - mean)·rstd·w + b, a few
+  // fp64 roundings of its terms: within 1e-14 of (|x| + |mean|)·rstd·|w| + |b|.
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) {
+      const double x = inp[n * C + c], m = want_mean[n], r = want_rstd[n];
+      const double terms = (std::fabs(x) + std::fabs(m)) * r * std::fabs(w[c]) + std::fabs(b[c]);
+      EXPECT_NEAR(out[n * C + c], (x - m) * r * w[c] + b[c], 1e-14 * terms) << n << "," << c;
+    }
+}
+
+// out[b, t] = wte[token[b, t]] + wpe[t], exactly (one fp64 addition), for every position
+// including the last and tokens that repeat.
+TEST_F(CpuOps, EmbeddingForwardIsTheLookupPlusThePosition) {
+  constexpr int64_t V = 11, C = 24, kMaxT = 40;
+  for (int T : kLengths) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    auto rng = test_rng(T);
+    HostTensor<int32_t> tokens({kB, T});
+    fill_ints(tokens, rng, 0, int32_t(V));
+    H64 wte({V, C}), wpe({kMaxT, C}), out({kB, T, C});
+    fill_uniform(wte, rng);
+    fill_uniform(wpe, rng);
+    fill_uniform(out, rng);  // overwritten
+    ops->embedding_forward(out, tokens, wte, wpe);
+    for (int64_t b = 0; b < kB; ++b)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t c = 0; c < C; ++c)
+          ASSERT_EQ(out[(b * T + t) * C + c], wte[tokens[b * T + t] * C + c] + wpe[t * C + c])
+              << "b " << b << " t " << t << " c " << c;
+  }
 }
 
 // residual = inp1 + inp2 (a second output, seen by the loss too), out = LN(residual).

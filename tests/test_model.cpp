@@ -8,6 +8,7 @@
 #include <vector>
 #include "layers/gpt2.h"
 #include "optim/adamw.h"
+#include "tests/testing.h"
 #include "train/checkpoint.h"
 
 namespace flashgpt {
@@ -31,12 +32,15 @@ std::vector<T> host(Ops& ops, const Tensor& t) {
   return v;
 }
 
-ModelConfig tiny(int V = 29, int Vp = 32) { return {2, 2, 12, V, Vp, 16}; }
+ModelConfig tiny(int V = 29, int Vp = 32) { return {2, 2, 12, V, Vp, 20}; }
 
-// Loss and all gradients of the fp64 model against central differences. The step
-// h = 1e-5 balances truncation error (~h²·|L'''| ≈ 1e-10) against cancellation
-// (~eps·|L|/h ≈ 1e-10), so analytic and numeric gradients agree to ~1e-9 absolute;
-// we allow 1e-7 absolute + 1e-5 relative, far below any real bug (≥ 1e-3).
+// Loss and every gradient element of the fp64 model against central differences — all
+// elements of every tensor: whole rows, the last position, the padding rows of wte and
+// the rows of wpe past T (whose gradient must then be exactly 0). The step h = 1e-5
+// balances truncation error (~h²·|L'''|/6 ≈ 1e-11) against cancellation (~u·|L|/h ≈
+// 1e-10 for u = 1.1e-16, |L| ≈ 3.4), so analytic and numeric gradients agree to ~1e-10
+// absolute; we allow 1e-7 absolute + 1e-5 relative, far below any real bug (a missing
+// term or row is off by >= 1e-3 here).
 void check_gradients(AttentionAlgo algo, int T, PositionEncoding pos = PositionEncoding::learned) {
   auto ops = make_cpu_ops();
   const int B = 2;
@@ -46,12 +50,12 @@ void check_gradients(AttentionAlgo algo, int T, PositionEncoding pos = PositionE
   model.init_random(7);
   // Larger weights than GPT-2's init so every path carries a visible gradient.
   std::vector<double> p = host<double>(*ops, model.params());
-  std::mt19937_64 rng(11);
+  auto rng = test::test_rng();
   std::normal_distribution<double> n(0, 0.3);
   for (const auto& info : model.param_list())
     for (int64_t i = 0; i < info.numel(); ++i) p[info.offset + size_t(i)] += n(rng);
   ops->from_host(model.params(), p.data());
-  Batch b = random_batch(B, T, cfg.vocab_size, 3);
+  Batch b = random_batch(B, T, cfg.vocab_size, rng());
   b.tg[1] = -1;  // one ignored target
   model.set_batch(b.in.data(), b.tg.data());
   model.zero_grad();
@@ -61,30 +65,27 @@ void check_gradients(AttentionAlgo algo, int T, PositionEncoding pos = PositionE
   std::vector<double> g = host<double>(*ops, model.grads());
 
   auto loss_at = [&](size_t i, double x) {
-    std::vector<double> q = p;
-    q[i] = x;
-    ops->from_host(model.params(), q.data());
+    const double saved = p[i];
+    p[i] = x;
+    ops->from_host(model.params(), p.data());
+    p[i] = saved;
     model.forward(0.0f);
     return model.last_loss();
   };
   const double h = 1e-5;
-  int checked = 0;
-  std::uniform_int_distribution<int64_t> pick(0, 1 << 30);
   for (const auto& info : model.param_list()) {
-    // a few random elements of every tensor (wte: only real-vocab rows)
-    int64_t limit = info.name == "wte" ? int64_t(cfg.vocab_size) * cfg.n_embd : info.numel();
-    if (info.name == "wpe") limit = int64_t(T) * cfg.n_embd;
-    for (int k = 0; k < 4; ++k) {
-      size_t i = info.offset + size_t(pick(rng) % limit);
-      double fd = (loss_at(i, p[i] + h) - loss_at(i, p[i] - h)) / (2 * h);
-      EXPECT_NEAR(g[i], fd, 1e-7 + 1e-5 * std::fabs(fd)) << info.name << " element " << i - info.offset;
-      ++checked;
+    std::vector<double> analytic(size_t(info.numel())), numeric(size_t(info.numel()));
+    for (int64_t k = 0; k < info.numel(); ++k) {
+      const size_t i = info.offset + size_t(k);
+      analytic[size_t(k)] = g[i];
+      numeric[size_t(k)] = (loss_at(i, p[i] + h) - loss_at(i, p[i] - h)) / (2 * h);
     }
+    test::expect_all_close(analytic, numeric, 1e-5, 1e-7, info.name + " vs finite differences");
   }
-  EXPECT_GT(checked, 50);
 }
 
-TEST(Model, GradientsMatchFiniteDifferencesFlash) { check_gradients(AttentionAlgo::flash, 7); }
+// T = 17 = 16 + 1: the CPU flash kernel's second query and key tiles hold one row.
+TEST(Model, GradientsMatchFiniteDifferencesFlash) { check_gradients(AttentionAlgo::flash, 17); }
 TEST(Model, GradientsMatchFiniteDifferencesNaive) { check_gradients(AttentionAlgo::naive, 7); }
 TEST(Model, GradientsMatchFiniteDifferencesSingleToken) { check_gradients(AttentionAlgo::flash, 1); }
 TEST(Model, GradientsMatchFiniteDifferencesRotaryPositions) {
@@ -164,8 +165,8 @@ TEST(Model, ResumeFromCheckpointIsBitExact) {
   AdamW ref_opt(ref, {});
   run(ref, ref_opt, 0, 4);
 
-  auto dir = std::filesystem::temp_directory_path() / "flashgpt_resume_test";
-  std::filesystem::remove_all(dir);
+  test::ScratchDir scratch("flashgpt_resume_");  // unique: concurrent runs do not collide
+  const auto& dir = scratch.path;
   std::string ckpt;
   {
     GPT2 m(cfg, *ops, DType::f32, B, T);
@@ -192,15 +193,14 @@ TEST(Model, ResumeFromCheckpointIsBitExact) {
     for (int64_t i = 0; i < p.numel(); ++i)
       ASSERT_EQ(a[p.offset + size_t(i)], b[q.offset + size_t(i)]) << p.name << " element " << i;
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST(Model, CorruptCheckpointIsRejected) {
   auto ops = make_cpu_ops();
   GPT2 m(tiny(), *ops, DType::f32, 1, 4);
   m.init_random(1);
-  auto dir = std::filesystem::temp_directory_path() / "flashgpt_corrupt_test";
-  std::filesystem::remove_all(dir);
+  test::ScratchDir scratch("flashgpt_corrupt_");
+  const auto& dir = scratch.path;
   std::string ckpt = save_checkpoint(dir.string(), m, nullptr, {1, {}, {}}, "");
   {  // flip one byte of the weights
     std::fstream f(std::filesystem::path(ckpt) / "model.bin", std::ios::in | std::ios::out | std::ios::binary);
@@ -208,7 +208,25 @@ TEST(Model, CorruptCheckpointIsRejected) {
     f.put('\x7f');
   }
   EXPECT_THROW(load_model_weights(ckpt, m), InputError);
-  std::filesystem::remove_all(dir);
+}
+
+// Token ids come from data files: one outside the vocabulary is bad input (exit 2),
+// caught before it indexes wte. Negative targets mean "ignore" and are accepted.
+TEST(Model, SetBatchRejectsIdsOutsideTheVocabulary) {
+  auto ops = make_cpu_ops();
+  const int B = 1, T = 4;
+  GPT2 m(tiny(), *ops, DType::f32, B, T);
+  const int V = tiny().vocab_size;
+  std::vector<int32_t> ok{0, 1, V - 1, 2}, targets{1, -1, 0, V - 1};
+  EXPECT_NO_THROW(m.set_batch(ok.data(), targets.data()));
+  for (int32_t bad : {V, V + 3, -1, tiny().padded_vocab}) {
+    std::vector<int32_t> in = ok;
+    in[2] = bad;
+    EXPECT_THROW(m.set_batch(in.data(), targets.data()), InputError) << "input id " << bad;
+    std::vector<int32_t> tg = targets;
+    tg[3] = bad;
+    if (bad >= 0) EXPECT_THROW(m.set_batch(ok.data(), tg.data()), InputError) << "target id " << bad;
+  }
 }
 
 // The layer ranges tile the arena in order -1 (embeddings), 0..L-1, L (final LN), each

@@ -21,7 +21,7 @@ struct TempDir : flashgpt::test::ScratchDir {
   TempDir() : ScratchDir("fg_shard_") {}
 };
 
-std::vector<uint16_t> random_tokens(size_t n, std::mt19937& rng) {
+std::vector<uint16_t> random_tokens(size_t n, std::mt19937_64& rng) {
   std::uniform_int_distribution<int> id(0, 50256);
   std::vector<uint16_t> t(n);
   for (auto& x : t) x = uint16_t(id(rng));
@@ -55,7 +55,7 @@ void expect_input_error(F f, std::initializer_list<std::string> needles) {
 
 TEST(Shard, RoundTripIsExact) {
   TempDir dir;
-  std::mt19937 rng(std::random_device{}());
+  auto rng = flashgpt::test::test_rng();
   for (size_t n : {size_t(0), size_t(1), size_t(1023), size_t(100003)}) {
     auto tokens = random_tokens(n, rng);
     std::string path = dir.file("s.bin");
@@ -193,7 +193,7 @@ TEST(ShardPrepare, DeterministicSplitByDocumentForAnyThreadCount) {
     FAIL() << e.what();
   }
   TempDir dir;
-  std::mt19937 rng(std::random_device{}());
+  auto rng = flashgpt::test::test_rng();
   const char* words[] = {"the", "State", "of", "Union", "is", "strong", "café", "1790", "\n\n", "!", "  ", "日本"};
   std::set<std::string> all_docs;
   for (int file = 0; file < 2; ++file) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -66,20 +67,66 @@ template <class T> class HostTensor {
   std::vector<T> data_;
 };
 
-// A generator seeded from the running test's name (reproducible, different per test),
-// or from FLASHGPT_TEST_SEED when set (to explore other inputs). The seed is recorded
-// in the test's XML output.
-inline std::mt19937_64 test_rng(uint64_t salt = 0) {
-  uint64_t seed = 0;
-  if (const char* env = std::getenv("FLASHGPT_TEST_SEED")) {
-    seed = std::stoull(env);
-  } else if (const auto* info = ::testing::UnitTest::GetInstance()->current_test_info()) {
-    seed = std::hash<std::string>()(std::string(info->test_suite_name()) + "." + info->name());
-  }
-  seed ^= salt * 0x9E3779B97F4A7C15ull;
-  ::testing::Test::RecordProperty("seed", std::to_string(seed));
-  return std::mt19937_64(seed);
+// The seed of the running test: FLASHGPT_TEST_SEED when set (to explore other inputs),
+// else a hash of the test's name (reproducible, different per test). Every random input
+// of the suite derives from it, and a failing test prints it (SeedReporter below), so
+// any failure can be re-run with FLASHGPT_TEST_SEED=<seed>.
+inline uint64_t seed_for(const ::testing::TestInfo& info) {
+  if (const char* env = std::getenv("FLASHGPT_TEST_SEED")) return std::stoull(env);
+  return std::hash<std::string>()(std::string(info.test_suite_name()) + "." + info.name());
 }
+
+// Keeps the running test's seed (set when each test starts: asking gtest for the current
+// test from inside its failure reporting would deadlock) and prints it after every
+// failure. Installed once per test binary by the inline variable below.
+class SeedReporter : public ::testing::EmptyTestEventListener {
+ public:
+  static uint64_t& current() {
+    static uint64_t seed = 0;
+    return seed;
+  }
+  void OnTestStart(const ::testing::TestInfo& info) override { current() = seed_for(info); }
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (r.failed())
+      std::printf("[   SEED   ] reproduce with FLASHGPT_TEST_SEED=%llu\n",
+                  static_cast<unsigned long long>(current()));
+  }
+};
+inline const bool kSeedReporterInstalled = [] {
+  ::testing::UnitTest::GetInstance()->listeners().Append(new SeedReporter);
+  return true;
+}();
+
+inline uint64_t test_seed() { return SeedReporter::current(); }
+
+// The one random generator of the tests: seeded from test_seed(); salt gives
+// independent streams within one test. The seed is also in the test's XML output.
+inline std::mt19937_64 test_rng(uint64_t salt = 0) {
+  const uint64_t seed = test_seed();
+  ::testing::Test::RecordProperty("seed", std::to_string(seed));
+  return std::mt19937_64(seed ^ (salt * 0x9E3779B97F4A7C15ull));
+}
+
+// Sets (or, with value nullptr, unsets) an environment variable for one scope and
+// restores what was there before: a previous value, or its absence.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_.c_str(), old_.c_str(), 1);
+    else unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
 
 template <class T>
 void fill_uniform(HostTensor<T>& t, std::mt19937_64& rng, double lo = -1, double hi = 1) {
@@ -137,6 +184,139 @@ void expect_all_close(const std::vector<A>& actual, const std::vector<B>& expect
                      << " elements out of tolerance; worst at [" << worst_i
                      << "]: " << double(actual[worst_i]) << " vs " << double(expected[worst_i])
                      << " (rtol " << rtol << ", atol " << atol << ")";
+}
+
+// ---- the bound of every comparison of ours with an fp64 reference -----------------
+// ref is exact (fp64, on the same inputs); naive is a straightforward computation in the
+// precision under test (fp32 arithmetic and the storage dtype of ours: NaiveOps). Each
+// element i of ours must satisfy
+//
+//   |ours_i − ref_i| ≤ 2·( |naive_i − ref_i| + λ·σ_i + u·|ref_i| )
+//
+//  * |naive_i − ref_i|: this element's own error at that precision. FlashAttention's
+//    criterion "no worse than twice the naive error", made per element.
+//  * σ_i: the error scale of elements like i. One element's naive error can be small by
+//    chance while ours, rounded another way, is not. Elements like i are in its row (the
+//    last dimension; consecutive rows joined up to kMinGroup elements), in two ways:
+//    its neighbours (the row cut into blocks of kMinGroup: the Q, K and V parts of a
+//    fused bias, a head's slice) and the elements of similar size (the row sorted by
+//    |ref|, then cut: the small dlogits of a row apart from the large). Each block's
+//    scale is the RMS of naive's errors over it, leaving out its largest eighth so that
+//    one large element among small ones (the target's dlogit) does not set the others'
+//    scale; σ_i is the larger of i's two blocks' scales. Structural zeros (0 in ref and
+//    in naive: padding, masked entries) belong to no block and have σ = 0.
+//  * λ = sqrt(2·ln(N/δ)), N elements, δ = 1e-6: if the errors of a correct
+//    implementation were Gaussian with deviation σ_i, P(|e| > λσ_i) ≤ exp(−λ²/2) per
+//    element (Chernoff), so a false failure anywhere in the tensor has chance ≤ δ.
+//  * u·|ref_i|: one rounding of the stored result (u = 2^-24 fp32, 2^-8 bf16): ours and
+//    naive may round an element that lies near a tie to different neighbours.
+//  * the factor 2: ours may sum in another order, with other intrinsics (FA-3's factor).
+// The bound is per element, at the element's own scale, never the tensor's maximum: a
+// non-target dlogit a thousand times smaller than the target's in its row gets a bound
+// a thousand times smaller. Where naive is exact for a block (copies, padding, sums of
+// small integers), the bound is equality.
+inline double unit_roundoff(DType t) {
+  switch (t) {
+    case DType::bf16: return 0x1p-8;
+    case DType::f32: return 0x1p-24;
+    case DType::f64: return 0x1p-53;
+    default: return 0;  // integers are exact
+  }
+}
+
+constexpr int64_t kMinGroup = 64;
+constexpr double kRuleDelta = 1e-6;
+
+struct RuleResult {
+  size_t bad = 0, worst = 0;
+  double worst_ratio = 0;  // error/bound of the worst element (NaN counts as infinite)
+  double lambda = 0;
+};
+
+// Cuts [0, n) into pieces of `size` (the last piece takes a remainder < kMinGroup).
+inline std::vector<size_t> cut(size_t n, size_t size) {
+  std::vector<size_t> edges;
+  for (size_t g = 0; g < n; g += size) edges.push_back(g);
+  if (edges.size() > 1 && n - edges.back() < size_t(kMinGroup)) edges.pop_back();
+  edges.push_back(n);
+  return edges;
+}
+
+// Trimmed RMS of naive's errors over elements idx[b0..b1): the largest eighth left out.
+inline double trimmed_rms(const std::vector<double>& naive, const std::vector<double>& ref,
+                          const std::vector<size_t>& idx, size_t b0, size_t b1) {
+  std::vector<double> sq;
+  for (size_t j = b0; j < b1; ++j) sq.push_back((naive[idx[j]] - ref[idx[j]]) * (naive[idx[j]] - ref[idx[j]]));
+  std::sort(sq.begin(), sq.end());
+  const size_t keep = sq.size() - sq.size() / 8;
+  double sum = 0;
+  for (size_t j = 0; j < keep; ++j) sum += sq[j];
+  return std::sqrt(sum / double(keep));
+}
+
+// σ_i of every element (see above). row: elements per row (<= 0: one row).
+inline std::vector<double> error_scales(const std::vector<double>& naive,
+                                        const std::vector<double>& ref, int64_t row) {
+  const size_t n = ref.size();
+  std::vector<double> sigma(n, 0.0);
+  if (n == 0) return sigma;
+  if (row <= 0 || size_t(row) > n) row = int64_t(n);
+  const size_t rows_per_group = size_t((kMinGroup + row - 1) / row);
+  const std::vector<size_t> groups = cut(n, std::min(n, rows_per_group * size_t(row)));
+  std::vector<size_t> members;
+  for (size_t k = 0; k + 1 < groups.size(); ++k) {
+    // Structural zeros (padding, masked or ignored entries: 0 in ref and naive alike)
+    // are not computed like the rest: they keep σ = 0, so ours must be 0 there too.
+    members.clear();
+    for (size_t i = groups[k]; i < groups[k + 1]; ++i)
+      if (ref[i] != 0 || naive[i] != 0) members.push_back(i);
+    // Neighbours in the row, then neighbours in size; σ is the larger of the two scales.
+    for (int by_size = 0; by_size < 2; ++by_size) {
+      if (by_size)
+        std::stable_sort(members.begin(), members.end(),
+                         [&](size_t a, size_t b) { return std::fabs(ref[a]) < std::fabs(ref[b]); });
+      const std::vector<size_t> blocks = cut(members.size(), size_t(kMinGroup));
+      for (size_t b = 0; b + 1 < blocks.size(); ++b) {
+        const double s = trimmed_rms(naive, ref, members, blocks[b], blocks[b + 1]);
+        for (size_t j = blocks[b]; j < blocks[b + 1]; ++j)
+          sigma[members[j]] = std::max(sigma[members[j]], s);
+      }
+    }
+  }
+  return sigma;
+}
+
+// u: unit roundoff of the dtype ours is stored in.
+inline RuleResult check_rule(const std::vector<double>& ours, const std::vector<double>& naive,
+                             const std::vector<double>& ref, int64_t row, double u) {
+  const size_t n = ref.size();
+  RuleResult r;
+  r.lambda = std::sqrt(2 * std::log(double(std::max<size_t>(n, 1)) / kRuleDelta));
+  if (ours.size() != n || naive.size() != n) return r.bad = n + 1, r;
+  const std::vector<double> sigma = error_scales(naive, ref, row);
+  for (size_t i = 0; i < n; ++i) {
+    const double bound =
+        2 * (std::fabs(naive[i] - ref[i]) + r.lambda * sigma[i] + u * std::fabs(ref[i]));
+    const double err = std::fabs(ours[i] - ref[i]);
+    const double ratio = err == 0 ? 0 : (bound > 0 ? err / bound : INFINITY);
+    if (!(ratio <= 1)) ++r.bad;  // NaN counts as bad
+    if (!(ratio <= r.worst_ratio)) r.worst_ratio = std::isnan(ratio) ? INFINITY : ratio, r.worst = i;
+  }
+  return r;
+}
+
+inline void expect_rule(const std::vector<double>& ours, const std::vector<double>& naive,
+                        const std::vector<double>& ref, int64_t row, double u,
+                        const std::string& what) {
+  ASSERT_EQ(ours.size(), ref.size()) << what;
+  ASSERT_EQ(naive.size(), ref.size()) << what;
+  const RuleResult r = check_rule(ours, naive, ref, row, u);
+  if (std::getenv("FLASHGPT_TEST_MARGINS"))  // how close a passing check came to its bound
+    std::printf("[  MARGIN  ] %s: worst error/bound %.3g\n", what.c_str(), r.worst_ratio);
+  EXPECT_EQ(r.bad, 0u) << what << ": " << r.bad << " of " << ref.size()
+                       << " elements out of bound; worst [" << r.worst << "] ours " << ours[r.worst]
+                       << ", fp64 " << ref[r.worst] << ", naive " << naive[r.worst]
+                       << " (error/bound " << r.worst_ratio << ", lambda " << r.lambda << ")";
 }
 
 // A scalar loss from any output: L = Σ w_i·y_i with fixed random weights w, so that

@@ -100,6 +100,7 @@ TrainResult train(const Config& cfg, const std::string& resume, Communicator& ho
   const int accum = int(total / micro_tokens);
 
   Backend be = make_backend(cfg.run.device, t.precision, host.local_rank(), host.local_world());
+  if (be.dtype == DType::bf16) validate_bf16_model(cfg);  // precision auto resolved to bf16
   check_memory_fits(cfg, be, world, t.zero);  // before anything is allocated
   std::unique_ptr<Communicator> device_comm = make_device_communicator(be, host);
   Communicator& comm = device_comm ? *device_comm : host;
@@ -299,6 +300,7 @@ EvalResult evaluate_checkpoint(const std::string& ckpt, const std::string& patte
   const std::string data = pattern.empty() ? cfg.data.val : pattern;
   std::string precision = cfg.train.precision;
   Backend be = make_backend(device, precision == "fp64" && device != "cpu" ? "auto" : precision);
+  if (be.dtype == DType::bf16) validate_bf16_model(cfg);
   GPT2 model(model_config(cfg), *be.ops, be.dtype, cfg.train.batch_size, cfg.train.seq_len, model_options(cfg));
   load_model_weights(dir, model);
   DataLoader loader({data, cfg.train.batch_size, cfg.train.seq_len, 0, 1, 0, false, cfg.model.vocab_size, 0});

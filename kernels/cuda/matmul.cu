@@ -22,6 +22,7 @@
 // Sizes: m, n, k are int (N < 2^31 rows); matrices may hold more than 2^31 elements
 // (cuBLASLt's layouts are 64-bit; tests/cuda/test_cuda_int64.cu checks N·4C > 2^31).
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
@@ -166,6 +167,7 @@ void Matmul::forward(const MatmulForward& a, cudaStream_t stream) {
   FG_ASSERT(a.inp.defined() && a.weight.defined() && a.out.defined(), "matmul_forward tensors");
   int C = int(a.weight.shape[1]), OC = int(a.weight.shape[0]);
   int64_t N = a.inp.numel() / C;
+  FG_ASSERT(N <= INT_MAX, "matmul rows N = ", N, " exceed cuBLAS's int dimensions");
   FG_ASSERT(a.weight.ndim == 2 && a.inp.numel() == N * C && a.out.numel() == N * OC,
             "matmul_forward shapes: inp ", a.inp.shape_str(), " weight ", a.weight.shape_str(),
             " out ", a.out.shape_str());
@@ -202,6 +204,7 @@ void Matmul::forward(const MatmulForward& a, cudaStream_t stream) {
 void Matmul::backward(const MatmulBackward& a, void* scratch, cudaStream_t stream) {
   int C = int(a.weight.shape[1]), OC = int(a.weight.shape[0]);
   int64_t N = a.inp.numel() / C;
+  FG_ASSERT(N <= INT_MAX, "matmul rows N = ", N, " exceed cuBLAS's int dimensions");
   FG_ASSERT(a.weight.ndim == 2 && a.inp.numel() == N * C && a.dout.numel() == N * OC,
             "matmul_backward shapes: inp ", a.inp.shape_str(), " weight ", a.weight.shape_str(),
             " dout ", a.dout.shape_str());

@@ -169,6 +169,8 @@ TEST_F(CudaOps, MatmulForwardBackward) {
     }
 }
 
+// With dloss = 0 only the losses are computed and the logits must come back unchanged:
+// naive leaves them exact, so the bound is equality there.
 TEST_F(CudaOps, SoftmaxCrossEntropyPaddedVocab) {
   const int V = 50257, Vp = 50304;
   for (DType dt : kDtypes)
@@ -189,6 +191,35 @@ TEST_F(CudaOps, SoftmaxCrossEntropyPaddedVocab) {
         ops.softmax_cross_entropy(a["losses"], a["logits"], a["targets"], V, dloss);
       }, "softmax_ce dloss=" + std::to_string(dloss));
     }
+}
+
+// The bound rejects a deliberately wrong kernel: the GPU's dlogits with every non-target
+// entry replaced by 0 (the largest is ~1e-5·dloss: a bound from the tensor's largest
+// error, the target's, let this through). Every zeroed entry fails in fp32, most in bf16
+// (the smallest of a row are held to their neighbours' error scale; tests/test_bounds.cpp).
+TEST_F(CudaOps, SoftmaxCrossEntropyBoundRejectsZeroedNonTargets) {
+  const int V = 50257, Vp = 50304;
+  auto rng = test_rng();
+  const int64_t N = kT;
+  OpCase c;
+  c.add("logits", {N, Vp}, Kind::act, uniform(N * Vp, rng, -4, 4));
+  c.add("targets", {N}, Kind::i32, ints(N, rng, 0, V));
+  c.add("losses", {N}, Kind::stat);
+  for (DType dt : kDtypes) {
+    auto r = c.run_all(*cpu_, *gpu_, dt, [&](Ops& ops, OpCase& a) {
+      ops.softmax_cross_entropy(a["losses"], a["logits"], a["targets"], V, 1.f / 37);
+    });
+    std::vector<double>& got = r.gpu["logits"];
+    const auto& targets = r.ref["targets"];
+    EXPECT_EQ(check_rule(got, r.naive["logits"], r.ref["logits"], Vp, c.roundoff("logits", dt)).bad, 0u);
+    size_t zeroed = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int j = 0; j < V; ++j)
+        if (j != int(targets[size_t(n)])) got[size_t(n * Vp + j)] = 0, ++zeroed;
+    EXPECT_GE(check_rule(got, r.naive["logits"], r.ref["logits"], Vp, c.roundoff("logits", dt)).bad,
+              dt == DType::f32 ? zeroed : zeroed * 3 / 4)
+        << dtype_name(dt);
+  }
 }
 
 // Attention in fp32 (the GPU paths that run in fp32: naive, and the row-wise path behind
@@ -371,6 +402,22 @@ TEST_F(CudaOps, MatmulPlansAreCachedPerShape) {
   EXPECT_EQ(mm.cached_plans(), 1u);
   ctx_->synchronize();
   gpu_->free(p);
+}
+
+// B·T beyond int: cuBLAS takes int dimensions, so the launcher refuses instead of
+// narrowing (checked before anything is read: the pointers are never dereferenced).
+TEST_F(CudaOps, MatmulRejectsMoreRowsThanCublasTakes) {
+  cuda::Matmul mm(*ctx_);
+  alignas(256) static unsigned char dummy[256];
+  const int64_t N = (int64_t(1) << 31) + 8, C = 8;
+  MatmulForward f;
+  f.inp = Tensor(dummy, DType::bf16, Device::cuda, {N, C});
+  f.weight = Tensor(dummy, DType::bf16, Device::cuda, {C, C});
+  f.out = Tensor(dummy, DType::bf16, Device::cuda, {N, C});
+  EXPECT_THROW(mm.forward(f, ctx_->main_stream()), std::runtime_error);
+  MatmulBackward b;
+  b.dinp = f.out; b.dout = f.out; b.inp = f.inp; b.weight = f.weight;
+  EXPECT_THROW(mm.backward(b, nullptr, ctx_->main_stream()), std::runtime_error);
 }
 
 }  // namespace
