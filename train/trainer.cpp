@@ -92,6 +92,7 @@ TrainResult train(const Config& cfg, const std::string& resume, Communicator& ho
   const auto& t = cfg.train;
   const int world = host.world(), rank = host.rank();
   const bool lead = rank == 0;
+  StopSignals signals;  // from here on a signal stops the run after a step, with a checkpoint
   const int64_t micro_tokens = int64_t(t.batch_size) * t.seq_len * world;
   const int64_t total = t.total_batch ? t.total_batch : micro_tokens;
   if (total % micro_tokens != 0)
@@ -170,7 +171,6 @@ TrainResult train(const Config& cfg, const std::string& resume, Communicator& ho
   // over ranks by the data-parallel reduction.
   const float dloss = float(1.0 / (double(BT) * accum * world));
   TrainResult res;
-  StopSignals signals;
   int skipped_in_row = 0, skipped = 0;
   int saved_step = -1;
   auto t0 = Clock::now();

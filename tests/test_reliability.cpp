@@ -1,0 +1,195 @@
+// What a run survives: kill -9 at random moments (inside checkpoint writes too) never
+// leaves a checkpoint that loads half-written; SIGINT/SIGTERM stop cleanly with a
+// checkpoint; NaN/Inf is caught at its step (abort or skip); old checkpoints are pruned;
+// interrupted saves are never loaded. All on the real `flashgpt train` (CPU).
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <filesystem>
+#include <random>
+#include <spawn.h>
+#include <string>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+#include "src/errors.h"
+#include "tests/train_fixture.h"
+#include "train/load_model.h"
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using flashgpt::test::slurp;
+
+class Reliability : public flashgpt::test::TrainFixture {
+ protected:
+  // Starts `flashgpt <args>` (stdout/stderr to files under the scratch dir); returns its pid.
+  pid_t spawn(const std::string& args, const std::string& log) {
+    const std::string cmd = "OMP_NUM_THREADS=1 exec " + std::string(FLASHGPT_BINARY) + " " + args + " >" +
+                            dir_.file(log + ".out") + " 2>" + dir_.file(log + ".err");
+    const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
+    pid_t pid = -1;
+    EXPECT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
+    return pid;
+  }
+  static int wait_status(pid_t pid) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return status;
+  }
+  static std::string latest(const std::string& run) {
+    std::string s = slurp(run + "/latest");
+    while (!s.empty() && s.back() == '\n') s.pop_back();
+    return s;
+  }
+  static int step_of(const std::string& ckpt_name) { return std::atoi(ckpt_name.c_str() + 5); }  // ckpt_NNNNNN
+};
+
+// 20 × SIGKILL at a random moment of a run that checkpoints every step. After each kill:
+// every complete checkpoint directory loads (checksums, sizes, shapes), `eval` of the run
+// directory works, and `--resume` continues from exactly the step `latest` names.
+TEST_F(Reliability, KillNineNeverLeavesABrokenCheckpoint) {
+  const std::string run = dir_.file("torture");
+  const std::string train = "train -c " + config() + " --set run.out_dir=" + run +
+                            " --set train.batch_size=12 --set train.checkpoint_every=1 --set train.eval_every=0"
+                            " --set train.steps=1000000";
+  auto rng = flashgpt::test::test_rng();
+  std::uniform_int_distribution<int> delay_us(0, 120000);
+  int kills_after_first = 0;
+  for (int k = 0; k < 20; ++k) {
+    const bool resume = fs::exists(run + "/latest");
+    pid_t pid = spawn(train + (resume ? " --resume " + run : ""), "torture");
+    // Kill only once a checkpoint exists (before it there is nothing to protect), at a
+    // random moment after that: often in the middle of the next save.
+    for (int i = 0; i < 2000 && !fs::exists(run + "/latest"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::this_thread::sleep_for(std::chrono::microseconds(delay_us(rng)));
+    kill(pid, SIGKILL);
+    const int st = wait_status(pid);
+    ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << "kill " << k << ": the run ended by itself: "
+                                                            << slurp(dir_.file("torture.err"));
+    ASSERT_TRUE(fs::exists(run + "/latest")) << "kill " << k;
+    kills_after_first += resume;
+    // Every complete checkpoint loads; temporary ones are never named by latest.
+    const std::string named = latest(run);
+    EXPECT_EQ(named.find(".tmp"), std::string::npos);
+    for (const auto& e : fs::directory_iterator(run)) {
+      const std::string n = e.path().filename().string();
+      if (n.rfind("ckpt_", 0) != 0 || n.find(".tmp") != std::string::npos) continue;
+      EXPECT_NO_THROW(flashgpt::load_for_inference(e.path().string(), "cpu", "", 1, 1)) << n << " after kill " << k;
+    }
+    pid = spawn("eval " + run + " --steps 1 --device cpu", "eval");
+    const int es = wait_status(pid);
+    ASSERT_TRUE(WIFEXITED(es) && WEXITSTATUS(es) == 0) << "eval after kill " << k << ": " << slurp(dir_.file("eval.err"));
+    // --resume runs exactly one more step from the checkpoint latest names.
+    const int at = step_of(named);
+    pid = spawn("train -c " + config() + " --set run.out_dir=" + run + " --set train.batch_size=12" +
+                    " --set train.eval_every=0 --set train.checkpoint_every=1 --set train.steps=" + std::to_string(at + 1) +
+                    " --resume " + run, "resume");
+    const int rs = wait_status(pid);
+    ASSERT_TRUE(WIFEXITED(rs) && WEXITSTATUS(rs) == 0) << "resume after kill " << k << ": " << slurp(dir_.file("resume.err"));
+    EXPECT_NE(slurp(dir_.file("resume.out")).find("at step " + std::to_string(at) + "\n"), std::string::npos)
+        << slurp(dir_.file("resume.out"));
+  }
+  EXPECT_GE(kills_after_first, 19);
+}
+
+TEST_F(Reliability, InterruptedSavesAreRemovedAndNeverLoaded) {
+  const std::string run = dir_.file("stale");
+  fs::create_directories(run + "/ckpt_000009.tmp");
+  std::ofstream(run + "/ckpt_000009.tmp/model.bin") << "half";
+  std::ofstream(run + "/latest.tmp") << "ckpt_000009.tmp\n";
+  Run bad = train("stale", 0, 12, "--resume " + run + "/ckpt_000009.tmp/");
+  EXPECT_EQ(WEXITSTATUS(bad.status), 2);
+  EXPECT_NE(bad.err.find("incomplete checkpoint"), std::string::npos) << bad.err;
+  Run ok = expect_ok(train("stale", 0, 12, "--set train.steps=2 --set train.checkpoint_every=1"));
+  EXPECT_FALSE(fs::exists(run + "/ckpt_000009.tmp"));
+  EXPECT_FALSE(fs::exists(run + "/latest.tmp"));
+  EXPECT_EQ(latest(run), "ckpt_000002");
+}
+
+TEST_F(Reliability, KeepCheckpointsKeepsTheNewest) {
+  Run r = expect_ok(train("keep", 0, 12, "--set train.steps=5 --set train.checkpoint_every=1 --set train.keep_checkpoints=2"));
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(r.dir))
+    if (e.path().filename().string().rfind("ckpt_", 0) == 0) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"ckpt_000004", "ckpt_000005"}));
+}
+
+// SIGTERM / SIGINT: the step finishes, a checkpoint is written, exit 128 + signal, and
+// the run resumes from it. Two signals at once: the second ends the process at once.
+TEST_F(Reliability, SignalsStopCleanlyWithACheckpoint) {
+  for (int sig : {SIGTERM, SIGINT}) {
+    const std::string run = dir_.file("sig" + std::to_string(sig));
+    pid_t pid = spawn("train -c " + config() + " --set run.out_dir=" + run +
+                          " --set train.batch_size=12 --set train.steps=1000000 --set train.eval_every=0",
+                      "sig");
+    for (int i = 0; i < 2000 && slurp(run + "/metrics.jsonl").find("\"step\":3") == std::string::npos; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    kill(pid, sig);
+    const int st = wait_status(pid);
+    ASSERT_TRUE(WIFEXITED(st)) << "killed by the signal instead of stopping";
+    EXPECT_EQ(WEXITSTATUS(st), 128 + sig);
+    const std::string out = slurp(dir_.file("sig.out"));
+    const std::string named = latest(run);
+    EXPECT_NE(out.find("stopped by " + std::string(sig == SIGTERM ? "SIGTERM" : "SIGINT") + " after step " +
+                       std::to_string(step_of(named))),
+              std::string::npos) << out;
+    EXPECT_GE(step_of(named), 3);
+  }
+  pid_t pid = spawn("train -c " + config() + " --set run.out_dir=" + dir_.file("twice") +
+                        " --set train.batch_size=12 --set train.steps=1000000",
+                    "twice");
+  for (int i = 0; i < 2000 && slurp(dir_.file("twice/metrics.jsonl")).find("\"step\":1") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  // Two different signals (two of the same kind may merge into one delivery).
+  kill(pid, SIGTERM);
+  kill(pid, SIGINT);
+  const int st = wait_status(pid);
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_TRUE(WEXITSTATUS(st) == 128 + SIGTERM || WEXITSTATUS(st) == 128 + SIGINT) << WEXITSTATUS(st);
+  EXPECT_NE(slurp(dir_.file("twice.err")).find("second signal"), std::string::npos);
+}
+
+// train.nonfinite=abort (default): a NaN gradient at step 3 stops the run there, and no
+// checkpoint holds step 3's state.
+TEST_F(Reliability, NonFiniteAbortsAtItsStepWithoutACheckpoint) {
+  Run r = train("nan_abort", 0, 12, "--set train.steps=6 --set train.checkpoint_every=1", "FLASHGPT_TEST_NAN_AT=3");
+  EXPECT_EQ(WEXITSTATUS(r.status), 1);
+  EXPECT_NE(r.err.find("non-finite gradient norm at step 3"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the last checkpoint is step 2"), std::string::npos) << r.err;
+  EXPECT_EQ(latest(r.dir), "ckpt_000002");
+  EXPECT_FALSE(fs::exists(r.dir + "/ckpt_000003"));
+  EXPECT_EQ(r.losses.size(), 2u);
+}
+
+// train.nonfinite=skip: the bad step changes nothing (the checkpoint after it holds the
+// very bytes of the one before), it is counted, and training goes on; too many in a row
+// abort.
+TEST_F(Reliability, NonFiniteSkipLeavesWeightsAndOptimizerUntouched) {
+  Run r = expect_ok(train("nan_skip", 0, 12, "--set train.steps=5 --set train.checkpoint_every=1 --set train.nonfinite=skip",
+                          "FLASHGPT_TEST_NAN_AT=5"));
+  for (const char* f : {"model.bin", "optimizer.bin"})
+    EXPECT_EQ(slurp(r.dir + "/ckpt_000005/" + f), slurp(r.dir + "/ckpt_000004/" + f)) << f;
+  bool seen = false;
+  for (const auto& m : r.metrics)
+    if (m.value("skipped", false)) seen = m["step"] == 5 && m["skips"] == 1;
+  EXPECT_TRUE(seen) << "metrics.jsonl records the skip";
+
+  Run mid = expect_ok(train("nan_mid", 0, 12, "--set train.steps=6 --set train.nonfinite=skip", "FLASHGPT_TEST_NAN_AT=3"));
+  EXPECT_EQ(mid.losses.size(), 5u) << "5 updates, step 3 skipped";
+  int last_skips = -1;
+  for (const auto& m : mid.metrics)
+    if (m.contains("loss")) last_skips = m.value("skips", 0);
+  EXPECT_EQ(last_skips, 1) << "later progress lines count the skip";
+
+  Run many = train("nan_many", 0, 12, "--set train.steps=8 --set train.nonfinite=skip --set train.nonfinite_limit=3",
+                   "FLASHGPT_TEST_NAN_AT=2,3,4");
+  EXPECT_EQ(WEXITSTATUS(many.status), 1);
+  EXPECT_NE(many.err.find("3 non-finite steps in a row"), std::string::npos) << many.err;
+}
+
+}  // namespace
