@@ -1,5 +1,5 @@
 // Tensor: a non-owning, contiguous, typed view of memory on one device.
-// Memory is owned by arenas (src/arena.h); ops receive views.
+// Memory is owned by arenas (layers/gpt2.cpp, docs/ARCHITECTURE.md); ops receive views.
 #pragma once
 #include <cstdint>
 #include <cstddef>

@@ -27,7 +27,7 @@ using attn::FlashParams;
 
 enum class Path { sm80, sm90 };
 
-// One process drives one GPU (DESIGN.md), so the answer is cached.
+// One process drives one GPU (docs/ARCHITECTURE.md), so the answer is cached.
 bool sm90_available() {
   static const bool available = attn::sm90_kernels_built();
   return available;

@@ -210,7 +210,7 @@ Plan plan_decode(int64_t B, int64_t H, int64_t T, int keys_per_iter, int64_t res
 
 template <class T, int kD>
 int64_t resident_blocks() {
-  // One process drives one GPU (DESIGN.md): computed once per instantiation.
+  // One process drives one GPU (docs/ARCHITECTURE.md): computed once per instantiation.
   static const int64_t n = [] {
     int dev = 0, sms = 0, per_sm = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
