@@ -38,8 +38,10 @@ class Communicator {
   // t has world·n elements; afterwards every rank holds every rank's own part r.
   virtual void all_gather(Tensor t) = 0;
   virtual void broadcast(Tensor t, int root) = 0;
-  // Everything queued is complete and visible to the compute stream's next work (the
-  // host does not wait for the GPU; NCCL errors and a stuck peer are detected here).
+  // Everything queued is complete and visible to the compute stream's next work. NCCL:
+  // the host polls until the collectives are done (so that NCCL errors and a stuck peer
+  // are detected here, with FLASHGPT_COMM_TIMEOUT), then orders the compute stream after
+  // them; the trainer calls it where the host waits for the GPU anyway. MPI: waits.
   virtual void wait() = 0;
 
   // ---- host values; blocking, every rank must call ----
