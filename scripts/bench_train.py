@@ -47,10 +47,12 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self):
+    """GPT-2 124M as flashgpt's configs/gpt2-124m.yaml (also used by memory_torch.py)."""
+
+    def __init__(self, max_t=T):
         super().__init__()
         self.wte = nn.Embedding(VP, C)
-        self.wpe = nn.Embedding(T, C)
+        self.wpe = nn.Embedding(max_t, C)
         self.h = nn.ModuleList(Block() for _ in range(L))
         self.ln_f = nn.LayerNorm(C)
         for p in self.parameters():

@@ -21,53 +21,17 @@ reads, so that flashgpt's plot and table show them beside its own.
 import argparse
 import json
 import math
+import os
+import sys
 import time
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-V, VP, C, L, H = 50257, 50304, 768, 12, 12
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_train import GPT, C, L, V, VP  # noqa: E402  the same model as the training-step benchmark
+
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense bf16, as flashgpt's backend.cpp
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(C)
-        self.c_attn = nn.Linear(C, 3 * C)
-        self.attn_proj = nn.Linear(C, C)
-        self.ln_2 = nn.LayerNorm(C)
-        self.c_fc = nn.Linear(C, 4 * C)
-        self.mlp_proj = nn.Linear(4 * C, C)
-
-    def forward(self, x):
-        B, T, _ = x.shape
-        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
-        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.attn_proj(y.transpose(1, 2).reshape(B, T, C))
-        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
-
-
-class GPT(nn.Module):
-    def __init__(self, max_t):
-        super().__init__()
-        self.wte = nn.Embedding(VP, C)
-        self.wpe = nn.Embedding(max_t, C)
-        self.h = nn.ModuleList(Block() for _ in range(L))
-        self.ln_f = nn.LayerNorm(C)
-        for p in self.parameters():
-            if p.dim() == 2:
-                nn.init.normal_(p, 0.0, 0.02)
-
-    def forward(self, idx, targets):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
-        for b in self.h:
-            x = b(x)
-        logits = self.ln_f(x) @ self.wte.weight.t()  # tied head, padded vocab
-        return F.cross_entropy(logits.float().view(-1, VP), targets.view(-1))
 
 
 def flops_per_token(model, T):
