@@ -1,15 +1,34 @@
-// Integer fields of JSON read from files (checkpoint headers, state.json, a loader's
-// state). nlohmann's get<int>() and get<uint64_t>() convert whatever number is there:
-// 2.5 becomes 2, -1 becomes 2^64 - 1, and 1e300 is a float-to-integer cast with
-// undefined behaviour. A file is input, so a field that is not what it should be is an
-// InputError naming it.
+// Reading JSON from files (checkpoint headers, state.json, a loader's state, imported
+// configs): nesting and integer fields are checked, so that a damaged or hostile file is
+// an InputError naming what is wrong, never a crash or a silently converted number.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <nlohmann/json.hpp>
 #include "src/errors.h"
 
 namespace flashgpt {
+
+constexpr int kMaxJsonDepth = 64;
+
+// nlohmann::json::parse(input...) refusing nesting deeper than kMaxJsonDepth (an
+// InputError naming `what`): copying, comparing and printing a parsed value recurse,
+// so a file of 100000 '[' would overflow the stack long after it parsed. Syntax errors
+// still throw nlohmann's parse_error, for the caller's own message.
+template <class... Input>
+nlohmann::json parse_json(const std::string& what, Input&&... input) {
+  return nlohmann::json::parse(std::forward<Input>(input)...,
+                               [&what](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+                                 if (depth > kMaxJsonDepth)
+                                   fail_input(what, " is nested more than ", kMaxJsonDepth, " levels deep");
+                                 return true;
+                               });
+}
+
+// nlohmann's get<int>() and get<uint64_t>() convert whatever number is there: 2.5
+// becomes 2, -1 becomes 2^64 - 1, and 1e300 is a float-to-integer cast with undefined
+// behaviour.
 
 // j[key]: an integer in [0, max]; InputError (naming `what` and the key) if j is not an
 // object, the key is missing, or its value is another type, negative, fractional or

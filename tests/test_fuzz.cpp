@@ -28,6 +28,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
@@ -166,7 +167,13 @@ const std::vector<std::string> kTokens = {
     ": ", "\n", "- ", "{", "}", "[", "]", "\"", "'", ",", "-1", "0", "1e999", "-1e999", "nan", ".inf", "-.inf",
     "2147483648", "-2147483649", "18446744073709551616", "0x10", "1.5", "~", "null", "true", "&a ", "*a", "!!str ",
     "!!binary ", "!!map ", "? ", "#", "\t", "<<: ", "|\n", ">\n", "---\n", "...\n", "%YAML 1.2\n", "\xff", "\xc3",
-    std::string(1, '\0'), "model:", "train:", "n_head", "\\u0000", "\\"};
+    std::string(1, '\0'), "model:", "train:", "n_head", "\\u0000", "\\", std::string(3000, '['),
+    std::string(1000, '{')};
+
+// Stands for a value nested thousands of levels deep, which cannot be built as a json
+// here (copying or printing it would overflow this test's stack): Mutator::dump()
+// writes it out as text.
+const std::string kDeep = "\x01" "deep" "\x01";
 
 class Mutator {
  public:
@@ -244,13 +251,14 @@ class Mutator {
   // A JSON value a reader may not expect where `old` was: another type, an extreme or an
   // off-by-one number, a near-miss string.
   json value(const json& old) {
-    switch (below(6)) {
+    switch (below(7)) {
       case 0: return pick(std::vector<json>{nullptr, true, false, "", "x", json::array(), json::object(),
                                             json::array({old}), json{{"x", old}}});
       case 1: return pick(std::vector<json>{0, -1, 1, 2, INT32_MAX, int64_t(INT32_MAX) + 1, int64_t(INT32_MIN) - 1,
                                             uint64_t(UINT32_MAX) + 1, INT64_MIN, INT64_MAX, UINT64_MAX});
       case 2: return pick(std::vector<json>{0.5, -1.5, 2.0, 1e300, -1e300, 1e19, 4.5e18, -0.0});
       case 3: return pick(std::vector<json>{"f32", "bf16", "f64", "i32", "wte", "ckpt_000003", "../x"});
+      case 4: return kDeep;
       default:
         if (old.is_number_integer()) {  // off by one, doubled, halved, negated (wrapping)
           const uint64_t v = old.get<uint64_t>();
@@ -262,6 +270,18 @@ class Mutator {
         }
         return nullptr;
     }
+  }
+
+  // j as text, with kDeep written out as arrays nested 65 (just past parse_json's limit)
+  // or 100000 levels deep.
+  std::string dump(const json& j, int indent = -1) {
+    std::string text = j.dump(indent);
+    const std::string placeholder = json(kDeep).dump();
+    for (size_t at; (at = text.find(placeholder)) != std::string::npos;) {
+      const size_t depth = chance(0.5) ? 65 : 100000;
+      text.replace(at, placeholder.size(), std::string(depth, '[') + std::string(depth, ']'));
+    }
+    return text;
   }
 
   // One edit of j: a value (a leaf, or a whole array or object) replaced or removed,
@@ -499,7 +519,7 @@ std::string mutate_checkpoint_file(const std::string& name, const std::string& b
       case 2: {
         json h = json::parse(p.header);
         for (size_t k = 1 + m.below(2); k > 0; --k) m.edit(h);
-        p.header = h.dump();
+        p.header = m.dump(h);
         break;
       }
       case 3: p.header = m.bytes(p.header); break;
@@ -517,7 +537,7 @@ std::string mutate_checkpoint_file(const std::string& name, const std::string& b
   if ((name == "state.json" || name == "checksums.json") && m.chance(0.7)) {
     json j = json::parse(bytes);
     for (size_t k = 1 + m.below(2); k > 0; --k) m.edit(j);
-    return j.dump(1);
+    return m.dump(j, 1);
   }
   return m.chance(0.3) ? m.lines(bytes) : m.bytes(bytes);
 }
@@ -760,6 +780,159 @@ TEST(Fuzz, TokenizerEncodesAnyBytes) {
 }
 
 // ---- regressions: one test per bug the fuzzer found --------------------------------
+
+std::string input_error_of(const std::function<void()>& f) {
+  const Outcome o = attempt(f);
+  EXPECT_EQ(o.kind, Outcome::rejected) << (o.kind == Outcome::ok ? "accepted" : o.message);
+  return o.message;
+}
+
+std::string config_error(const std::string& yaml, const std::vector<std::string>& sets = {}) {
+  test::ScratchDir scratch("flashgpt_fuzz_regression_");
+  spit(scratch.path / "c.yaml", yaml);
+  return input_error_of([&] { load_config(scratch.file("c.yaml"), sets); });
+}
+
+// Quoted input put a newline into a message, and "error: ..." became two lines.
+TEST(FuzzRegression, InputErrorMessagesAreOneLine) {
+  const std::string yaml = "train:\n  beta2: \"0.9\\n5\"\n";  // the value is "0.9<newline>5"
+  EXPECT_EQ(config_error(yaml), "config key 'train.beta2': expected a number, got '0.9\\n5'");
+  EXPECT_EQ(config_error("", {"run.device=\"a\\tb\\u0001\""}),
+            "config key 'run.device': must be auto, cpu or cuda, got 'a\\tb\\x01'");
+  test::ScratchDir scratch("flashgpt_fuzz_regression_");
+  spit(scratch.path / "c.yaml", yaml);
+  expect_binary_rejects("train -c " + scratch.file("c.yaml"), scratch.path,
+                        "config key 'train.beta2': expected a number, got '0.9\\n5'", yaml);
+}
+
+// A key that is a mapping ("? {a: 1}") threw yaml-cpp's bad conversion (exit 1).
+TEST(FuzzRegression, ConfigKeysAreNamesAndSectionsAreMappings) {
+  EXPECT_EQ(config_error("? {a: 1}\n: 2\n"), "config: a key is a mapping, not a name");
+  EXPECT_EQ(config_error("train:\n  ? [lr, eps]\n  : 1\n"), "config section 'train': a key is a list, not a name");
+  EXPECT_EQ(config_error("train: 5\n"), "config key 'train': expected a mapping of keys, got a value");
+  EXPECT_EQ(config_error("train:\nmodel:\n  n_layer: 2\n"), "config key 'train': expected a mapping of keys, got nothing");
+  EXPECT_EQ(config_error("train:\n  lr:\n"), "config key 'train.lr': expected a number, got nothing");
+}
+
+// eps: .inf loaded as inf; the resolved config saved with the run said "inf", which
+// does not read back, so eval and resume of that run failed.
+TEST(FuzzRegression, NonFiniteConfigNumbersAreRejected) {
+  for (const char* v : {".inf", "-.inf", "+.Inf", ".NaN", ".nan"}) {
+    EXPECT_EQ(config_error(std::string("train:\n  eps: ") + v + "\n"),
+              std::string("config key 'train.eps': expected a finite number, got '") + v + "'");
+    EXPECT_EQ(config_error("", {std::string("train.lr=") + v}),
+              std::string("config key 'train.lr': expected a finite number, got '") + v + "'");
+  }
+}
+
+// Writes `files` with `name` changed by `change` and checksums.json recomputed.
+void write_changed(CheckpointFixture& f, const std::string& name, const std::function<void(std::string&)>& change) {
+  std::map<std::string, std::string> files = f.files;
+  change(files[name]);
+  files["checksums.json"] = checksums_of(files);
+  f.write(files);
+}
+
+void set_json(std::string& bytes, const std::string& pointer, const json& value) {
+  json j = json::parse(bytes);
+  j[json::json_pointer(pointer)] = value;
+  bytes = j.dump();
+}
+
+void set_header(std::string& bytes, const std::string& pointer, const json& value) {
+  Packed p = Packed::split(bytes);
+  set_json(p.header, pointer, value);
+  bytes = p.join();
+}
+
+// Integer fields were read with get<int>() / get<uint64_t>(): a step of 2.5 became 2,
+// -1 and 1e300 went through undefined float-to-integer casts, a negative step was taken.
+TEST(FuzzRegression, CheckpointIntegerFieldsAreStrict) {
+  CheckpointFixture f;
+  struct Case {
+    const char* file;
+    const char* pointer;
+    json value;
+    const char* field;  // named in the message
+  };
+  const std::vector<Case> cases = {
+      {"state.json", "/step", -1, "'step'"},       {"state.json", "/step", 2.5, "'step'"},
+      {"state.json", "/step", 1e300, "'step'"},    {"state.json", "/step", "3", "'step'"},
+      {"state.json", "/step", int64_t(1) << 31, "'step'"},
+      {"state.json", "/loader/rows", 1e300, "'rows'"},  {"state.json", "/loader/rows", 1.5, "'rows'"},
+      {"state.json", "/loader/epoch", -1, "'epoch'"},   {"state.json", "/loader/version", 2.0, "'version'"},
+      {"state.json", "/loader/shards/0/tokens", 400.0, "'tokens'"},
+      {"model.bin", "/numel", -1, "'numel'"},      {"model.bin", "/numel", 1e300, "'numel'"},
+      {"model.bin", "/params/0/offset", 0.5, "'offset'"}, {"model.bin", "/params/1/offset", -8, "'offset'"},
+      {"optimizer.bin", "/step", -3, "'step'"},    {"optimizer.bin", "/numel", 1e19, "'numel'"}};
+  for (const Case& c : cases) {
+    write_changed(f, c.file, [&](std::string& b) {
+      if (std::string(c.file) == "state.json") set_json(b, c.pointer, c.value);
+      else set_header(b, c.pointer, c.value);
+    });
+    const std::string message = input_error_of([&] { f.load(); });
+    EXPECT_NE(message.find(c.field), std::string::npos) << c.file << c.pointer << " = " << c.value.dump() << ": " << message;
+  }
+  f.write(f.files);
+  EXPECT_NO_THROW(f.load());
+}
+
+// A value nested 100000 deep parsed, then overflowed the stack where it was copied (the
+// loader state of state.json) or printed (a tensor's name in a message).
+TEST(FuzzRegression, DeeplyNestedJsonIsRejected) {
+  CheckpointFixture f;
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  auto nest = [&](std::string& bytes, const std::string& pointer) {
+    json j = json::parse(bytes);
+    j[json::json_pointer(pointer)] = kDeep;
+    bytes = j.dump();
+    const std::string placeholder = json(kDeep).dump();
+    bytes.replace(bytes.find(placeholder), placeholder.size(), deep);
+  };
+  write_changed(f, "state.json", [&](std::string& b) { nest(b, "/loader/seed"); });
+  EXPECT_EQ(input_error_of([&] { f.load(); }), (fs::path(f.ckpt) / "state.json").string() +
+                                                    " is nested more than 64 levels deep");
+  write_changed(f, "model.bin", [&](std::string& b) {
+    Packed p = Packed::split(b);
+    nest(p.header, "/params/0/name");
+    b = p.join();
+  });
+  EXPECT_EQ(input_error_of([&] { f.load(); }), (fs::path(f.ckpt) / "model.bin").string() +
+                                                    " is nested more than 64 levels deep");
+}
+
+// The checkpoint's config.yaml was parsed before any checksum was checked: a damaged one
+// sized the model (n_embd 8 -> 8000000 allocates gigabytes) before the weights' checksum
+// failed, or failed as "not valid YAML" instead of as a damaged checkpoint.
+TEST(FuzzRegression, CheckpointConfigIsVerifiedBeforeUse) {
+  CheckpointFixture f;
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{{"n_embd: 8", "n_embd: 8000000"},
+                                                                                 {"model:", "model: ["}}) {
+    std::string yaml = f.files.at("config.yaml");
+    ASSERT_NE(yaml.find(from), std::string::npos);
+    yaml.replace(yaml.find(from), from.size(), to);
+    spit(fs::path(f.ckpt) / "config.yaml", yaml);
+    const std::string message = input_error_of([&] { load_checkpoint_config(f.ckpt); });
+    EXPECT_NE(message.find("config.yaml does not match its checksum"), std::string::npos) << message;
+  }
+  f.write(f.files);
+  EXPECT_EQ(config_to_yaml(load_checkpoint_config(f.ckpt)), config_to_yaml(f.cfg));
+}
+
+// `latest` was followed wherever it pointed, a temporary (interrupted) save included.
+TEST(FuzzRegression, LatestMustNameACompleteCheckpoint) {
+  CheckpointFixture f;
+  fs::copy(f.ckpt, f.ckpt + ".tmp", fs::copy_options::recursive);  // looks complete, but its save never finished
+  const std::string latest = f.run_dir + "/latest";
+  for (const char* name : {"ckpt_000003.tmp", "\nckpt_000003", "../run", "/tmp", "ckpt_000099", "", "."}) {
+    spit(latest, std::string(name) + "\n");
+    const std::string message = input_error_of([&] { resolve_checkpoint(f.run_dir); });
+    EXPECT_EQ(message.find("'" + latest + "' names '"), 0u) << message;
+    EXPECT_NE(message.find("which is not a complete checkpoint directory"), std::string::npos) << message;
+  }
+  spit(latest, "ckpt_000003\n");
+  EXPECT_EQ(resolve_checkpoint(f.run_dir), f.ckpt);
+}
 
 }  // namespace
 }  // namespace flashgpt

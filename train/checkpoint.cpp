@@ -118,7 +118,7 @@ nlohmann::json unpack(const std::string& bytes, const char magic[8], const std::
   if (n > bytes.size() - 16) fail_input(what, " is truncated (header)");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(bytes.substr(16, n));
+    j = parse_json(what, bytes.substr(16, n));
   } catch (const nlohmann::json::exception&) {
     fail_input(what, " has a corrupt header");
   }
@@ -132,7 +132,7 @@ nlohmann::json unpack(const std::string& bytes, const char magic[8], const std::
 void verify_checksums(const fs::path& dir, std::initializer_list<const char*> required, bool only_required = false) {
   nlohmann::json sums;
   try {
-    sums = nlohmann::json::parse(read_file(dir / "checksums.json"));
+    sums = parse_json((dir / "checksums.json").string(), read_file(dir / "checksums.json"));
   } catch (const nlohmann::json::exception&) {
     fail_input("checkpoint '", dir.string(), "': checksums.json is corrupt");
   }
@@ -198,6 +198,13 @@ nlohmann::json param_entries(const GPT2& model) {
   return names;
 }
 
+// The model-shape fields of a model.bin header (not its list of tensors).
+nlohmann::json shape_of(const nlohmann::json& h) {
+  nlohmann::json shape;
+  for (const char* k : {"n_layer", "n_head", "n_embd", "vocab_size", "padded_vocab", "max_seq_len"}) shape[k] = h.at(k);
+  return shape;
+}
+
 void load_weights_file(const fs::path& dir, GPT2& model) {
   const std::string what = (dir / "model.bin").string();
   std::string bytes = read_file(dir / "model.bin");
@@ -208,7 +215,7 @@ void load_weights_file(const fs::path& dir, GPT2& model) {
     if (h.at("n_layer") != c.n_layer || h.at("n_head") != c.n_head || h.at("n_embd") != c.n_embd ||
         h.at("vocab_size") != c.vocab_size || h.at("padded_vocab") != c.padded_vocab ||
         h.at("max_seq_len") != c.max_seq_len)
-      fail_input("checkpoint '", dir.string(), "' was made for another model shape: ", h.dump());
+      fail_input("checkpoint '", dir.string(), "' was made for another model shape: ", shape_of(h).dump());
     DType d = dtype_from(h.at("dtype").get<std::string>(), what);
     const uint64_t n = json_uint(h, "numel", what);
     if (n > (bytes.size() - off) / dtype_size(d) || off + n * dtype_size(d) != bytes.size())
@@ -332,7 +339,7 @@ CheckpointState load_checkpoint(const std::string& ckpt_dir, GPT2& model, Optimi
       opt->tensors[k] = unpack_params(model, h.at("params"), bytes.data() + off + k * n * es, n, opt->dtype,
                                       opt->dtype, what);
     opt->step = int(json_uint(h, "step", what, INT_MAX));
-    auto s = nlohmann::json::parse(read_file(dir / "state.json"));
+    const auto s = parse_json((dir / "state.json").string(), read_file(dir / "state.json"));
     CheckpointState st;
     st.step = int(json_uint(s, "step", (dir / "state.json").string(), INT_MAX));
     st.loader = s.at("loader");
