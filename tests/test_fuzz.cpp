@@ -545,7 +545,8 @@ std::string mutate_checkpoint_file(const std::string& name, const std::string& b
   return m.chance(0.3) ? m.lines(bytes) : m.bytes(bytes);
 }
 
-// A small trained-from-nothing run: a model, its optimizer state, and a loader position.
+// The checkpoint of a small run: a tiny model, its optimizer state, and a loader three
+// batches into the data (saved as `flashgpt train` would, at step 3).
 struct CheckpointFixture {
   test::ScratchDir scratch{"flashgpt_fuzz_ckpt_"};
   Config cfg;
@@ -580,8 +581,8 @@ struct CheckpointFixture {
     files["../latest"] = slurp(run_dir + "/latest");
   }
 
-  void write(const std::map<std::string, std::string>& fs_) {
-    for (const auto& [name, bytes] : fs_) spit(fs::path(ckpt) / name, bytes);
+  void write(const std::map<std::string, std::string>& contents) {
+    for (const auto& [name, bytes] : contents) spit(fs::path(ckpt) / name, bytes);
   }
 
   // What eval and resume read, in their order: the directory, its config, the weights,
