@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "src/errors.h"
+#include "src/json_fields.h"
 
 namespace flashgpt {
 
@@ -92,7 +93,7 @@ nlohmann::json DataLoader::state() const {
 
 void DataLoader::restore(const nlohmann::json& s) {
   try {
-    if (s.at("version").get<int>() != kStateVersion)
+    if (json_uint(s, "version", "loader state") != uint64_t(kStateVersion))
       fail_input("loader state has version ", s.at("version").dump(), ", expected ", kStateVersion,
                  " (checkpoints from before world-size independent loading cannot be resumed)");
     auto expect = [&](const char* key, const nlohmann::json& ours, const char* hint) {
@@ -110,14 +111,14 @@ void DataLoader::restore(const nlohmann::json& s) {
                  shards_.size());
     // Shards may move (another directory), but their contents' sizes must not change.
     for (size_t i = 0; i < shards_.size(); ++i)
-      if (files[i].at("tokens").get<size_t>() != shards_[i].size())
+      if (json_uint(files[i], "tokens", "loader state: shard") != shards_[i].size())
         fail_input("loader state: shard ", i, " (", files[i].at("path").get<std::string>(), ") had ",
-                   files[i].at("tokens").get<size_t>(), " tokens, ", shards_[i].path(), " has ",
+                   files[i].at("tokens").get<uint64_t>(), " tokens, ", shards_[i].path(), " has ",
                    shards_[i].size());
-    uint64_t pos = s.at("rows").get<uint64_t>();
+    const uint64_t pos = json_uint(s, "rows", "loader state");
     if (pos > epoch_rows_)
       fail_input("loader state: row ", pos, " is past the end of an epoch (", epoch_rows_, " rows)");
-    epoch_ = s.at("epoch").get<uint64_t>();
+    epoch_ = json_uint(s, "epoch", "loader state");
     pos_ = pos;
     order_ = Permutation(rows_, epoch_seed(opt_.seed, epoch_));
   } catch (const nlohmann::json::exception& e) {

@@ -2,6 +2,7 @@
 // printing and unknown-key detection, so each key is named exactly once.
 #include "src/config.h"
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -23,16 +24,26 @@ const char* type_name() {
   else return "an integer";
 }
 
+// What a YAML node is, for messages.
+const char* node_kind(const YAML::Node& n) {
+  return n.IsMap() ? "a mapping" : n.IsSequence() ? "a list" : n.IsNull() ? "nothing" : "a value";
+}
+
 template <class T>
 Binding bind(T& field) {
   Binding b;
   b.set = [&field](const YAML::Node& n, const std::string& path) {
-    if (!n.IsScalar()) fail_input("config key '", path, "': expected ", type_name<T>(), ", got a ", n.IsMap() ? "mapping" : "list");
+    if (!n.IsScalar()) fail_input("config key '", path, "': expected ", type_name<T>(), ", got ", node_kind(n));
     T v{};
     try {
       v = n.as<T>();
     } catch (const YAML::Exception&) {
       fail_input("config key '", path, "': expected ", type_name<T>(), ", got '", n.Scalar(), "'");
+    }
+    if constexpr (std::is_floating_point_v<T>) {
+      // No key takes inf or nan (1e999 reads as inf), and the resolved config that runs
+      // and checkpoints save would print them as "inf", which does not read back.
+      if (!std::isfinite(v)) fail_input("config key '", path, "': expected a finite number, got '", n.Scalar(), "'");
     }
     if constexpr (std::is_integral_v<T>) {
       // yaml-cpp reads "1.5" as int 1 in some versions: insist on an integer literal.
@@ -99,12 +110,16 @@ std::map<std::string, Binding> bindings(Config& c) {
 void apply(std::map<std::string, Binding>& m, const YAML::Node& node, const std::string& prefix) {
   if (!node.IsMap()) fail_input("config", prefix.empty() ? "" : " key '" + prefix + "'", ": expected a mapping");
   for (const auto& kv : node) {
-    std::string key = kv.first.as<std::string>();
+    // A key is a name; YAML also allows a list or a mapping as a key ("? [a, b]: 1").
+    if (!kv.first.IsScalar())
+      fail_input("config", prefix.empty() ? "" : " section '" + prefix + "'", ": a key is ", node_kind(kv.first),
+                 ", not a name");
+    const std::string& key = kv.first.Scalar();
     std::string path = prefix.empty() ? key : prefix + "." + key;
-    if (kv.second.IsMap()) {
-      bool is_section = false;
-      for (const auto& [p, b] : m) is_section |= p.rfind(path + ".", 0) == 0;
-      if (!is_section) fail_input("unknown config key '", path, "'");
+    bool is_section = false;
+    for (const auto& [p, b] : m) is_section |= p.rfind(path + ".", 0) == 0;
+    if (is_section) {
+      if (!kv.second.IsMap()) fail_input("config key '", path, "': expected a mapping of keys, got ", node_kind(kv.second));
       apply(m, kv.second, path);
       continue;
     }

@@ -11,9 +11,26 @@
 
 namespace flashgpt {
 
+// The message of an InputError is one line (the program prints it as "error: ..."):
+// control characters that quoted input brings into it (a YAML scalar "a\nb", a file
+// name) are written as escapes.
+inline std::string one_line(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c == '\r') out += "\\r";
+    else if (c < 0x20 || c == 0x7f) {
+      const char* hex = "0123456789abcdef";
+      out += {'\\', 'x', hex[c >> 4], hex[c & 15]};
+    } else out += char(c);
+  }
+  return out;
+}
+
 class InputError : public std::runtime_error {
  public:
-  explicit InputError(const std::string& what) : std::runtime_error(what) {}
+  explicit InputError(const std::string& what) : std::runtime_error(one_line(what)) {}
 };
 
 // Builds a message from any streamable parts: fail_input("bad key ", key).

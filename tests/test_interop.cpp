@@ -112,7 +112,7 @@ TEST(Interop, ExportImportRoundTripIsBitExact) {
     const std::vector<char> a = weights_of(ckpt, kSmall, dtype), b = weights_of(dir.file("back_" + tag), kSmall, dtype);
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0) << tag << ": weights differ after export and import";
-    const Config back = load_config(checkpoint_config_path(resolve_checkpoint(dir.file("back_" + tag))), {});
+    const Config back = load_checkpoint_config(resolve_checkpoint(dir.file("back_" + tag)));
     EXPECT_EQ(back.model.n_layer, kSmall.n_layer);
     EXPECT_EQ(back.model.n_embd, kSmall.n_embd);
     EXPECT_EQ(back.model.vocab_size, kSmall.vocab_size);

@@ -1,5 +1,6 @@
 #include "train/checkpoint.h"
 #include <algorithm>
+#include <climits>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <vector>
 #include "src/errors.h"
 #include "src/host_floats.h"
+#include "src/json_fields.h"
 
 namespace fs = std::filesystem;
 
@@ -116,7 +118,7 @@ nlohmann::json unpack(const std::string& bytes, const char magic[8], const std::
   if (n > bytes.size() - 16) fail_input(what, " is truncated (header)");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(bytes.substr(16, n));
+    j = parse_json(what, bytes.substr(16, n));
   } catch (const nlohmann::json::exception&) {
     fail_input(what, " has a corrupt header");
   }
@@ -125,11 +127,12 @@ nlohmann::json unpack(const std::string& bytes, const char magic[8], const std::
 }
 
 // Every file the caller needs must be listed, and every listed file must match: an
-// emptied checksums.json cannot switch verification off.
-void verify_checksums(const fs::path& dir, std::initializer_list<const char*> required) {
+// emptied checksums.json cannot switch verification off. only_required: the other
+// listed files are not read (the config alone, before the model is built).
+void verify_checksums(const fs::path& dir, std::initializer_list<const char*> required, bool only_required = false) {
   nlohmann::json sums;
   try {
-    sums = nlohmann::json::parse(read_file(dir / "checksums.json"));
+    sums = parse_json((dir / "checksums.json").string(), read_file(dir / "checksums.json"));
   } catch (const nlohmann::json::exception&) {
     fail_input("checkpoint '", dir.string(), "': checksums.json is corrupt");
   }
@@ -140,6 +143,9 @@ void verify_checksums(const fs::path& dir, std::initializer_list<const char*> re
   for (auto& [name, sum] : sums.items()) {
     if (!sum.is_number_unsigned() || name.find('/') != std::string::npos)
       fail_input("checkpoint '", dir.string(), "': checksums.json has a malformed entry '", name, "'");
+    if (only_required && std::find_if(required.begin(), required.end(), [&](const char* r) { return name == r; }) ==
+                             required.end())
+      continue;
     if (fnv1a(read_file(dir / name)) != sum.get<uint64_t>())
       fail_input("checkpoint '", dir.string(), "': ", name, " does not match its checksum (corrupt or truncated)");
   }
@@ -175,7 +181,7 @@ std::string unpack_params(const GPT2& model, const nlohmann::json& entries, cons
     if (e.at("name") != p.name || e.at("shape") != nlohmann::json(p.shape))
       fail_input(what, ": tensor ", i, " is ", e.at("name").dump(), " ", e.at("shape").dump(), ", expected '", p.name,
                  "' ", nlohmann::json(p.shape).dump());
-    const uint64_t off = e.at("offset").get<uint64_t>();
+    const uint64_t off = json_uint(e, "offset", cat(what, ": tensor '", p.name, "'"));
     if (off > data_elems || data_elems - off < uint64_t(p.numel()))
       fail_input(what, ": tensor '", p.name, "' lies outside the file (corrupt or truncated)");
     const char* src = data + off * ses;
@@ -192,6 +198,13 @@ nlohmann::json param_entries(const GPT2& model) {
   return names;
 }
 
+// The model-shape fields of a model.bin header (not its list of tensors).
+nlohmann::json shape_of(const nlohmann::json& h) {
+  nlohmann::json shape;
+  for (const char* k : {"n_layer", "n_head", "n_embd", "vocab_size", "padded_vocab", "max_seq_len"}) shape[k] = h.at(k);
+  return shape;
+}
+
 void load_weights_file(const fs::path& dir, GPT2& model) {
   const std::string what = (dir / "model.bin").string();
   std::string bytes = read_file(dir / "model.bin");
@@ -202,9 +215,9 @@ void load_weights_file(const fs::path& dir, GPT2& model) {
     if (h.at("n_layer") != c.n_layer || h.at("n_head") != c.n_head || h.at("n_embd") != c.n_embd ||
         h.at("vocab_size") != c.vocab_size || h.at("padded_vocab") != c.padded_vocab ||
         h.at("max_seq_len") != c.max_seq_len)
-      fail_input("checkpoint '", dir.string(), "' was made for another model shape: ", h.dump());
+      fail_input("checkpoint '", dir.string(), "' was made for another model shape: ", shape_of(h).dump());
     DType d = dtype_from(h.at("dtype").get<std::string>(), what);
-    uint64_t n = h.at("numel").get<uint64_t>();
+    const uint64_t n = json_uint(h, "numel", what);
     if (n > (bytes.size() - off) / dtype_size(d) || off + n * dtype_size(d) != bytes.size())
       fail_input(what, " has the wrong size (corrupt or truncated)");
     std::string arena = unpack_params(model, h.at("params"), bytes.data() + off, n, d, model.dtype(), what);
@@ -216,8 +229,10 @@ void load_weights_file(const fs::path& dir, GPT2& model) {
 
 }  // namespace
 
-std::string checkpoint_config_path(const std::string& ckpt_dir) {
-  return (fs::path(ckpt_dir) / "config.yaml").string();
+Config load_checkpoint_config(const std::string& ckpt_dir) {
+  const fs::path dir(ckpt_dir);
+  verify_checksums(dir, {"config.yaml"}, /*only_required=*/true);
+  return load_config((dir / "config.yaml").string(), {});
 }
 
 std::string save_checkpoint(const std::string& out_dir, const GPT2& model, const OptimizerSnapshot* opt,
@@ -282,10 +297,17 @@ std::string resolve_checkpoint(const std::string& path) {
   if (is_temporary(p))
     fail_input("'", path, "' is an incomplete checkpoint (its save was interrupted); use the run directory "
                "or a complete ckpt_* directory");
-  if (fs::exists(p / "model.bin")) return p.string();
-  if (fs::exists(p / "latest")) {
+  std::error_code ec;  // a path the system cannot even look up (too long) is not a checkpoint either
+  if (fs::exists(p / "model.bin", ec)) return p.string();
+  if (fs::exists(p / "latest", ec)) {
+    // One name of a complete checkpoint next to it: anything else (a path, a temporary
+    // directory, a name that is not there) means the run directory is damaged.
     std::string name = read_file(p / "latest");
     while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos || is_temporary(name) ||
+        !fs::is_directory(p / name, ec))
+      fail_input("'", (p / "latest").string(), "' names '", name, "', which is not a complete checkpoint directory in '",
+                 p.string(), "'");
     return (p / name).string();
   }
   fail_input("'", path, "' is neither a checkpoint directory (with model.bin) nor a run directory (with latest)");
@@ -308,7 +330,7 @@ CheckpointState load_checkpoint(const std::string& ckpt_dir, GPT2& model, Optimi
   try {
     if (!h.contains("params"))
       fail_input(what, " was written by an older flashgpt (padded layout); its weights load, but it cannot be resumed");
-    const size_t n = h.at("numel").get<uint64_t>(), es = dtype_size(opt->dtype);
+    const size_t n = json_uint(h, "numel", what), es = dtype_size(opt->dtype);
     const size_t count = h.at("master").get<bool>() ? 3 : 2;
     if (n != model.num_packed() || h.at("dtype") != dtype_name(opt->dtype) || count != opt->tensors.size() ||
         off + n * es * count != bytes.size())
@@ -316,10 +338,10 @@ CheckpointState load_checkpoint(const std::string& ckpt_dir, GPT2& model, Optimi
     for (size_t k = 0; k < count; ++k)
       opt->tensors[k] = unpack_params(model, h.at("params"), bytes.data() + off + k * n * es, n, opt->dtype,
                                       opt->dtype, what);
-    opt->step = h.at("step").get<int>();
-    auto s = nlohmann::json::parse(read_file(dir / "state.json"));
+    opt->step = int(json_uint(h, "step", what, INT_MAX));
+    const auto s = parse_json((dir / "state.json").string(), read_file(dir / "state.json"));
     CheckpointState st;
-    st.step = s.at("step").get<int>();
+    st.step = int(json_uint(s, "step", (dir / "state.json").string(), INT_MAX));
     st.loader = s.at("loader");
     st.extra = s.value("extra", nlohmann::json::object());
     return st;

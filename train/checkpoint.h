@@ -16,6 +16,7 @@
 #include <string>
 #include <nlohmann/json.hpp>
 #include "layers/gpt2.h"
+#include "src/config.h"
 #include "train/data_parallel.h"
 
 namespace flashgpt {
@@ -41,7 +42,8 @@ OptimizerSnapshot snapshot_of(AdamW& opt);
 void restore_from(AdamW& opt, const OptimizerSnapshot& snap);
 // "latest" resolution: a checkpoint dir, or a run dir containing `latest`.
 std::string resolve_checkpoint(const std::string& path);
-// The config saved in a checkpoint directory.
-std::string checkpoint_config_path(const std::string& ckpt_dir);
+// The config saved in a checkpoint directory, its checksum verified first: it sizes the
+// model that the weights are then loaded into, so a damaged one must not be used.
+Config load_checkpoint_config(const std::string& ckpt_dir);
 
 }  // namespace flashgpt

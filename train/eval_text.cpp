@@ -24,7 +24,7 @@ TextEvalResult evaluate_text(const TextEvalOptions& o) {
   const int64_t N = int64_t(body.size());
   if (N == 0) fail_input("--text: '", o.text_file, "' has no tokens");
 
-  const Config ck = load_config(checkpoint_config_path(resolve_checkpoint(o.checkpoint)), {});
+  const Config ck = load_checkpoint_config(resolve_checkpoint(o.checkpoint));
   const int max_T = ck.model.max_seq_len;
   if (ck.model.vocab_size <= Tokenizer::kEndOfText)
     fail_input("eval --text needs a model with GPT-2's vocabulary (50257); this one has ", ck.model.vocab_size);

@@ -12,6 +12,7 @@
 #include "layers/gpt2.h"
 #include "src/commands.h"
 #include "src/errors.h"
+#include "src/json_fields.h"
 #include "src/host_floats.h"
 #include "train/checkpoint.h"
 #include "train/load_model.h"
@@ -115,7 +116,7 @@ nlohmann::json read_json(const fs::path& p) {
   std::ifstream f(p);
   if (!f) fail_input(p.string(), ": missing or unreadable");
   try {
-    return nlohmann::json::parse(f);
+    return parse_json(p.string(), f);
   } catch (const nlohmann::json::exception& e) {
     fail_input(p.string(), ": not valid JSON (", e.what(), ")");
   }

@@ -9,7 +9,7 @@ LoadedModel load_for_inference(const std::string& ckpt, const std::string& devic
                                const std::string& precision, int B, int T) {
   LoadedModel m;
   m.dir = resolve_checkpoint(ckpt);
-  m.config = load_config(checkpoint_config_path(m.dir), {});
+  m.config = load_checkpoint_config(m.dir);
   std::string p = precision.empty() ? m.config.train.precision : precision;
   if (precision.empty() && p == "fp64" && device != "cpu") p = "auto";  // fp64 runs exist on the CPU only
   m.backend = make_backend(device, p);
@@ -20,7 +20,7 @@ LoadedModel load_for_inference(const std::string& ckpt, const std::string& devic
 
 void init_from_checkpoint(const std::string& path, GPT2& model) {
   const std::string dir = resolve_checkpoint(path);
-  const Config ck = load_config(checkpoint_config_path(dir), {});
+  const Config ck = load_checkpoint_config(dir);
   const ModelConfig a = model_config(ck), b = model.config();
   if (a.n_layer != b.n_layer || a.n_head != b.n_head || a.n_embd != b.n_embd ||
       a.vocab_size != b.vocab_size || a.padded_vocab != b.padded_vocab || a.max_seq_len != b.max_seq_len)

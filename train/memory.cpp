@@ -23,6 +23,7 @@
 #include "src/commands.h"
 #include "src/config.h"
 #include "src/errors.h"
+#include "src/json_fields.h"
 #include "train/backend.h"
 #include "train/memory_plan.h"
 #include "train/svg_plot.h"
@@ -101,7 +102,7 @@ std::vector<External> merge_measured(const std::string& file, std::vector<Point>
   if (!f) fail_input("--measured: cannot read '", file, "'");
   nlohmann::json all;
   try {
-    all = nlohmann::json::parse(f);
+    all = parse_json("--measured: '" + file + "'", f);
   } catch (const nlohmann::json::exception& e) {
     fail_input("--measured: '", file, "' is not JSON: ", e.what());
   }

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include "src/errors.h"
+#include "src/json_fields.h"
 
 namespace flashgpt::safetensors {
 namespace {
@@ -76,7 +77,7 @@ File::File(const std::string& path) : path_(path) {
     const uint64_t buffer = size - 8 - n;
     nlohmann::json h;
     try {
-      h = nlohmann::json::parse(base + 8, base + 8 + n);
+      h = parse_json(path_, base + 8, base + 8 + n);
     } catch (const nlohmann::json::exception& e) {
       bad("the header is not JSON (", e.what(), ")");
     }

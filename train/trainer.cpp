@@ -295,7 +295,7 @@ TrainResult train(const Config& cfg, const std::string& resume, Communicator& ho
 EvalResult evaluate_checkpoint(const std::string& ckpt, const std::string& pattern, int steps,
                                const std::string& device, int batch_size) {
   std::string dir = resolve_checkpoint(ckpt);
-  Config cfg = load_config(checkpoint_config_path(dir), {});
+  Config cfg = load_checkpoint_config(dir);
   if (batch_size > 0) cfg.train.batch_size = batch_size;
   const std::string data = pattern.empty() ? cfg.data.val : pattern;
   std::string precision = cfg.train.precision;
