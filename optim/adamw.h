@@ -44,7 +44,6 @@ class AdamW {
   const std::vector<Range>& owned() const { return owned_; }
   // Where owned()[i] starts in the compact state tensors.
   size_t state_offset(size_t i) const { return state_offset_[i]; }
-  GPT2& model() { return model_; }
 
  private:
   GPT2& model_;

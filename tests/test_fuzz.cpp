@@ -47,9 +47,12 @@
 #include "src/config.h"
 #include "src/errors.h"
 #include "tests/testing.h"
+#include "tests/vocab.h"
 #include "tests/train_fixture.h"
 #include "train/backend.h"
 #include "train/checkpoint.h"
+#include "train/comm.h"
+#include "train/data_parallel.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -573,7 +576,8 @@ struct CheckpointFixture {
     std::vector<int32_t> in(4), tg(4);
     for (int s = 0; s < 3; ++s) loader->next(in.data(), tg.data());
     AdamW opt(*model, adamw_config(cfg));
-    const OptimizerSnapshot snap = snapshot_of(opt);
+    auto single = make_host_communicator();
+    const OptimizerSnapshot snap = DataParallel(*model, *single, 1).snapshot_optimizer(opt);
     run_dir = scratch.file("run");
     ckpt = save_checkpoint(run_dir, *model, &snap, {3, loader->state(), {}}, config_to_yaml(cfg));
     for (const char* name : {"model.bin", "optimizer.bin", "state.json", "config.yaml", "checksums.json"})
@@ -676,26 +680,8 @@ TEST(Fuzz, CheckpointReader) {
 
 // ---- the tokenizer -----------------------------------------------------------------
 
-std::string vocab_dir() {
-  const char* env = std::getenv("FLASHGPT_VOCAB_DIR");
-  return env && *env ? env : std::string(FLASHGPT_SOURCE_DIR) + "/cache/gpt2";
-}
-
-const Tokenizer* tokenizer() {
-  static const Tokenizer* tok = []() -> const Tokenizer* {
-    try {
-      return new Tokenizer(vocab_dir());
-    } catch (const InputError&) {
-      return nullptr;
-    }
-  }();
-  return tok;
-}
-
-#define REQUIRE_TOKENIZER()                                                  \
-  const Tokenizer* tok = tokenizer();                                        \
-  ASSERT_NE(tok, nullptr) << "GPT-2 vocabulary not found in " << vocab_dir() \
-                          << ": run scripts/fetch_vocab.sh (or set FLASHGPT_VOCAB_DIR)";
+using test::shared_tokenizer;
+using test::vocab_dir;
 
 TEST(Fuzz, TokenizerDecodesAnyIds) {
   REQUIRE_TOKENIZER();

@@ -19,6 +19,7 @@
 #include "layers/gpt2_infer.h"
 #include "src/config.h"
 #include "tests/testing.h"
+#include "tests/vocab.h"
 #include "train/checkpoint.h"
 #include "train/eval_text.h"
 #include "train/load_model.h"
@@ -28,10 +29,7 @@ namespace fs = std::filesystem;
 namespace flashgpt {
 namespace {
 
-std::string vocab_dir() {
-  const char* env = std::getenv("FLASHGPT_VOCAB_DIR");
-  return env && *env ? env : std::string(FLASHGPT_SOURCE_DIR) + "/cache/gpt2";
-}
+using test::vocab_dir;
 
 struct CliRun { int code; std::string out; };
 

@@ -10,20 +10,14 @@
 #include "optim/adamw.h"
 #include "tests/testing.h"
 #include "train/checkpoint.h"
+#include "train/comm.h"
+#include "train/data_parallel.h"
 
 namespace flashgpt {
 namespace {
 
-struct Batch { std::vector<int32_t> in, tg; };
-
-Batch random_batch(int B, int T, int V, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int> tok(0, V - 1);
-  Batch b{std::vector<int32_t>(size_t(B * T)), std::vector<int32_t>(size_t(B * T))};
-  for (auto& x : b.in) x = tok(rng);
-  for (auto& x : b.tg) x = tok(rng);
-  return b;
-}
+using test::Batch;
+using test::random_batch;
 
 template <class T>
 std::vector<T> host(Ops& ops, const Tensor& t) {
@@ -173,7 +167,8 @@ TEST(Model, ResumeFromCheckpointIsBitExact) {
     m.init_random(1);
     AdamW o(m, {});
     run(m, o, 0, 2);
-    OptimizerSnapshot snap = snapshot_of(o);
+    auto single = make_host_communicator();
+    OptimizerSnapshot snap = DataParallel(m, *single, 1).snapshot_optimizer(o);
     ckpt = save_checkpoint(dir.string(), m, &snap, {2, nlohmann::json::object(), {}}, "model: {}\n");
   }
   ModelOptions aligned;
@@ -183,7 +178,9 @@ TEST(Model, ResumeFromCheckpointIsBitExact) {
   AdamW o(m, {});
   OptimizerSnapshot snap{0, DType::f32, std::vector<std::string>(2)};
   CheckpointState st = load_checkpoint(resolve_checkpoint(dir.string()), m, &snap);
-  restore_from(o, snap);
+  auto single = make_host_communicator();
+  DataParallel(m, *single, 1).restore_optimizer(o, snap);
+  o.set_steps_done(snap.step);
   EXPECT_EQ(st.step, 2);
   EXPECT_EQ(o.steps_done(), 2);
   run(m, o, 2, 4);

@@ -16,17 +16,8 @@ namespace {
 
 const char* kPolicies[] = {"gelu", "ln", "attn", "gelu+ln", "gelu+ln+attn", "block"};
 
-struct Batch { std::vector<int32_t> in, tg; };
-
-Batch random_batch(int B, int T, int V, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int> tok(0, V - 1);
-  Batch b{std::vector<int32_t>(size_t(B * T)), std::vector<int32_t>(size_t(B * T))};
-  for (auto& x : b.in) x = tok(rng);
-  for (auto& x : b.tg) x = tok(rng);
-  b.tg[3] = -1;  // an ignored target
-  return b;
-}
+using test::Batch;
+using test::random_batch;
 
 ModelConfig tiny(PositionEncoding pos) {
   ModelConfig c{3, 2, 16, 37, 64, 32};
@@ -48,10 +39,12 @@ Result run(const ModelConfig& cfg, const ModelOptions& opts, int B, int T) {
   m.zero_grad();
   for (int step = 0; step < 2; ++step) {
     Batch b = random_batch(B, T, cfg.vocab_size, 100 + step);
+    b.tg[3] = -1;  // an ignored target
     m.set_batch(b.in.data(), b.tg.data());
     r.losses.push_back(m.forward(1.0f / float(B * T)));
     m.backward();
     Batch e = random_batch(B, T, cfg.vocab_size, 200 + step);
+    e.tg[3] = -1;
     m.set_batch(e.in.data(), e.tg.data());
     r.losses.push_back(m.forward(0.0f));
   }

@@ -18,33 +18,15 @@
 #include "data/tokenizer.h"
 #include "src/errors.h"
 #include "tests/testing.h"
+#include "tests/vocab.h"
 
 namespace fs = std::filesystem;
 using namespace flashgpt;
 
 namespace {
 
-std::string vocab_dir() {
-  const char* env = std::getenv("FLASHGPT_VOCAB_DIR");
-  return env && *env ? env : std::string(FLASHGPT_SOURCE_DIR) + "/cache/gpt2";
-}
-
-// Loaded once; nullptr (and every test using it fails) when the files are missing.
-const Tokenizer* tokenizer() {
-  static const Tokenizer* tok = [] () -> const Tokenizer* {
-    try {
-      return new Tokenizer(vocab_dir());
-    } catch (const InputError&) {
-      return nullptr;
-    }
-  }();
-  return tok;
-}
-
-#define REQUIRE_TOKENIZER()                                                                     \
-  const Tokenizer* tok = tokenizer();                                                           \
-  ASSERT_NE(tok, nullptr) << "GPT-2 vocabulary not found in " << vocab_dir()                    \
-                          << ": run scripts/fetch_vocab.sh (or set FLASHGPT_VOCAB_DIR)";
+using test::shared_tokenizer;
+using test::vocab_dir;
 
 std::string from_hex(const std::string& hex) {
   std::string out;

@@ -128,6 +128,19 @@ class ScopedEnv {
   bool had_ = false;
 };
 
+// A batch of B·T uniformly random input and target ids below V, from `seed`.
+struct Batch {
+  std::vector<int32_t> in, tg;
+};
+inline Batch random_batch(int B, int T, int V, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> tok(0, V - 1);
+  Batch b{std::vector<int32_t>(size_t(B) * size_t(T)), std::vector<int32_t>(size_t(B) * size_t(T))};
+  for (auto& x : b.in) x = tok(rng);
+  for (auto& x : b.tg) x = tok(rng);
+  return b;
+}
+
 template <class T>
 void fill_uniform(HostTensor<T>& t, std::mt19937_64& rng, double lo = -1, double hi = 1) {
   std::uniform_real_distribution<double> u(lo, hi);

@@ -116,14 +116,14 @@ void run_bench_train(const BenchTrainOptions& o, Communicator& host) {
   const double med = comm.max(sorted[sorted.size() / 2]);  // the slowest rank sets the pace
   const double tok_s = double(B) * T * world / (med / 1e3);
   const double tflops = tok_s * model.flops_per_token() / 1e12 / world;
-  const double mem = comm.max(double(be.device_memory_used())), mem_min = -comm.max(-double(be.device_memory_used()));
+  const double mem = comm.max(double(be.device_memory_used())), mem_min = comm.min(double(be.device_memory_used()));
   const double opt_bytes = double(opt.m().nbytes() + opt.v().nbytes() + (opt.master().defined() ? opt.master().nbytes() : 0));
   if (lead) {
     std::printf("bench train: %s on %s (%s), B=%d T=%d per rank, attention %s, recompute %s, positions %s, %.2fM params\n",
                 o.config.c_str(), be.gpu_name.empty() ? "cpu" : be.gpu_name.c_str(), dtype_name(be.dtype), B, T,
                 cfg.model.attention.c_str(), model.options().recompute.name().c_str(), cfg.model.position.c_str(),
                 double(model.num_packed()) / 1e6);
-    if (world > 1 || std::string(comm.name()) != "single")
+    if (dp.active())
       std::printf("ranks: %d (%s), ZeRO-%d, %zu gradient buckets, optimizer state %.2f GB per rank\n", world,
                   comm.name(), cfg.train.zero, dp.bucket_count(), opt_bytes / 1e9);
     std::printf("step time: median %.2f ms (min %.2f, max %.2f on rank 0) over %d steps after %d warm-up\n", med,

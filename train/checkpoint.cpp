@@ -350,22 +350,4 @@ CheckpointState load_checkpoint(const std::string& ckpt_dir, GPT2& model, Optimi
   }
 }
 
-OptimizerSnapshot snapshot_of(AdamW& opt) {
-  FG_ASSERT(opt.owned().size() == 1 && opt.owned()[0].size() == opt.model().num_params(),
-            "snapshot_of needs an optimizer that owns the whole arena");
-  OptimizerSnapshot s{opt.steps_done(), opt.m().dtype, {}};
-  for (Tensor t : {opt.m(), opt.v(), opt.master()})
-    if (t.defined()) s.tensors.push_back(tensor_bytes(opt.model().ops(), t));
-  return s;
-}
-
-void restore_from(AdamW& opt, const OptimizerSnapshot& snap) {
-  FG_ASSERT(opt.owned().size() == 1 && opt.owned()[0].size() == opt.model().num_params(),
-            "restore_from needs an optimizer that owns the whole arena");
-  size_t k = 0;
-  for (Tensor t : {opt.m(), opt.v(), opt.master()})
-    if (t.defined()) opt.model().ops().from_host(t, snap.tensors.at(k++).data());
-  opt.set_steps_done(snap.step);
-}
-
 }  // namespace flashgpt

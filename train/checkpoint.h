@@ -37,9 +37,6 @@ void load_model_weights(const std::string& ckpt_dir, GPT2& model);
 // like `model`'s arena). opt->dtype and opt->tensors.size() say what this run expects
 // (2: m and v, 3: with the fp32 master); a checkpoint that differs is an InputError.
 CheckpointState load_checkpoint(const std::string& ckpt_dir, GPT2& model, OptimizerSnapshot* opt);
-// The state of one AdamW that owns the whole arena (single process), and back.
-OptimizerSnapshot snapshot_of(AdamW& opt);
-void restore_from(AdamW& opt, const OptimizerSnapshot& snap);
 // "latest" resolution: a checkpoint dir, or a run dir containing `latest`.
 std::string resolve_checkpoint(const std::string& path);
 // The config saved in a checkpoint directory, its checksum verified first: it sizes the

@@ -17,13 +17,13 @@ namespace flashgpt {
 
 double Communicator::sum(double x) {
   double s = 0;
-  for (double v : all_gather_host(x)) s += v;  // rank order: the same bits everywhere
+  for (double v : all_gather_host({x})) s += v;  // rank order: the same bits everywhere
   return s;
 }
 
 double Communicator::max(double x) {
   double m = x;
-  for (double v : all_gather_host(x)) m = std::max(m, v);
+  for (double v : all_gather_host({x})) m = std::max(m, v);
   return m;
 }
 
@@ -58,7 +58,7 @@ class SingleProcess final : public Communicator {
   void all_gather(Tensor) override {}
   void broadcast(Tensor, int) override {}
   void wait() override {}
-  std::vector<double> all_gather_host(double x) override { return {x}; }
+  std::vector<double> all_gather_host(const std::vector<double>& x) override { return x; }
   std::string broadcast_string(const std::string& s, int) override { return s; }
   void barrier() override {}
   [[noreturn]] void abort(int code) override { flush_and_exit(code); }
@@ -157,9 +157,9 @@ class Mpi final : public Communicator {
     after_.clear();
   }
 
-  std::vector<double> all_gather_host(double x) override {
-    std::vector<double> all(static_cast<size_t>(world_), 0.0);
-    MPI_CHECK(MPI_Allgather(&x, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, comm_));
+  std::vector<double> all_gather_host(const std::vector<double>& x) override {
+    std::vector<double> all(static_cast<size_t>(world_) * x.size(), 0.0);
+    MPI_CHECK(MPI_Allgather(x.data(), int(x.size()), MPI_DOUBLE, all.data(), int(x.size()), MPI_DOUBLE, comm_));
     return all;
   }
   std::string broadcast_string(const std::string& s, int root) override {

@@ -45,8 +45,9 @@ class Communicator {
   virtual void wait() = 0;
 
   // ---- host values; blocking, every rank must call ----
-  // x of every rank, in rank order (so a sum over it is the same on every rank).
-  virtual std::vector<double> all_gather_host(double x) = 0;
+  // x (n values, the same n on every rank) of every rank, rank after rank: world·n values
+  // in rank order, so a sum over them is the same on every rank.
+  virtual std::vector<double> all_gather_host(const std::vector<double>& x) = 0;
   virtual std::string broadcast_string(const std::string& s, int root) = 0;
   virtual void barrier() = 0;
   // Ends every process of the job now with exit status `code`, without waiting for
@@ -74,6 +75,7 @@ class Communicator {
   double sum(double x);
   double mean(double x) { return sum(x) / world_; }
   double max(double x);
+  double min(double x) { return -max(-x); }
 
  protected:
   int rank_ = 0, world_ = 1, local_rank_ = 0, local_world_ = 1;

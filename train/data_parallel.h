@@ -44,6 +44,7 @@ class DataParallel {
   // The arena ranges this rank's optimizer owns (pass to AdamW); empty: all of it.
   std::vector<Range> owned() const;
   int zero() const { return zero_; }
+  bool active() const { return active_; }  // launched by mpirun: the collectives run
   Communicator& comm() { return comm_; }
 
   // Call before each micro-batch's backward(): on the last micro-batch of a step the

@@ -1,4 +1,5 @@
 #include "train/trainer.h"
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -57,28 +58,29 @@ double mean_loss(GPT2& model, DataLoader& loader, int batches, std::vector<int32
   return batches ? sum / batches : 0.0;
 }
 
-// FLASHGPT_TEST_FAIL_AT="RANK:STEP": that rank throws in the middle of that step (after
-// its first forward, while the other ranks go on into the step's collectives). For the
-// tests of the failure path; never set in real runs.
-bool injected_failure(int rank, int step) {
-  const char* s = std::getenv("FLASHGPT_TEST_FAIL_AT");
-  int r = -1, st = -1;
-  return s && std::sscanf(s, "%d:%d", &r, &st) == 2 && r == rank && st == step;
-}
-
-// FLASHGPT_TEST_NAN_AT="STEP,STEP,...": at those steps the loss gradient is NaN, so
-// every parameter gradient and the gradient norm are NaN (tests of train.nonfinite).
-bool injected_nan(int step) {
-  const char* s = std::getenv("FLASHGPT_TEST_NAN_AT");
-  if (!s) return false;
-  for (const char* p = s; *p;) {
-    char* end = nullptr;
-    if (std::strtol(p, &end, 10) == step) return true;
-    if (end == p) break;
-    p = *end == ',' ? end + 1 : end;
+// Faults for the tests, read once per run (never set in real runs):
+//   FLASHGPT_TEST_FAIL_AT="RANK:STEP"  that rank throws in the middle of that step (after
+//       its first forward, while the other ranks go on into the step's collectives);
+//   FLASHGPT_TEST_NAN_AT="STEP,STEP,..." at those steps the loss gradient is NaN, so every
+//       parameter gradient and the gradient norm are NaN (tests of train.nonfinite).
+struct InjectedFaults {
+  int fail_rank = -1, fail_step = -1;
+  std::vector<int> nan_steps;
+  InjectedFaults() {
+    if (const char* s = std::getenv("FLASHGPT_TEST_FAIL_AT")) std::sscanf(s, "%d:%d", &fail_rank, &fail_step);
+    if (const char* s = std::getenv("FLASHGPT_TEST_NAN_AT")) {
+      for (const char* p = s; *p;) {
+        char* end = nullptr;
+        const long v = std::strtol(p, &end, 10);
+        if (end == p) break;
+        nan_steps.push_back(int(v));
+        p = *end == ',' ? end + 1 : end;
+      }
+    }
   }
-  return false;
-}
+  bool fail(int rank, int step) const { return rank == fail_rank && step == fail_step; }
+  bool nan(int step) const { return std::find(nan_steps.begin(), nan_steps.end(), step) != nan_steps.end(); }
+};
 
 }  // namespace
 
@@ -159,7 +161,7 @@ TrainResult train(const Config& cfg, const std::string& resume, Communicator& ho
     std::printf("device: %s (%s), params: %.2fM, activations: %.1f MB, grad accumulation: %d, tokens/step: %ld\n",
                 be.ops->name().c_str(), dtype_name(be.dtype), double(model.num_packed()) / 1e6,
                 double(model.activation_bytes()) / 1e6, accum, long(total));
-    if (world > 1 || std::string(comm.name()) != "single")
+    if (dp.active())
       std::printf("ranks: %d (%s), ZeRO-%d, %zu gradient buckets\n", world, comm.name(), t.zero, dp.bucket_count());
     std::printf("train data: %s (%.2fM tokens)\n", cfg.data.train.c_str(), double(train_loader.total_tokens()) / 1e6);
     std::fflush(stdout);
@@ -171,6 +173,7 @@ TrainResult train(const Config& cfg, const std::string& resume, Communicator& ho
   // over ranks by the data-parallel reduction.
   const float dloss = float(1.0 / (double(BT) * accum * world));
   TrainResult res;
+  const InjectedFaults faults;
   int skipped_in_row = 0, skipped = 0;
   int saved_step = -1;
   auto t0 = Clock::now();
@@ -203,14 +206,23 @@ TrainResult train(const Config& cfg, const std::string& resume, Communicator& ho
     for (int a = 0; a < accum; ++a) {
       train_loader.next(in.data(), tg.data());
       model.set_batch(in.data(), tg.data());
-      model.forward(injected_nan(step + 1) ? std::numeric_limits<float>::quiet_NaN() : dloss);
+      model.forward(faults.nan(step + 1) ? std::numeric_limits<float>::quiet_NaN() : dloss);
       loss += model.last_loss() / accum;  // double: fp64 runs keep every digit
-      if (injected_failure(rank, step + 1)) fail("injected failure (FLASHGPT_TEST_FAIL_AT) at step ", step + 1);
+      if (faults.fail(rank, step + 1)) fail("injected failure (FLASHGPT_TEST_FAIL_AT) at step ", step + 1);
       dp.set_last_micro_batch(a + 1 == accum);
       model.backward();
     }
     dp.finish_gradients();
-    loss = comm.mean(loss);
+    // One host collective per step: the global mean loss, and whether any rank got a
+    // stop signal (then every rank stops after this same step).
+    const std::vector<double> gathered = comm.all_gather_host({loss, double(signals.requested())});
+    double loss_sum = 0;
+    int stop_signal = 0;
+    for (int r = 0; r < world; ++r) {
+      loss_sum += gathered[size_t(2 * r)];  // rank order: the same bits everywhere
+      stop_signal = std::max(stop_signal, int(gathered[size_t(2 * r + 1)]));
+    }
+    loss = loss_sum / world;
     const double norm = dp.grad_norm(opt);
     const double lr = sched.at(step);
     // A NaN/Inf loss or gradient norm (the same value on every rank) is caught here,
@@ -278,8 +290,7 @@ TrainResult train(const Config& cfg, const std::string& resume, Communicator& ho
     const bool last = step + 1 == t.steps;
     if ((t.eval_every && (step + 1) % t.eval_every == 0) || last) validate(step + 1);
     if ((t.checkpoint_every && (step + 1) % t.checkpoint_every == 0) || last) save(step + 1);
-    // Every rank stops after the same step: the first signal any rank got decides.
-    if (const int sig = int(comm.max(double(signals.requested())))) {
+    if (const int sig = stop_signal) {
       save(step + 1);
       res.stop_signal = sig;
       if (lead)

@@ -108,7 +108,7 @@ class Nccl final : public Communicator {
   void set_profiling(bool on) override { profiling_ = on; }
   std::vector<Window> take_profile() override { return std::exchange(windows_, {}); }
 
-  std::vector<double> all_gather_host(double x) override { return host_.all_gather_host(x); }
+  std::vector<double> all_gather_host(const std::vector<double>& x) override { return host_.all_gather_host(x); }
   std::string broadcast_string(const std::string& s, int root) override { return host_.broadcast_string(s, root); }
   void barrier() override { host_.barrier(); }
   [[noreturn]] void abort(int code) override {
