@@ -78,6 +78,7 @@ void bench_one(int B, int H, int T, int D, const DecodeBenchOptions& opt, cudaSt
   a.B = B, a.H = H, a.D = D, a.T = T;
   const size_t ws_bytes = cuda::flash_decode_workspace_bytes(a);
   DeviceMem ws(ws_bytes);
+  if (ws_bytes) CUDA_CHECK(cudaMemset(ws.ptr, 0, ws_bytes));  // the split counters start at 0
   cudaEvent_t start, stop;
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventCreate(&stop));

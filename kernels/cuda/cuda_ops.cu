@@ -53,6 +53,8 @@ class DeviceBuffer {
       }
       ptr_ = device_malloc(bytes);
       cap_ = bytes;
+      // Zeroed once: FlashDecoding's split counters must start at 0 (each call leaves them so).
+      CUDA_CHECK(cudaMemsetAsync(ptr_, 0, bytes, stream));
     }
     return ptr_;
   }

@@ -3,7 +3,14 @@
 // Every case draws fresh random bf16 inputs, computes
 //   ref64  - exact attention in double precision on the same bf16 inputs,
 //   naive  - the same math as a plain bf16 kernel would do it: fp32 scores and sums,
-//            P and dS rounded to bf16 before their matmuls, outputs rounded to bf16,
+//            P and dS rounded to bf16 before their matmuls, outputs rounded to bf16;
+//            in the forward, P is rounded unnormalised (exp(s − row max), divided by the
+//            row sum after P·V) as a flash forward must. That rounding of O feeds
+//            D = rowsum(dO∘O), and an error in D moves a whole row of dQ together
+//            (dQᵢ −= scale·ΔDᵢ·Σⱼ Pᵢⱼ Kⱼ), so the row-local scale σ below cannot show it;
+//            a yardstick rounding normalised P instead was off by 1.2× the bound on
+//            3 dQ elements of a T=17 row (FLASHGPT_TEST_SEED=326581116246184555),
+//            which this form of naive reproduces to the bit,
 // and requires for O, LSE, dQ, dK and dV, on EVERY element, the bound of tests/testing.h
 // (check_rule), the FlashAttention repository's criterion made per element:
 //   |ours − ref64| ≤ 2·(|naive − ref64| + λ·σ + u·|ref64|)
@@ -131,15 +138,17 @@ Result attention_reference(const Problem& pb) {
         Real sum = 0;
         for (int j = 0; j < n; ++j) sum += std::exp(s[j] - mx);
         const Real lse = mx + std::log(sum);
+        // As a flash forward does: P·V with P unnormalised (relative to the row max) and
+        // rounded to bf16, then O = that / sum. See the header: D inherits this rounding.
         for (int j = 0; j < n; ++j) {
-          const Real p = rnd(std::exp(s[j] - lse));
+          const Real p = rnd(std::exp(s[j] - mx));
           const float* vj = pb.v(b, j, h);
           for (int d = 0; d < D; ++d) o[d] += p * Real(vj[d]);
         }
         const float* doi = pb.dO(b, i, h);
         Real dlt = 0;
         for (int d = 0; d < D; ++d) {
-          o[d] = rnd(o[d]);
+          o[d] = rnd(o[d] / sum);
           dlt += o[d] * Real(doi[d]);
           r.out[((size_t(b) * T + i) * H + h) * D + d] = double(o[d]);
         }

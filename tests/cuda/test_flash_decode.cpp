@@ -129,9 +129,19 @@ TEST_P(FlashDecodeVsReference, OutputAndLse) {
     const size_t bytes = cuda::flash_decode_workspace_bytes(a, c.splits);
     void* ws = nullptr;
     if (bytes) ASSERT_EQ(cudaMalloc(&ws, bytes), cudaSuccess);
+    if (bytes) ASSERT_EQ(cudaMemset(ws, 0, bytes), cudaSuccess);  // the split counters start at 0
+    cuda::flash_decode(a, ws, bytes, ctx.main_stream(), c.splits);
+    gpu->synchronize();
+    // The same workspace again (its split counters must have been left at 0), outputs
+    // poisoned in between: the same bits.
+    const std::vector<double> first_out = OpCase::download(*gpu, o.t), first_lse = OpCase::download(*gpu, l.t);
+    ASSERT_EQ(cudaMemset(o.p, 0xff, o.t.nbytes()), cudaSuccess);
+    ASSERT_EQ(cudaMemset(l.p, 0xff, l.t.nbytes()), cudaSuccess);
     cuda::flash_decode(a, ws, bytes, ctx.main_stream(), c.splits);
     gpu->synchronize();
     cudaFree(ws);
+    EXPECT_EQ(OpCase::download(*gpu, o.t), first_out) << "second call on the same workspace";
+    EXPECT_EQ(OpCase::download(*gpu, l.t), first_lse) << "second call on the same workspace";
   } else {
     gpu->attention_decode(a);
   }

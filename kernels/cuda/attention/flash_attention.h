@@ -18,7 +18,8 @@ size_t flash_attention_workspace_bytes(int B, int T, int H, int D);
 // FlashDecoding (flash_decode.cu): one query per sequence against a KV cache, bf16 or
 // fp32, head dim 64 or 128. a.out (B, H·D) and a.lse (B, H) fp32 (if defined) are
 // overwritten. The cache is split along the sequence over thread blocks; `workspace`
-// (flash_decode_workspace_bytes(a) bytes, may be 0) holds the per-split partials.
+// (flash_decode_workspace_bytes(a) bytes, may be 0) holds the per-split partials and the
+// split counters: zero it once after allocating it (every call leaves it valid again).
 // splits > 0 forces about that many splits (tests, tuning); 0 chooses.
 size_t flash_decode_workspace_bytes(const AttentionDecode& a, int splits = 0);
 int flash_decode_splits(const AttentionDecode& a, int splits = 0);

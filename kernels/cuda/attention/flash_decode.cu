@@ -3,48 +3,62 @@
 // With one query per (b, h) there is no matmul to feed: the work is reading K and V
 // once, so the kernel is memory-bound and must keep the whole GPU reading even at
 // B·H = 12. The cache of each (b, h) is split along the sequence into chunks handled by
-// different thread blocks (grid = splits × H × B):
+// different thread blocks (grid = splits × H × B), one kernel in all:
 //
-//   split kernel   block (s, h, b) reads keys [s·chunk, (s+1)·chunk). A key's D values
-//                  are read by a group of D/8 (bf16) or D/4 (fp32) threads, one 16-byte
-//                  load each; a block's groups take consecutive keys, so a warp reads
-//                  contiguous memory, and each group keeps kUnroll keys' K and V loads
-//                  in flight. Per group: scores by a shuffle reduction within the group,
-//                  online softmax (running max m and sum l, in the log2 domain: q is
-//                  pre-scaled by scale·log2 e so exp is exp2), unnormalised O in fp32
-//                  registers. The groups are merged through shared memory; the block
-//                  writes its partial O / l (fp32) and its log2-sum-exp m + log2 l.
-//   combine kernel block (h, b) merges the splits with the logsumexp rescaling:
-//                  M = max_s lse_s, w_s = 2^(lse_s − M), O = Σ w_s·O_s / Σ w_s,
-//                  lse = (M + log2 Σ w_s)·ln 2. With one split the first kernel writes O
-//                  and lse itself.
+//   read      block (s, h, b) streams keys [s·chunk, (s+1)·chunk) through a kStages-deep
+//             ring of shared-memory tiles (cp.async, 16 bytes per copy). A chunk of one
+//             head's K (or V) is contiguous in the (B, H, Tmax, D) cache, so a tile is a
+//             straight copy; kStages − 1 tiles are in flight while one is consumed, so
+//             the memory system never waits for the arithmetic.
+//   compute   a key's D values are handled by a group of D/8 (bf16) or D/4 (fp32)
+//             threads, 16 bytes each; a block's groups take consecutive keys of a tile
+//             (conflict-free shared-memory reads). Per group: scores by a shuffle
+//             reduction within the group, online softmax (running max m and sum l, in the
+//             log2 domain: q is pre-scaled by scale·log2 e so exp is exp2), unnormalised
+//             O in fp32 registers. The groups are merged through shared memory.
+//   combine   each block writes its partial O / l (fp32) and its log2-sum-exp m + log2 l,
+//             then counts itself done on a per-(b, h) counter; the last block of a
+//             (b, h) merges every split with the logsumexp rescaling, in split order
+//             (deterministic whichever block is last):
+//             M = max_s lse_s, w_s = 2^(lse_s − M), O = Σ w_s·O_s / Σ w_s,
+//             lse = (M + log2 Σ w_s)·ln 2, and resets the counter to 0. No second kernel:
+//             at short caches a launch costs as much as the reading. With one split the
+//             block writes O and lse itself.
 //
-// Split choice (plan_decode): enough blocks to fill every SM with as many resident
-// blocks as fit (one wave), but chunks of at least one iteration's keys (kGroups·kUnroll)
-// and at most kMaxChunk keys (beyond that, more blocks rather than longer ones: the
-// last wave's imbalance stays small). Deterministic: fixed summation orders, no atomics.
+// Split choice (plan_decode): enough blocks to give every SM as many resident blocks as
+// fit (one wave), but chunks of at least one tile and at most kMaxChunk keys (beyond
+// that, more blocks rather than longer ones: the last wave's imbalance stays small).
 #include <cuda_bf16.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include "kernels/cuda/attention/flash_attention.h"
+#include "kernels/cuda/attention/sm80_primitives.cuh"
 #include "kernels/cuda/common.cuh"
 
 namespace flashgpt::cuda {
 namespace {
 
-constexpr int kThreads = 128;      // per block, both kernels
-constexpr int kUnroll = 4;         // keys per thread group per iteration (loads in flight)
-constexpr int64_t kMaxChunk = 2048;  // keys per block at most
+using attn::cp_async_16;
+using attn::cp_async_commit;
+using attn::cp_async_wait;
+using attn::smem_u32;
+
+constexpr int kThreads = 128;        // per block
+constexpr int kUnroll = 4;           // keys per thread group per tile
+constexpr int kStages = 4;           // shared-memory tiles in the ring (kStages − 1 in flight)
+constexpr int64_t kMaxChunk = 8192;  // keys per block at most
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 template <class T, int kD>
 struct Traits {
-  static constexpr int kElems = kPackBytes / int(sizeof(T));  // per 16-byte load
+  static constexpr int kElems = kPackBytes / int(sizeof(T));  // per 16-byte pack
   static constexpr int kGroup = kD / kElems;                   // threads per key
   static constexpr int kGroups = kThreads / kGroup;            // keys side by side in a block
-  static constexpr int kKeysPerIter = kGroups * kUnroll;
+  static constexpr int kTile = kGroups * kUnroll;              // keys per shared-memory tile
+  static constexpr int kStageElems = 2 * kTile * kD;           // K tile then V tile
+  static constexpr size_t kSmemBytes = size_t(kStages) * kStageElems * sizeof(T);
   static_assert(kD % kElems == 0, "head dim must be a whole number of 16-byte packs");
   static_assert(kGroup <= kWarpSize && kWarpSize % kGroup == 0, "a key's threads must share a warp");
 };
@@ -58,18 +72,76 @@ struct DecodeParams {
   float* lse;        // (B, H) natural log, or nullptr
   float* o_part;     // (B, H, splits, D) fp32 partial outputs (normalised by their own l)
   float* lse_part;   // (B, H, splits) log2-sum-exp of each split's scaled scores
+  unsigned* done;    // (B, H) splits finished; zero between calls
   int H, keys, splits;  // keys: cache positions attended to (AttentionDecode::T)
   int64_t Tmax, chunk;
   float scale_log2;  // 1/sqrt(D) · log2 e
 };
 
+__device__ __forceinline__ float block_max(float x) {
+  __shared__ float partial[kWarpSize];
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  x = warp_max(x);
+  __syncthreads();
+  if (lane == 0) partial[warp] = x;
+  __syncthreads();
+  x = lane < int(blockDim.x / kWarpSize) ? partial[lane] : -INFINITY;
+  return warp_max(x);
+}
+
+// The last block of (b, h): merges the splits' partials (written by other blocks: read
+// from L2, __ldcg) in split order.
 template <class T, int kD>
-__global__ void __launch_bounds__(kThreads) decode_split_kernel(const DecodeParams<T> p) {
+__device__ void combine_splits(const DecodeParams<T>& p, int64_t bh) {
+  const int S = p.splits;
+  const float* lp = p.lse_part + bh * S;
+  const float* op = p.o_part + bh * S * kD;
+  float M = -INFINITY;
+  for (int s = threadIdx.x; s < S; s += kThreads) M = fmaxf(M, __ldcg(lp + s));
+  M = block_max(M);
+  float W = 0.f;
+  for (int s = threadIdx.x; s < S; s += kThreads) W += exp2f(__ldcg(lp + s) - M);
+  W = block_sum(W);
+  for (int d = threadIdx.x; d < kD; d += kThreads) {
+    float o = 0.f;
+    for (int s = 0; s < S; ++s) o += exp2f(__ldcg(lp + s) - M) * __ldcg(op + int64_t(s) * kD + d);
+    p.out[bh * kD + d] = from_f<T>(o / W);
+  }
+  if (threadIdx.x == 0 && p.lse) p.lse[bh] = (M + log2f(W)) * kLn2;
+}
+
+template <class T, int kD>
+__global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams<T> p) {
   using Tr = Traits<T, kD>;
-  constexpr int E = Tr::kElems;
+  constexpr int E = Tr::kElems, kTile = Tr::kTile;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* const ring = reinterpret_cast<T*>(smem_raw);
   const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int g = threadIdx.x / Tr::kGroup, lane = threadIdx.x % Tr::kGroup;
   const int64_t t0 = int64_t(split) * p.chunk, t1 = min(t0 + p.chunk, int64_t(p.keys));
+  const int tiles = int(ceil_div(t1 - t0, kTile));
+  const int64_t head = (int64_t(b) * p.H + h) * p.Tmax * kD;
+  const T* const kh = p.k + head;
+  const T* const vh = p.v + head;
+
+  // Tile `it` (keys t0 + it·kTile on) into its slot of the ring; keys from t1 on are
+  // zero-filled, not read. One commit group per call, empty past the last tile, so the
+  // wait below always counts the same.
+  auto load_tile = [&](int it) {
+    if (it < tiles) {
+      T* slot = ring + (it % kStages) * Tr::kStageElems;
+      const int64_t first = t0 + int64_t(it) * kTile;
+      const int64_t n = min(int64_t(kTile), t1 - first);
+#pragma unroll
+      for (int c = threadIdx.x; c < kTile * Tr::kGroup; c += kThreads) {  // 16-byte packs
+        const bool in = c / Tr::kGroup < n;
+        const int64_t src = in ? first * kD + int64_t(c) * E : 0;
+        cp_async_16(smem_u32(slot + c * E), kh + src, in);
+        cp_async_16(smem_u32(slot + kTile * kD + c * E), vh + src, in);
+      }
+    }
+    cp_async_commit();
+  };
 
   float q[E];
   {
@@ -77,39 +149,32 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const DecodePara
 #pragma unroll
     for (int i = 0; i < E; ++i) q[i] = to_f(qp.v[i]) * p.scale_log2;
   }
-  const int64_t head = (int64_t(b) * p.H + h) * p.Tmax * kD + lane * E;
-  const T* kh = p.k + head;
-  const T* vh = p.v + head;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) load_tile(s);
 
   float m = -INFINITY, l = 0.f, acc[E];
 #pragma unroll
   for (int i = 0; i < E; ++i) acc[i] = 0.f;
 
-  // Every thread runs the same iterations (the shuffles need the whole warp); keys past
-  // t1 are masked.
-  for (int64_t base = t0; base < t1; base += Tr::kKeysPerIter) {
-    Pack<T> kp[kUnroll], vp[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {  // issue all loads first: kUnroll·2 in flight
-      const int64_t j = base + u * Tr::kGroups + g;
-      if (j < t1) {
-        kp[u] = load_pack_cs(kh + j * kD);
-        vp[u] = load_pack_cs(vh + j * kD);
-      }
-    }
+  for (int it = 0; it < tiles; ++it) {
+    cp_async_wait<kStages - 2>();  // tile `it` has landed (this thread's copies)...
+    __syncthreads();               // ...everyone's, and everyone is done with tile it − 1
+    load_tile(it + kStages - 1);   // into the slot of tile it − 1
+    const T* kt = ring + (it % kStages) * Tr::kStageElems;
+    const T* vt = kt + kTile * kD;
+    const int64_t first = t0 + int64_t(it) * kTile;
     float s[kUnroll];
     float mx = m;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t j = base + u * Tr::kGroups + g;
+      const int key = u * Tr::kGroups + g;
+      const Pack<T> kp = load_pack(kt + key * kD + lane * E);
       float d = 0.f;
-      if (j < t1) {
 #pragma unroll
-        for (int i = 0; i < E; ++i) d += q[i] * to_f(kp[u].v[i]);
-      }
+      for (int i = 0; i < E; ++i) d += q[i] * to_f(kp.v[i]);
 #pragma unroll
       for (int o = Tr::kGroup / 2; o > 0; o /= 2) d += __shfl_xor_sync(0xffffffffu, d, o);
-      s[u] = j < t1 ? d : -INFINITY;
+      s[u] = first + key < t1 ? d : -INFINITY;
       mx = fmaxf(mx, s[u]);
     }
     if (mx == -INFINITY) continue;  // no key for this group yet (avoid −inf − (−inf) = NaN)
@@ -122,12 +187,14 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const DecodePara
       const float pu = exp2f(s[u] - mx);  // 0 for a masked key
       l += pu;
       if (pu > 0.f) {
+        const Pack<T> vp = load_pack(vt + (u * Tr::kGroups + g) * kD + lane * E);
 #pragma unroll
-        for (int i = 0; i < E; ++i) acc[i] += pu * to_f(vp[u].v[i]);
+        for (int i = 0; i < E; ++i) acc[i] += pu * to_f(vp.v[i]);
       }
     }
     m = mx;
   }
+  cp_async_wait<0>();  // the empty groups past the end
 
   // Merge the groups of the block (group 0 always saw a key: t1 > t0).
   __shared__ float sm_m[Tr::kGroups], sm_l[Tr::kGroups];
@@ -153,41 +220,22 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const DecodePara
     if (p.splits == 1) p.out[bh * kD + d] = from_f<T>(o / L);
     else p.o_part[(bh * p.splits + split) * kD + d] = o / L;
   }
-  if (threadIdx.x == 0) {
-    if (p.splits > 1) p.lse_part[bh * p.splits + split] = M + log2f(L);
-    else if (p.lse) p.lse[bh] = (M + log2f(L)) * kLn2;
+  if (p.splits == 1) {
+    if (threadIdx.x == 0 && p.lse) p.lse[bh] = (M + log2f(L)) * kLn2;
+    return;
   }
-}
+  if (threadIdx.x == 0) p.lse_part[bh * p.splits + split] = M + log2f(L);
 
-__device__ __forceinline__ float block_max(float x) {
-  __shared__ float partial[kWarpSize];
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  x = warp_max(x);
+  // Count this split done; the last one combines (threadFenceReduction's pattern).
+  __shared__ bool last;
+  __threadfence();  // this block's partials are visible device-wide before it counts
   __syncthreads();
-  if (lane == 0) partial[warp] = x;
+  if (threadIdx.x == 0) last = atomicAdd(p.done + bh, 1u) == unsigned(p.splits - 1);
   __syncthreads();
-  x = lane < int(blockDim.x / kWarpSize) ? partial[lane] : -INFINITY;
-  return warp_max(x);
-}
-
-template <class T, int kD>
-__global__ void __launch_bounds__(kThreads) decode_combine_kernel(const DecodeParams<T> p) {
-  const int h = blockIdx.x, b = blockIdx.y, S = p.splits;
-  const int64_t bh = int64_t(b) * p.H + h;
-  const float* lp = p.lse_part + bh * S;
-  const float* op = p.o_part + bh * S * kD;
-  float M = -INFINITY;
-  for (int s = threadIdx.x; s < S; s += kThreads) M = fmaxf(M, lp[s]);
-  M = block_max(M);
-  float W = 0.f;
-  for (int s = threadIdx.x; s < S; s += kThreads) W += exp2f(lp[s] - M);
-  W = block_sum(W);
-  for (int d = threadIdx.x; d < kD; d += kThreads) {
-    float o = 0.f;
-    for (int s = 0; s < S; ++s) o += exp2f(lp[s] - M) * op[int64_t(s) * kD + d];
-    p.out[bh * kD + d] = from_f<T>(o / W);
-  }
-  if (threadIdx.x == 0 && p.lse) p.lse[bh] = (M + log2f(W)) * kLn2;
+  if (!last) return;
+  __threadfence();
+  combine_splits<T, kD>(p, bh);
+  if (threadIdx.x == 0) p.done[bh] = 0;  // ready for the next call
 }
 
 struct Plan {
@@ -197,25 +245,39 @@ struct Plan {
 
 // Keys per block and the number of splits (see the file comment). want_splits > 0
 // forces about that many splits (tests, tuning).
-Plan plan_decode(int64_t B, int64_t H, int64_t T, int keys_per_iter, int64_t resident_blocks, int want_splits) {
+Plan plan_decode(int64_t B, int64_t H, int64_t T, int tile, int64_t resident_blocks, int want_splits) {
   int64_t chunk;
   if (want_splits > 0) {
     chunk = std::max<int64_t>(1, ceil_div(T, want_splits));
   } else {
     const int64_t per_block = ceil_div(B * H * T, std::max<int64_t>(1, resident_blocks));
-    chunk = std::clamp<int64_t>(ceil_div(per_block, keys_per_iter) * keys_per_iter, keys_per_iter, kMaxChunk);
+    chunk = std::clamp<int64_t>(ceil_div(per_block, tile) * tile, tile, kMaxChunk);
   }
   return {chunk, int(ceil_div(T, chunk))};
+}
+
+// The kernel's dynamic shared memory (the ring) is above the default 48 KiB: raised once
+// per instantiation, before the occupancy query and the first launch.
+template <class T, int kD>
+void allow_ring() {
+  static const bool done = [] {
+    CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<T, kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(Traits<T, kD>::kSmemBytes)));
+    return true;
+  }();
+  (void)done;
 }
 
 template <class T, int kD>
 int64_t resident_blocks() {
   // One process drives one GPU (docs/ARCHITECTURE.md): computed once per instantiation.
   static const int64_t n = [] {
+    allow_ring<T, kD>();
     int dev = 0, sms = 0, per_sm = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_split_kernel<T, kD>, kThreads, 0));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_kernel<T, kD>, kThreads,
+                                                             Traits<T, kD>::kSmemBytes));
     return int64_t(sms) * std::max(per_sm, 1);
   }();
   return n;
@@ -223,7 +285,14 @@ int64_t resident_blocks() {
 
 template <class T, int kD>
 Plan plan_for(const AttentionDecode& a, int want_splits) {
-  return plan_decode(a.B, a.H, a.T, Traits<T, kD>::kKeysPerIter, resident_blocks<T, kD>(), want_splits);
+  return plan_decode(a.B, a.H, a.T, Traits<T, kD>::kTile, resident_blocks<T, kD>(), want_splits);
+}
+
+// Workspace: the partial outputs, their log2-sum-exps, then one counter per (b, h).
+size_t workspace_for(int B, int H, int D, int splits) {
+  if (splits <= 1) return 0;
+  const size_t parts = size_t(B) * H * splits;
+  return parts * (D + 1) * sizeof(float) + size_t(B) * H * sizeof(unsigned);
 }
 
 }  // namespace
@@ -285,8 +354,7 @@ __global__ void kv_cache_write_kernel(T* __restrict__ kc, T* __restrict__ vc, co
 
 size_t flash_decode_workspace_bytes(const AttentionDecode& a, int splits) {
   FG_DECODE_DISPATCH(a.qkv.dtype, a.D, {
-    const Plan plan = plan_for<T, kD>(a, splits);
-    return plan.splits > 1 ? size_t(a.B) * a.H * plan.splits * (kD + 1) * sizeof(float) : 0;
+    return workspace_for(a.B, a.H, kD, plan_for<T, kD>(a, splits).splits);
   });
   return 0;  // not reached
 }
@@ -322,18 +390,17 @@ void flash_decode(const AttentionDecode& a, void* workspace, size_t workspace_by
     p.chunk = plan.chunk;
     p.scale_log2 = kLog2e / std::sqrt(float(kD));
     if (plan.splits > 1) {
-      const size_t parts = size_t(a.B) * a.H * plan.splits;
-      FG_ASSERT(workspace && workspace_bytes >= parts * (kD + 1) * sizeof(float),
-                "flash decode: workspace of ", workspace_bytes, " bytes, needs ", parts * (kD + 1) * sizeof(float));
+      const size_t parts = size_t(a.B) * a.H * plan.splits, need = workspace_for(a.B, a.H, kD, plan.splits);
+      FG_ASSERT(workspace && workspace_bytes >= need, "flash decode: workspace of ", workspace_bytes, " bytes, needs ",
+                need);
       p.o_part = static_cast<float*>(workspace);
       p.lse_part = p.o_part + parts * kD;
+      p.done = reinterpret_cast<unsigned*>(p.lse_part + parts);
     }
-    decode_split_kernel<T, kD><<<dim3(unsigned(plan.splits), unsigned(a.H), unsigned(a.B)), kThreads, 0, stream>>>(p);
+    allow_ring<T, kD>();
+    decode_kernel<T, kD><<<dim3(unsigned(plan.splits), unsigned(a.H), unsigned(a.B)), kThreads,
+                           Traits<T, kD>::kSmemBytes, stream>>>(p);
     CUDA_CHECK_LAUNCH();
-    if (plan.splits > 1) {
-      decode_combine_kernel<T, kD><<<dim3(unsigned(a.H), unsigned(a.B)), kThreads, 0, stream>>>(p);
-      CUDA_CHECK_LAUNCH();
-    }
   });
 }
 
