@@ -32,6 +32,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include "kernels/cuda/attention/flash_attention.h"
 #include "kernels/cuda/attention/sm80_primitives.cuh"
 #include "kernels/cuda/common.cuh"
@@ -47,7 +49,8 @@ using attn::smem_u32;
 constexpr int kThreads = 128;        // per block
 constexpr int kUnroll = 4;           // keys per thread group per tile
 constexpr int kStages = 4;           // shared-memory tiles in the ring (kStages − 1 in flight)
-constexpr int64_t kMaxChunk = 8192;  // keys per block at most
+constexpr int kDirectBlocks = 8;     // resident blocks per SM the direct-load variant is built for
+constexpr int64_t kMaxChunk = 4096;  // keys per block at most
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -90,32 +93,87 @@ __device__ __forceinline__ float block_max(float x) {
 }
 
 // The last block of (b, h): merges the splits' partials (written by other blocks: read
-// from L2, __ldcg) in split order.
+// from L2, __ldcg). Every load is independent: a thread takes one 16-byte column of the
+// partials and every (kThreads / columns)-th split, so a whole (b, h)'s partials are
+// read in a few rounds of latency; the column sums are then added in a fixed order.
 template <class T, int kD>
 __device__ void combine_splits(const DecodeParams<T>& p, int64_t bh) {
+  constexpr int kCols = kD / 4, kRows = kThreads / kCols;  // float4 columns; splits side by side
   const int S = p.splits;
   const float* lp = p.lse_part + bh * S;
-  const float* op = p.o_part + bh * S * kD;
+  const float4* op = reinterpret_cast<const float4*>(p.o_part + bh * S * kD);
   float M = -INFINITY;
   for (int s = threadIdx.x; s < S; s += kThreads) M = fmaxf(M, __ldcg(lp + s));
   M = block_max(M);
   float W = 0.f;
   for (int s = threadIdx.x; s < S; s += kThreads) W += exp2f(__ldcg(lp + s) - M);
   W = block_sum(W);
-  for (int d = threadIdx.x; d < kD; d += kThreads) {
-    float o = 0.f;
-    for (int s = 0; s < S; ++s) o += exp2f(__ldcg(lp + s) - M) * __ldcg(op + int64_t(s) * kD + d);
-    p.out[bh * kD + d] = from_f<T>(o / W);
+  const int col = threadIdx.x % kCols, row = threadIdx.x / kCols;
+  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+  for (int s = row; s < S; s += kRows) {
+    const float w = exp2f(__ldcg(lp + s) - M);
+    const float4 x = __ldcg(op + int64_t(s) * kCols + col);
+    o.x += w * x.x, o.y += w * x.y, o.z += w * x.z, o.w += w * x.w;
+  }
+  __shared__ float4 rows[kRows][kCols];
+  rows[row][col] = o;
+  __syncthreads();
+  if (row == 0) {
+    for (int r = 1; r < kRows; ++r) {
+      const float4 x = rows[r][col];
+      o.x += x.x, o.y += x.y, o.z += x.z, o.w += x.w;
+    }
+    T* dst = p.out + bh * kD + col * 4;
+    dst[0] = from_f<T>(o.x / W), dst[1] = from_f<T>(o.y / W), dst[2] = from_f<T>(o.z / W), dst[3] = from_f<T>(o.w / W);
   }
   if (threadIdx.x == 0 && p.lse) p.lse[bh] = (M + log2f(W)) * kLn2;
 }
 
+// One group's step over kUnroll keys (their K and V packs in registers; keys from t1 on
+// are masked): scores, online-softmax update, O += p·V.
 template <class T, int kD>
-__global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams<T> p) {
+__device__ __forceinline__ void consume(const Pack<T> (&kp)[kUnroll], const Pack<T> (&vp)[kUnroll],
+                                        const float (&q)[Traits<T, kD>::kElems], int64_t first, int g,
+                                        int64_t t1, float& m, float& l, float (&acc)[Traits<T, kD>::kElems]) {
+  using Tr = Traits<T, kD>;
+  constexpr int E = Tr::kElems;
+  float s[kUnroll];
+  float mx = m;
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    float d = 0.f;
+#pragma unroll
+    for (int i = 0; i < E; ++i) d += q[i] * to_f(kp[u].v[i]);
+#pragma unroll
+    for (int o = Tr::kGroup / 2; o > 0; o /= 2) d += __shfl_xor_sync(0xffffffffu, d, o);
+    s[u] = first + u * Tr::kGroups + g < t1 ? d : -INFINITY;
+    mx = fmaxf(mx, s[u]);
+  }
+  if (mx == -INFINITY) return;  // no key for this group yet (avoid −inf − (−inf) = NaN)
+  const float corr = exp2f(m - mx);  // 0 on the group's first key
+  l *= corr;
+#pragma unroll
+  for (int i = 0; i < E; ++i) acc[i] *= corr;
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const float pu = exp2f(s[u] - mx);  // 0 for a masked key (whose V may be garbage)
+    l += pu;
+    if (pu > 0.f) {
+#pragma unroll
+      for (int i = 0; i < E; ++i) acc[i] += pu * to_f(vp[u].v[i]);
+    }
+  }
+  m = mx;
+}
+
+// kRing: keys through the shared-memory ring (cp.async); otherwise each thread loads its
+// packs straight into registers, and occupancy (kDirectBlocks blocks per SM) keeps the
+// loads in flight.
+template <class T, int kD, bool kRing>
+__global__ void __launch_bounds__(kThreads, kRing ? 1 : kDirectBlocks) decode_kernel(const DecodeParams<T> p) {
   using Tr = Traits<T, kD>;
   constexpr int E = Tr::kElems, kTile = Tr::kTile;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* const ring = reinterpret_cast<T*>(smem_raw);
   const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int g = threadIdx.x / Tr::kGroup, lane = threadIdx.x % Tr::kGroup;
   const int64_t t0 = int64_t(split) * p.chunk, t1 = min(t0 + p.chunk, int64_t(p.keys));
@@ -124,77 +182,66 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams<T> 
   const T* const kh = p.k + head;
   const T* const vh = p.v + head;
 
-  // Tile `it` (keys t0 + it·kTile on) into its slot of the ring; keys from t1 on are
-  // zero-filled, not read. One commit group per call, empty past the last tile, so the
-  // wait below always counts the same.
-  auto load_tile = [&](int it) {
-    if (it < tiles) {
-      T* slot = ring + (it % kStages) * Tr::kStageElems;
-      const int64_t first = t0 + int64_t(it) * kTile;
-      const int64_t n = min(int64_t(kTile), t1 - first);
-#pragma unroll
-      for (int c = threadIdx.x; c < kTile * Tr::kGroup; c += kThreads) {  // 16-byte packs
-        const bool in = c / Tr::kGroup < n;
-        const int64_t src = in ? first * kD + int64_t(c) * E : 0;
-        cp_async_16(smem_u32(slot + c * E), kh + src, in);
-        cp_async_16(smem_u32(slot + kTile * kD + c * E), vh + src, in);
-      }
-    }
-    cp_async_commit();
-  };
-
   float q[E];
   {
     const Pack<T> qp = load_pack(p.qkv + int64_t(b) * 3 * p.H * kD + h * kD + lane * E);
 #pragma unroll
     for (int i = 0; i < E; ++i) q[i] = to_f(qp.v[i]) * p.scale_log2;
   }
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) load_tile(s);
-
   float m = -INFINITY, l = 0.f, acc[E];
 #pragma unroll
   for (int i = 0; i < E; ++i) acc[i] = 0.f;
+  Pack<T> kp[kUnroll], vp[kUnroll];
 
-  for (int it = 0; it < tiles; ++it) {
-    cp_async_wait<kStages - 2>();  // tile `it` has landed (this thread's copies)...
-    __syncthreads();               // ...everyone's, and everyone is done with tile it − 1
-    load_tile(it + kStages - 1);   // into the slot of tile it − 1
-    const T* kt = ring + (it % kStages) * Tr::kStageElems;
-    const T* vt = kt + kTile * kD;
-    const int64_t first = t0 + int64_t(it) * kTile;
-    float s[kUnroll];
-    float mx = m;
+  if constexpr (kRing) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* const ring = reinterpret_cast<T*>(smem_raw);
+    // Tile `it` (keys t0 + it·kTile on) into its slot of the ring; keys from t1 on are
+    // zero-filled, not read. One commit group per call, empty past the last tile, so the
+    // wait below always counts the same.
+    auto load_tile = [&](int it) {
+      if (it < tiles) {
+        T* slot = ring + (it % kStages) * Tr::kStageElems;
+        const int64_t first = t0 + int64_t(it) * kTile;
+        const int64_t n = min(int64_t(kTile), t1 - first);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int key = u * Tr::kGroups + g;
-      const Pack<T> kp = load_pack(kt + key * kD + lane * E);
-      float d = 0.f;
-#pragma unroll
-      for (int i = 0; i < E; ++i) d += q[i] * to_f(kp.v[i]);
-#pragma unroll
-      for (int o = Tr::kGroup / 2; o > 0; o /= 2) d += __shfl_xor_sync(0xffffffffu, d, o);
-      s[u] = first + key < t1 ? d : -INFINITY;
-      mx = fmaxf(mx, s[u]);
-    }
-    if (mx == -INFINITY) continue;  // no key for this group yet (avoid −inf − (−inf) = NaN)
-    const float corr = exp2f(m - mx);  // 0 on the group's first key
-    l *= corr;
-#pragma unroll
-    for (int i = 0; i < E; ++i) acc[i] *= corr;
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const float pu = exp2f(s[u] - mx);  // 0 for a masked key
-      l += pu;
-      if (pu > 0.f) {
-        const Pack<T> vp = load_pack(vt + (u * Tr::kGroups + g) * kD + lane * E);
-#pragma unroll
-        for (int i = 0; i < E; ++i) acc[i] += pu * to_f(vp.v[i]);
+        for (int c = threadIdx.x; c < kTile * Tr::kGroup; c += kThreads) {  // 16-byte packs
+          const bool in = c / Tr::kGroup < n;
+          const int64_t src = in ? first * kD + int64_t(c) * E : 0;
+          cp_async_16(smem_u32(slot + c * E), kh + src, in);
+          cp_async_16(smem_u32(slot + kTile * kD + c * E), vh + src, in);
+        }
       }
+      cp_async_commit();
+    };
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) load_tile(s);
+    for (int it = 0; it < tiles; ++it) {
+      cp_async_wait<kStages - 2>();  // tile `it` has landed (this thread's copies)...
+      __syncthreads();               // ...everyone's, and everyone is done with tile it − 1
+      load_tile(it + kStages - 1);   // into the slot of tile it − 1
+      const T* kt = ring + (it % kStages) * Tr::kStageElems;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        kp[u] = load_pack(kt + (u * Tr::kGroups + g) * kD + lane * E);
+        vp[u] = load_pack(kt + kTile * kD + (u * Tr::kGroups + g) * kD + lane * E);
+      }
+      consume<T, kD>(kp, vp, q, t0 + int64_t(it) * kTile, g, t1, m, l, acc);
     }
-    m = mx;
+    cp_async_wait<0>();  // the empty groups past the end
+  } else {
+    for (int64_t first = t0; first < t1; first += kTile) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {  // all loads first: 2·kUnroll in flight per thread
+        const int64_t j = first + u * Tr::kGroups + g;
+        if (j < t1) {
+          kp[u] = load_pack_cs(kh + j * kD + lane * E);
+          vp[u] = load_pack_cs(vh + j * kD + lane * E);
+        }
+      }
+      consume<T, kD>(kp, vp, q, first, g, t1, m, l, acc);
+    }
   }
-  cp_async_wait<0>();  // the empty groups past the end
 
   // Merge the groups of the block (group 0 always saw a key: t1 > t0).
   __shared__ float sm_m[Tr::kGroups], sm_l[Tr::kGroups];
@@ -241,43 +288,64 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams<T> 
 struct Plan {
   int64_t chunk;
   int splits;
+  bool ring;
 };
 
 // Keys per block and the number of splits (see the file comment). want_splits > 0
-// forces about that many splits (tests, tuning).
-Plan plan_decode(int64_t B, int64_t H, int64_t T, int tile, int64_t resident_blocks, int want_splits) {
-  int64_t chunk;
+// forces about that many splits (tests, tuning). Otherwise the cheapest split count
+// under a simple model: blocks run in waves of `resident`, a wave lasts as long as its
+// chunk plus a start-up of about two tiles, chunks are whole tiles of at most kMaxChunk
+// keys; ties go to fewer splits (less to combine).
+Plan plan_decode(int64_t B, int64_t H, int64_t T, int tile, int64_t resident, int want_splits) {
   if (want_splits > 0) {
-    chunk = std::max<int64_t>(1, ceil_div(T, want_splits));
-  } else {
-    const int64_t per_block = ceil_div(B * H * T, std::max<int64_t>(1, resident_blocks));
-    chunk = std::clamp<int64_t>(ceil_div(per_block, tile) * tile, tile, kMaxChunk);
+    const int64_t chunk = std::max<int64_t>(1, ceil_div(T, want_splits));
+    return {chunk, int(ceil_div(T, chunk)), false};
   }
-  return {chunk, int(ceil_div(T, chunk))};
+  resident = std::max<int64_t>(1, resident);
+  const int64_t most = std::min<int64_t>(ceil_div(T, tile), 4096);
+  int64_t best_chunk = 0, best_cost = INT64_MAX;
+  for (int64_t s = 1; s <= most; ++s) {
+    const int64_t chunk = ceil_div(ceil_div(T, s), tile) * tile;
+    if (chunk > kMaxChunk) continue;
+    const int64_t splits = ceil_div(T, chunk);
+    if (splits != s) continue;  // the same chunk as a smaller s
+    const int64_t cost = ceil_div(B * H * splits, resident) * (chunk + 2 * tile);
+    if (cost < best_cost) best_cost = cost, best_chunk = chunk;
+  }
+  return {best_chunk, int(ceil_div(T, best_chunk)), false};
 }
 
-// The kernel's dynamic shared memory (the ring) is above the default 48 KiB: raised once
-// per instantiation, before the occupancy query and the first launch.
+// FLASHGPT_DECODE_KERNEL=ring|direct picks the variant (default: direct); read per call
+// (cheap) so that a benchmark can compare both in one process.
+bool use_ring() {
+  const char* v = std::getenv("FLASHGPT_DECODE_KERNEL");
+  if (!v || !*v || std::strcmp(v, "direct") == 0) return false;
+  if (std::strcmp(v, "ring") == 0) return true;
+  fail_input("FLASHGPT_DECODE_KERNEL must be ring or direct, got '", v, "'");
+}
+
+// The ring variant's dynamic shared memory is above the default 48 KiB: raised once per
+// instantiation, before the occupancy query and the first launch.
 template <class T, int kD>
 void allow_ring() {
   static const bool done = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<T, kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<T, kD, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(Traits<T, kD>::kSmemBytes)));
     return true;
   }();
   (void)done;
 }
 
-template <class T, int kD>
+template <class T, int kD, bool kRing>
 int64_t resident_blocks() {
   // One process drives one GPU (docs/ARCHITECTURE.md): computed once per instantiation.
   static const int64_t n = [] {
-    allow_ring<T, kD>();
+    if (kRing) allow_ring<T, kD>();
     int dev = 0, sms = 0, per_sm = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_kernel<T, kD>, kThreads,
-                                                             Traits<T, kD>::kSmemBytes));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_kernel<T, kD, kRing>, kThreads,
+                                                             kRing ? Traits<T, kD>::kSmemBytes : 0));
     return int64_t(sms) * std::max(per_sm, 1);
   }();
   return n;
@@ -285,7 +353,11 @@ int64_t resident_blocks() {
 
 template <class T, int kD>
 Plan plan_for(const AttentionDecode& a, int want_splits) {
-  return plan_decode(a.B, a.H, a.T, Traits<T, kD>::kTile, resident_blocks<T, kD>(), want_splits);
+  const bool ring = use_ring();
+  Plan plan = plan_decode(a.B, a.H, a.T, Traits<T, kD>::kTile,
+                          ring ? resident_blocks<T, kD, true>() : resident_blocks<T, kD, false>(), want_splits);
+  plan.ring = ring;
+  return plan;
 }
 
 // Workspace: the partial outputs, their log2-sum-exps, then one counter per (b, h).
@@ -397,9 +469,13 @@ void flash_decode(const AttentionDecode& a, void* workspace, size_t workspace_by
       p.lse_part = p.o_part + parts * kD;
       p.done = reinterpret_cast<unsigned*>(p.lse_part + parts);
     }
-    allow_ring<T, kD>();
-    decode_kernel<T, kD><<<dim3(unsigned(plan.splits), unsigned(a.H), unsigned(a.B)), kThreads,
-                           Traits<T, kD>::kSmemBytes, stream>>>(p);
+    const dim3 grid(unsigned(plan.splits), unsigned(a.H), unsigned(a.B));
+    if (plan.ring) {
+      allow_ring<T, kD>();
+      decode_kernel<T, kD, true><<<grid, kThreads, Traits<T, kD>::kSmemBytes, stream>>>(p);
+    } else {
+      decode_kernel<T, kD, false><<<grid, kThreads, 0, stream>>>(p);
+    }
     CUDA_CHECK_LAUNCH();
   });
 }
