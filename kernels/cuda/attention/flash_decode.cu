@@ -49,8 +49,7 @@ using attn::smem_u32;
 constexpr int kThreads = 128;        // per block
 constexpr int kUnroll = 4;           // keys per thread group per tile
 constexpr int kStages = 4;           // shared-memory tiles in the ring (kStages − 1 in flight)
-constexpr int kDirectBlocks = 8;     // resident blocks per SM the direct-load variant is built for
-constexpr int64_t kMaxChunk = 4096;  // keys per block at most
+constexpr int64_t kMaxChunkRing = 4096, kMaxChunkDirect = 2048;  // keys per block at most
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -168,10 +167,9 @@ __device__ __forceinline__ void consume(const Pack<T> (&kp)[kUnroll], const Pack
 }
 
 // kRing: keys through the shared-memory ring (cp.async); otherwise each thread loads its
-// packs straight into registers, and occupancy (kDirectBlocks blocks per SM) keeps the
-// loads in flight.
+// packs straight into registers, and occupancy keeps the loads in flight.
 template <class T, int kD, bool kRing>
-__global__ void __launch_bounds__(kThreads, kRing ? 1 : kDirectBlocks) decode_kernel(const DecodeParams<T> p) {
+__global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams<T> p) {
   using Tr = Traits<T, kD>;
   constexpr int E = Tr::kElems, kTile = Tr::kTile;
   const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -296,7 +294,7 @@ struct Plan {
 // under a simple model: blocks run in waves of `resident`, a wave lasts as long as its
 // chunk plus a start-up of about two tiles, chunks are whole tiles of at most kMaxChunk
 // keys; ties go to fewer splits (less to combine).
-Plan plan_decode(int64_t B, int64_t H, int64_t T, int tile, int64_t resident, int want_splits) {
+Plan plan_decode(int64_t B, int64_t H, int64_t T, int tile, int64_t resident, int64_t max_chunk, int want_splits) {
   if (want_splits > 0) {
     const int64_t chunk = std::max<int64_t>(1, ceil_div(T, want_splits));
     return {chunk, int(ceil_div(T, chunk)), false};
@@ -306,7 +304,7 @@ Plan plan_decode(int64_t B, int64_t H, int64_t T, int tile, int64_t resident, in
   int64_t best_chunk = 0, best_cost = INT64_MAX;
   for (int64_t s = 1; s <= most; ++s) {
     const int64_t chunk = ceil_div(ceil_div(T, s), tile) * tile;
-    if (chunk > kMaxChunk) continue;
+    if (chunk > max_chunk) continue;
     const int64_t splits = ceil_div(T, chunk);
     if (splits != s) continue;  // the same chunk as a smaller s
     const int64_t cost = ceil_div(B * H * splits, resident) * (chunk + 2 * tile);
@@ -355,7 +353,8 @@ template <class T, int kD>
 Plan plan_for(const AttentionDecode& a, int want_splits) {
   const bool ring = use_ring();
   Plan plan = plan_decode(a.B, a.H, a.T, Traits<T, kD>::kTile,
-                          ring ? resident_blocks<T, kD, true>() : resident_blocks<T, kD, false>(), want_splits);
+                          ring ? resident_blocks<T, kD, true>() : resident_blocks<T, kD, false>(),
+                          ring ? kMaxChunkRing : kMaxChunkDirect, want_splits);
   plan.ring = ring;
   return plan;
 }
