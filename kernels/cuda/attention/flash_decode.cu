@@ -5,17 +5,17 @@
 // B·H = 12. The cache of each (b, h) is split along the sequence into chunks handled by
 // different thread blocks (grid = splits × H × B), one kernel in all:
 //
-//   read      block (s, h, b) streams keys [s·chunk, (s+1)·chunk) through a kStages-deep
-//             ring of shared-memory tiles (cp.async, 16 bytes per copy). A chunk of one
-//             head's K (or V) is contiguous in the (B, H, Tmax, D) cache, so a tile is a
-//             straight copy; kStages − 1 tiles are in flight while one is consumed, so
-//             the memory system never waits for the arithmetic.
-//   compute   a key's D values are handled by a group of D/8 (bf16) or D/4 (fp32)
-//             threads, 16 bytes each; a block's groups take consecutive keys of a tile
-//             (conflict-free shared-memory reads). Per group: scores by a shuffle
-//             reduction within the group, online softmax (running max m and sum l, in the
-//             log2 domain: q is pre-scaled by scale·log2 e so exp is exp2), unnormalised
-//             O in fp32 registers. The groups are merged through shared memory.
+//   read      block (s, h, b) reads keys [s·chunk, (s+1)·chunk). A key's D values are
+//             read by a group of D/8 (bf16) or D/4 (fp32) threads, one 16-byte load
+//             each, straight into registers; a block's groups take consecutive keys, so
+//             a warp reads contiguous memory, and each group keeps kUnroll keys' K and V
+//             loads in flight. Occupancy (several blocks per SM) hides the latency.
+//             (A cp.async ring of shared-memory tiles was measured slower: 3.4–4.0 TB/s
+//             against 3.6–4.2 at long caches, BENCHMARKS.md.)
+//   compute   per group: scores by a shuffle reduction within the group, online softmax
+//             (running max m and sum l, in the log2 domain: q is pre-scaled by
+//             scale·log2 e so exp is exp2), unnormalised O in fp32 registers. The groups
+//             are merged through shared memory.
 //   combine   each block writes its partial O / l (fp32) and its log2-sum-exp m + log2 l,
 //             then counts itself done on a per-(b, h) counter; the last block of a
 //             (b, h) merges every split with the logsumexp rescaling, in split order
@@ -25,31 +25,21 @@
 //             at short caches a launch costs as much as the reading. With one split the
 //             block writes O and lse itself.
 //
-// Split choice (plan_decode): enough blocks to give every SM as many resident blocks as
-// fit (one wave), but chunks of at least one tile and at most kMaxChunk keys (beyond
-// that, more blocks rather than longer ones: the last wave's imbalance stays small).
+// Split choice (plan_decode): the split count that a model of waves of resident blocks
+// says is cheapest, with chunks of whole tiles and at most kMaxChunk keys.
 #include <cuda_bf16.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include "kernels/cuda/attention/flash_attention.h"
-#include "kernels/cuda/attention/sm80_primitives.cuh"
 #include "kernels/cuda/common.cuh"
 
 namespace flashgpt::cuda {
 namespace {
 
-using attn::cp_async_16;
-using attn::cp_async_commit;
-using attn::cp_async_wait;
-using attn::smem_u32;
-
 constexpr int kThreads = 128;        // per block
-constexpr int kUnroll = 4;           // keys per thread group per tile
-constexpr int kStages = 4;           // shared-memory tiles in the ring (kStages − 1 in flight)
-constexpr int64_t kMaxChunkRing = 4096, kMaxChunkDirect = 2048;  // keys per block at most
+constexpr int kUnroll = 4;           // keys per thread group per tile (loads in flight)
+constexpr int64_t kMaxChunk = 2048;  // keys per block at most
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -58,9 +48,7 @@ struct Traits {
   static constexpr int kElems = kPackBytes / int(sizeof(T));  // per 16-byte pack
   static constexpr int kGroup = kD / kElems;                   // threads per key
   static constexpr int kGroups = kThreads / kGroup;            // keys side by side in a block
-  static constexpr int kTile = kGroups * kUnroll;              // keys per shared-memory tile
-  static constexpr int kStageElems = 2 * kTile * kD;           // K tile then V tile
-  static constexpr size_t kSmemBytes = size_t(kStages) * kStageElems * sizeof(T);
+  static constexpr int kTile = kGroups * kUnroll;              // keys per block per iteration
   static_assert(kD % kElems == 0, "head dim must be a whole number of 16-byte packs");
   static_assert(kGroup <= kWarpSize && kWarpSize % kGroup == 0, "a key's threads must share a warp");
 };
@@ -166,16 +154,13 @@ __device__ __forceinline__ void consume(const Pack<T> (&kp)[kUnroll], const Pack
   m = mx;
 }
 
-// kRing: keys through the shared-memory ring (cp.async); otherwise each thread loads its
-// packs straight into registers, and occupancy keeps the loads in flight.
-template <class T, int kD, bool kRing>
+template <class T, int kD>
 __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams<T> p) {
   using Tr = Traits<T, kD>;
   constexpr int E = Tr::kElems, kTile = Tr::kTile;
   const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int g = threadIdx.x / Tr::kGroup, lane = threadIdx.x % Tr::kGroup;
   const int64_t t0 = int64_t(split) * p.chunk, t1 = min(t0 + p.chunk, int64_t(p.keys));
-  const int tiles = int(ceil_div(t1 - t0, kTile));
   const int64_t head = (int64_t(b) * p.H + h) * p.Tmax * kD;
   const T* const kh = p.k + head;
   const T* const vh = p.v + head;
@@ -191,54 +176,16 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams<T> 
   for (int i = 0; i < E; ++i) acc[i] = 0.f;
   Pack<T> kp[kUnroll], vp[kUnroll];
 
-  if constexpr (kRing) {
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    T* const ring = reinterpret_cast<T*>(smem_raw);
-    // Tile `it` (keys t0 + it·kTile on) into its slot of the ring; keys from t1 on are
-    // zero-filled, not read. One commit group per call, empty past the last tile, so the
-    // wait below always counts the same.
-    auto load_tile = [&](int it) {
-      if (it < tiles) {
-        T* slot = ring + (it % kStages) * Tr::kStageElems;
-        const int64_t first = t0 + int64_t(it) * kTile;
-        const int64_t n = min(int64_t(kTile), t1 - first);
+  for (int64_t first = t0; first < t1; first += kTile) {
 #pragma unroll
-        for (int c = threadIdx.x; c < kTile * Tr::kGroup; c += kThreads) {  // 16-byte packs
-          const bool in = c / Tr::kGroup < n;
-          const int64_t src = in ? first * kD + int64_t(c) * E : 0;
-          cp_async_16(smem_u32(slot + c * E), kh + src, in);
-          cp_async_16(smem_u32(slot + kTile * kD + c * E), vh + src, in);
-        }
+    for (int u = 0; u < kUnroll; ++u) {  // all loads first: 2·kUnroll in flight per thread
+      const int64_t j = first + u * Tr::kGroups + g;
+      if (j < t1) {
+        kp[u] = load_pack_cs(kh + j * kD + lane * E);
+        vp[u] = load_pack_cs(vh + j * kD + lane * E);
       }
-      cp_async_commit();
-    };
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) load_tile(s);
-    for (int it = 0; it < tiles; ++it) {
-      cp_async_wait<kStages - 2>();  // tile `it` has landed (this thread's copies)...
-      __syncthreads();               // ...everyone's, and everyone is done with tile it − 1
-      load_tile(it + kStages - 1);   // into the slot of tile it − 1
-      const T* kt = ring + (it % kStages) * Tr::kStageElems;
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        kp[u] = load_pack(kt + (u * Tr::kGroups + g) * kD + lane * E);
-        vp[u] = load_pack(kt + kTile * kD + (u * Tr::kGroups + g) * kD + lane * E);
-      }
-      consume<T, kD>(kp, vp, q, t0 + int64_t(it) * kTile, g, t1, m, l, acc);
     }
-    cp_async_wait<0>();  // the empty groups past the end
-  } else {
-    for (int64_t first = t0; first < t1; first += kTile) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {  // all loads first: 2·kUnroll in flight per thread
-        const int64_t j = first + u * Tr::kGroups + g;
-        if (j < t1) {
-          kp[u] = load_pack_cs(kh + j * kD + lane * E);
-          vp[u] = load_pack_cs(vh + j * kD + lane * E);
-        }
-      }
-      consume<T, kD>(kp, vp, q, first, g, t1, m, l, acc);
-    }
+    consume<T, kD>(kp, vp, q, first, g, t1, m, l, acc);
   }
 
   // Merge the groups of the block (group 0 always saw a key: t1 > t0).
@@ -286,7 +233,6 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams<T> 
 struct Plan {
   int64_t chunk;
   int splits;
-  bool ring;
 };
 
 // Keys per block and the number of splits (see the file comment). want_splits > 0
@@ -294,56 +240,33 @@ struct Plan {
 // under a simple model: blocks run in waves of `resident`, a wave lasts as long as its
 // chunk plus a start-up of about two tiles, chunks are whole tiles of at most kMaxChunk
 // keys; ties go to fewer splits (less to combine).
-Plan plan_decode(int64_t B, int64_t H, int64_t T, int tile, int64_t resident, int64_t max_chunk, int want_splits) {
+Plan plan_decode(int64_t B, int64_t H, int64_t T, int tile, int64_t resident, int want_splits) {
   if (want_splits > 0) {
     const int64_t chunk = std::max<int64_t>(1, ceil_div(T, want_splits));
-    return {chunk, int(ceil_div(T, chunk)), false};
+    return {chunk, int(ceil_div(T, chunk))};
   }
   resident = std::max<int64_t>(1, resident);
   const int64_t most = std::min<int64_t>(ceil_div(T, tile), 4096);
   int64_t best_chunk = 0, best_cost = INT64_MAX;
   for (int64_t s = 1; s <= most; ++s) {
     const int64_t chunk = ceil_div(ceil_div(T, s), tile) * tile;
-    if (chunk > max_chunk) continue;
+    if (chunk > kMaxChunk) continue;
     const int64_t splits = ceil_div(T, chunk);
     if (splits != s) continue;  // the same chunk as a smaller s
     const int64_t cost = ceil_div(B * H * splits, resident) * (chunk + 2 * tile);
     if (cost < best_cost) best_cost = cost, best_chunk = chunk;
   }
-  return {best_chunk, int(ceil_div(T, best_chunk)), false};
+  return {best_chunk, int(ceil_div(T, best_chunk))};
 }
 
-// FLASHGPT_DECODE_KERNEL=ring|direct picks the variant (default: direct); read per call
-// (cheap) so that a benchmark can compare both in one process.
-bool use_ring() {
-  const char* v = std::getenv("FLASHGPT_DECODE_KERNEL");
-  if (!v || !*v || std::strcmp(v, "direct") == 0) return false;
-  if (std::strcmp(v, "ring") == 0) return true;
-  fail_input("FLASHGPT_DECODE_KERNEL must be ring or direct, got '", v, "'");
-}
-
-// The ring variant's dynamic shared memory is above the default 48 KiB: raised once per
-// instantiation, before the occupancy query and the first launch.
 template <class T, int kD>
-void allow_ring() {
-  static const bool done = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<T, kD, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(Traits<T, kD>::kSmemBytes)));
-    return true;
-  }();
-  (void)done;
-}
-
-template <class T, int kD, bool kRing>
 int64_t resident_blocks() {
   // One process drives one GPU (docs/ARCHITECTURE.md): computed once per instantiation.
   static const int64_t n = [] {
-    if (kRing) allow_ring<T, kD>();
     int dev = 0, sms = 0, per_sm = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_kernel<T, kD, kRing>, kThreads,
-                                                             kRing ? Traits<T, kD>::kSmemBytes : 0));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_kernel<T, kD>, kThreads, 0));
     return int64_t(sms) * std::max(per_sm, 1);
   }();
   return n;
@@ -351,12 +274,7 @@ int64_t resident_blocks() {
 
 template <class T, int kD>
 Plan plan_for(const AttentionDecode& a, int want_splits) {
-  const bool ring = use_ring();
-  Plan plan = plan_decode(a.B, a.H, a.T, Traits<T, kD>::kTile,
-                          ring ? resident_blocks<T, kD, true>() : resident_blocks<T, kD, false>(),
-                          ring ? kMaxChunkRing : kMaxChunkDirect, want_splits);
-  plan.ring = ring;
-  return plan;
+  return plan_decode(a.B, a.H, a.T, Traits<T, kD>::kTile, resident_blocks<T, kD>(), want_splits);
 }
 
 // Workspace: the partial outputs, their log2-sum-exps, then one counter per (b, h).
@@ -468,13 +386,7 @@ void flash_decode(const AttentionDecode& a, void* workspace, size_t workspace_by
       p.lse_part = p.o_part + parts * kD;
       p.done = reinterpret_cast<unsigned*>(p.lse_part + parts);
     }
-    const dim3 grid(unsigned(plan.splits), unsigned(a.H), unsigned(a.B));
-    if (plan.ring) {
-      allow_ring<T, kD>();
-      decode_kernel<T, kD, true><<<grid, kThreads, Traits<T, kD>::kSmemBytes, stream>>>(p);
-    } else {
-      decode_kernel<T, kD, false><<<grid, kThreads, 0, stream>>>(p);
-    }
+    decode_kernel<T, kD><<<dim3(unsigned(plan.splits), unsigned(a.H), unsigned(a.B)), kThreads, 0, stream>>>(p);
     CUDA_CHECK_LAUNCH();
   });
 }
