@@ -29,22 +29,11 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/train_fixture.h"
-#ifdef FLASHGPT_WITH_CUDA
-#include "src/cuda/device_context.h"
-#endif
 
 namespace {
 
 
 bool have_mpirun() { return std::system("command -v mpirun >/dev/null 2>&1") == 0; }
-
-int visible_gpus() {
-#ifdef FLASHGPT_WITH_CUDA
-  return flashgpt::cuda_device_count();
-#else
-  return 0;
-#endif
-}
 
 bool built_with_mpi() {
   const std::string cmd = std::string(FLASHGPT_BINARY) + " info 2>/dev/null | grep -q 'MPI:    on'";
@@ -162,7 +151,7 @@ const std::string kGpuEnv = "FLASHGPT_DETERMINISTIC=1 NCCL_NVLS_ENABLE=0";
 class DistributedCuda : public Distributed {};  // named so that scripts/test_gpu.sh ('*Cuda*') runs it
 
 TEST_F(DistributedCuda, NcclWithOneRankMatchesOneProcess) {
-  if (visible_gpus() < 1) GTEST_SKIP() << "no CUDA GPU visible";
+  if (flashgpt::test::visible_gpus() < 1) GTEST_SKIP() << "no CUDA GPU visible";
   for (std::string precision : {"fp32", "bf16"}) {
     const std::string o = kGpu + "--set train.precision=" + precision;
     Run ref = expect_ok(train("g_ref_" + precision, 0, 12, o, kGpuEnv));
@@ -174,7 +163,7 @@ TEST_F(DistributedCuda, NcclWithOneRankMatchesOneProcess) {
 }
 
 TEST_F(DistributedCuda, TwoGpusEqualOneGpuBf16) {
-  if (visible_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs, " << visible_gpus() << " visible";
+  if (flashgpt::test::visible_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs, " << flashgpt::test::visible_gpus() << " visible";
   const std::string o = kGpu + "--set train.precision=bf16";
   Run ref = expect_ok(train("g2_ref", 0, 12, o, kGpuEnv));
   Run reorder = expect_ok(train("g2_accum", 0, 6, o, kGpuEnv));
@@ -193,7 +182,7 @@ TEST_F(DistributedCuda, TwoGpusEqualOneGpuBf16) {
 }
 
 TEST_F(DistributedCuda, AFailureOnOneRankAbortsNccl) {
-  if (visible_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs, " << visible_gpus() << " visible";
+  if (flashgpt::test::visible_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs, " << flashgpt::test::visible_gpus() << " visible";
   Run r = train("g2_fail", 2, 6, kGpu + "--set train.precision=bf16", kGpuEnv + " FLASHGPT_TEST_FAIL_AT=1:3");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("[rank 1 of 2] injected failure"), std::string::npos) << r.err;

@@ -17,8 +17,20 @@
 
 #include "data/shard.h"
 #include "tests/testing.h"
+#ifdef FLASHGPT_WITH_CUDA
+#include "src/cuda/device_context.h"
+#endif
 
 namespace flashgpt::test {
+
+// GPUs the tests can use (0 in a CPU-only build).
+inline int visible_gpus() {
+#ifdef FLASHGPT_WITH_CUDA
+  return cuda_device_count();
+#else
+  return 0;
+#endif
+}
 
 inline std::string slurp(const std::string& path) {
   std::ifstream f(path);
