@@ -11,8 +11,9 @@
 #   long        T = 128K (every policy) and 256K (none, gelu, block), B = 1        ~1.5 min
 #   torch       PyTorch eager, SDPA flash and math, the same points                ~1 min
 #   merge       table, CSV and plot of everything (memory.txt, memory.csv, memory.svg)
-#   --1m        GPT-2 124M at T = 1,048,576 on the corpus: one training step, then
-#               the loss of the updated model on another 1M-token window        ~6-7 min
+#   --1m        GPT-2 124M, rope + block: 3 steps at T = 4K..256K (does the loss fall?),
+#               then at T = 1,048,576 on the corpus one training step and the loss of
+#               the updated model on another 1M-token window                     ~7-8 min
 # The sweep (plan .. merge) takes about 4-5 minutes on an H200, --1m another 6-7
 # (estimates from FLOP counts; the log has timestamps): run them as two calls,
 #   scripts/memory_sweep.sh OUT            and    scripts/memory_sweep.sh OUT --1m --no-sweep
@@ -96,6 +97,16 @@ if [ $onem = 1 ]; then
     timeout 120 "$fg" prepare --input cache/corpus --out cache/shards/corpus --no-progress >"$out/1m_prepare.log" 2>&1
     echo "prepare rc=$?"
   fi
+  # The 1M step of 2026-12-01 did not lower the loss (11.009 -> 11.004, norm 83) where the
+  # CPU at T = 16K does (BENCHMARKS.md): the same config at shorter T, 3 steps each, shows
+  # at which length the first steps stop lowering it.
+  part "GPT-2 124M, rope + block, B=1: 3 steps at T = 4K, 16K, 64K, 256K"
+  for T in 4096 16384 65536 262144; do
+    rm -rf runs/gpt2-124m-ladder
+    timeout 150 "$fg" train -c configs/gpt2-124m-1m.yaml --set model.max_seq_len=$T --set train.seq_len=$T \
+      --set train.steps=3 --set run.out_dir=runs/gpt2-124m-ladder >"$out/ladder_$T.log" 2>&1
+    echo "T=$T rc=$?"; grep -E "^step|error" "$out/ladder_$T.log"
+  done
   part "GPT-2 124M at T=1,048,576: one training step (block recompute, rotary positions)"
   rm -rf runs/gpt2-124m-1m
   timeout 420 "$fg" train -c configs/gpt2-124m-1m.yaml >"$out/1m_train.log" 2>&1
