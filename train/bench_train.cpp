@@ -64,7 +64,10 @@ void run_bench_train(const BenchTrainOptions& o, Communicator& host) {
   Ops* ops = be.ops.get();
 #ifdef FLASHGPT_WITH_CUDA
   std::unique_ptr<TimedOps> timed;
+  Roofline roof;
   if (o.breakdown && be.context) {
+    // The ceilings first, while the memory is still free.
+    roof = measure_roofline(*be.ops, *static_cast<DeviceContext*>(be.context.get()));
     timed = make_timed_ops(*be.ops, *static_cast<DeviceContext*>(be.context.get()));
     timed->set_enabled(false);
     ops = timed.get();
@@ -179,7 +182,7 @@ void run_bench_train(const BenchTrainOptions& o, Communicator& host) {
     }
     if (lead)
       std::printf("per-op breakdown (CUDA events around each op call, %d steps):\n%s", o.steps,
-                  timed->report(o.steps).c_str());
+                  timed->report(o.steps, roof, med).c_str());
   }
 #endif
 }
@@ -193,7 +196,9 @@ void add_bench_train_command(CLI::App& bench) {
   cmd->add_option("--set", o->sets, "Override a config key (repeatable)");
   cmd->add_option("--warmup", o->warmup, "Untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--steps", o->steps, "Timed steps (the median is reported)")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_flag("--breakdown", o->breakdown, "Per-op time table (CUDA events; GPU only)");
+  cmd->add_flag("--breakdown", o->breakdown,
+                "Per-op time table (CUDA events; GPU only): achieved TFLOP/s and TB/s against the GEMM rate and copy "
+                "bandwidth measured first, and the step time the ops do not account for");
   cmd->add_flag("--comm-profile", o->comm_profile,
                 "Under mpirun on GPUs: per-bucket NCCL timing and how much of it backward hides");
   cmd->callback([o] {
