@@ -385,8 +385,192 @@ std::vector<Case> all_cases() {
 }
 INSTANTIATE_TEST_SUITE_P(Cuda, FlashAttentionVsReference, testing::ValuesIn(all_cases()), case_name);
 
-// Deterministic mode gives the same bits twice.
-TEST(FlashAttention, DeterministicModeIsBitwiseRepeatable) {
+// ---- one sequence of a million tokens, checked on sampled rows and columns -------------
+// The cases above stop at T = 4100. At T = 1,048,583 (one sequence, the regime of the
+// 1M-token training step) an exact reference of every element would take hours, but a
+// query row's O, LSE and dQ need only that row against its keys, and a key's dK and dV
+// only the rows at and after it. So: O, LSE and dQ of the first row, 15 rows spread over
+// the sequence and the last 48; dK and dV of the last 48 keys (whose rows are all among
+// those). Same references (fp64 and the naive bf16 yardstick, with the flash forward's
+// rounding), same per-element rule and floors as above.
+struct Sampled {
+  std::vector<double> out, lse, dq, dk, dv;               // rows × D (lse: rows)
+  std::vector<double> lse_floor, dq_floor, dk_floor;     // ref64 only
+};
+
+template <class Real, bool kBf16>
+Sampled sampled_reference(const Problem& pb, const std::vector<int>& rows, int first_col) {
+  const int T = pb.T, D = pb.D, h = 0;  // B = 1; the first head
+  const Real scale = Real(1) / std::sqrt(Real(D));
+  auto rnd = [](Real x) { return kBf16 ? Real(round_bf16(float(x))) : x; };
+  constexpr double u = 1.0 / (1 << 24);
+  const double gamma = (D + 2) * u;
+  const size_t R = rows.size(), K = size_t(T - first_col);
+  Sampled r;
+  r.out.assign(R * D, 0), r.lse.assign(R, 0), r.dq.assign(R * D, 0);
+  r.lse_floor.assign(R, 0), r.dq_floor.assign(R * D, 0);
+  r.dk.assign(K * D, 0), r.dv.assign(K * D, 0), r.dk_floor.assign(K * D, 0);
+  std::vector<double> delta(R);
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t k = 0; k < int64_t(R); ++k) {
+    const int i = rows[size_t(k)], n = i + 1;  // causal
+    std::vector<Real> s(static_cast<size_t>(n)), o(static_cast<size_t>(D), 0), dq(static_cast<size_t>(D), 0);
+    Real mx = -INFINITY;
+    for (int j = 0; j < n; ++j) mx = std::max(mx, s[size_t(j)] = dot<Real>(pb.q(0, i, h), pb.k(0, j, h), D) * scale);
+    Real sum = 0;
+    for (int j = 0; j < n; ++j) sum += std::exp(s[size_t(j)] - mx);
+    const Real lse = mx + std::log(sum);
+    for (int j = 0; j < n; ++j) {
+      const Real p = rnd(std::exp(s[size_t(j)] - mx));
+      const float* vj = pb.v(0, j, h);
+      for (int d = 0; d < D; ++d) o[size_t(d)] += p * Real(vj[d]);
+    }
+    const float* doi = pb.dO(0, i, h);
+    Real dlt = 0;
+    for (int d = 0; d < D; ++d) {
+      o[size_t(d)] = rnd(o[size_t(d)] / sum);
+      dlt += o[size_t(d)] * Real(doi[d]);
+      r.out[size_t(k) * D + size_t(d)] = double(o[size_t(d)]);
+    }
+    r.lse[size_t(k)] = double(lse);
+    delta[size_t(k)] = double(dlt);
+    double lse_floor = ((n + 63) / 64 + 2) * (u + std::ldexp(1.0, -22));
+    std::vector<double> dq_floor(size_t(D), 0);
+    for (int j = 0; j < n; ++j) {
+      const Real p = std::exp(s[size_t(j)] - lse);
+      const Real dp = dot<Real>(doi, pb.v(0, j, h), D);
+      const Real ds = rnd(p * (dp - dlt));
+      const float* kj = pb.k(0, j, h);
+      const double cancel = double(p) * gamma * (std::fabs(double(dp)) + std::fabs(double(dlt)));
+      lse_floor += u * double(p) * (std::fabs(double(s[size_t(j)])) + std::fabs(double(mx)));
+      for (int d = 0; d < D; ++d) {
+        dq[size_t(d)] += ds * Real(kj[d]);
+        dq_floor[size_t(d)] += cancel * std::fabs(double(kj[d]));
+      }
+    }
+    r.lse_floor[size_t(k)] = lse_floor;
+    for (int d = 0; d < D; ++d) {
+      r.dq[size_t(k) * D + size_t(d)] = double(rnd(dq[size_t(d)] * scale));
+      r.dq_floor[size_t(k) * D + size_t(d)] = dq_floor[size_t(d)] * double(scale);
+    }
+  }
+  // Keys first_col … T−1: rows at and after them are the last rows of `rows`.
+  const size_t tail0 = R - K;
+  for (size_t c = 0; c < K; ++c) {
+    const int j = first_col + int(c);
+    std::vector<Real> dk(size_t(D), 0), dv(size_t(D), 0);
+    std::vector<double> dk_floor(size_t(D), 0);
+    for (int i = j; i < T; ++i) {
+      const size_t k = tail0 + size_t(i - first_col);
+      const Real p = std::exp(dot<Real>(pb.q(0, i, h), pb.k(0, j, h), D) * scale - Real(r.lse[k]));
+      const float* doi = pb.dO(0, i, h);
+      const float* qi = pb.q(0, i, h);
+      const Real dp = dot<Real>(doi, pb.v(0, j, h), D);
+      const Real ds = rnd(p * (dp - Real(delta[k])));
+      const Real pr = rnd(p);
+      const double cancel = double(p) * gamma * (std::fabs(double(dp)) + std::fabs(delta[k]));
+      for (int d = 0; d < D; ++d) {
+        dk[size_t(d)] += ds * Real(qi[d]);
+        dv[size_t(d)] += pr * Real(doi[d]);
+        dk_floor[size_t(d)] += cancel * std::fabs(double(qi[d]));
+      }
+    }
+    for (int d = 0; d < D; ++d) {
+      r.dk[c * D + size_t(d)] = double(rnd(dk[size_t(d)] * scale));
+      r.dk_floor[c * D + size_t(d)] = dk_floor[size_t(d)] * double(scale);
+      r.dv[c * D + size_t(d)] = double(rnd(dv[size_t(d)]));
+    }
+  }
+  return r;
+}
+
+// The sampled reference is the full one restricted (same sums in the same order): the
+// same bits, on the CPU (no GPU needed), for both precisions.
+TEST(FlashAttentionReference, SampledRowsAndColumnsEqualTheFullReference) {
+  const int T = 301, D = 64, tail = 7;
+  const Problem pb = random_problem(1, T, 2, D, true, uint32_t(test::test_rng()()));
+  const std::vector<int> rows = {0, 50, 150, 294, 295, 296, 297, 298, 299, 300};
+  auto check = [&](const Result& full, const Sampled& part, const char* what) {
+    const size_t HD = 2 * size_t(D), W = 3 * HD;
+    for (size_t k = 0; k < rows.size(); ++k) {
+      const size_t i = size_t(rows[k]);
+      EXPECT_EQ(part.lse[k], full.lse[i]) << what << " LSE row " << i;  // (B, H, T), head 0
+      for (int d = 0; d < D; ++d) {
+        EXPECT_EQ(part.out[k * D + size_t(d)], full.out[i * HD + size_t(d)]) << what << " O row " << i;
+        EXPECT_EQ(part.dq[k * D + size_t(d)], full.dqkv[i * W + size_t(d)]) << what << " dQ row " << i;
+      }
+    }
+    for (int c = 0; c < tail; ++c)
+      for (int d = 0; d < D; ++d) {
+        const size_t j = size_t(T - tail + c);
+        EXPECT_EQ(part.dk[size_t(c) * D + size_t(d)], full.dqkv[j * W + HD + size_t(d)]) << what << " dK key " << j;
+        EXPECT_EQ(part.dv[size_t(c) * D + size_t(d)], full.dqkv[j * W + 2 * HD + size_t(d)]) << what << " dV key " << j;
+      }
+  };
+  check(attention_reference<double, false>(pb), sampled_reference<double, false>(pb, rows, T - tail), "fp64");
+  check(attention_reference<float, true>(pb), sampled_reference<float, true>(pb, rows, T - tail), "naive");
+}
+
+TEST(CudaFlashAttention, MillionTokenSequenceOnSampledRowsAndColumns) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const int T = 1048583, H = 2, D = 64, kTail = 48;
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess || free_b < (size_t(4) << 30))
+    GTEST_SKIP() << "needs 4 GiB of free device memory";
+  // Inputs from the test's seed: uniform in [-2, 2), bf16, generated in parallel.
+  Problem pb{1, T, H, D, true, {}, {}};
+  pb.qkv.resize(size_t(T) * 3 * H * D);
+  pb.dout.resize(size_t(T) * H * D);
+  const uint64_t seed = test::test_rng()();
+  auto fill = [&](std::vector<float>& v, uint64_t salt) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < int64_t(v.size()); ++i) {
+      uint64_t z = (seed ^ salt) * 0x9E3779B97F4A7C15ull + uint64_t(i) * 0xD1B54A32D192ED03ull + 1;
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      z ^= z >> 31;
+      v[size_t(i)] = round_bf16(float(double(z >> 11) * 0x1.0p-53 * 4.0 - 2.0));
+    }
+  };
+  fill(pb.qkv, 1);
+  fill(pb.dout, 2);
+  std::vector<int> rows = {0};
+  for (int k = 1; k <= 15; ++k) rows.push_back(int(int64_t(T - kTail) * k / 16));
+  for (int i = T - kTail; i < T; ++i) rows.push_back(i);
+  const Sampled ref = sampled_reference<double, false>(pb, rows, T - kTail);
+  const Sampled naive = sampled_reference<float, true>(pb, rows, T - kTail);
+  const size_t HD = size_t(H) * D, W = 3 * HD;
+  for (const char* path : {"auto", "sm80"}) {
+    ScopedEnv env("FLASHGPT_ATTENTION_PATH", path);
+    DeviceRun run;
+    run_flash(pb, run);
+    if (HasFatalFailure()) return;
+    std::vector<double> o, l, dq, dk, dv;
+    for (int i : rows) {
+      l.push_back(run.lse[size_t(i)]);  // (B, H, T): head 0
+      for (int d = 0; d < D; ++d) {
+        o.push_back(run.out[size_t(i) * HD + size_t(d)]);
+        dq.push_back(run.dqkv[size_t(i) * W + size_t(d)]);
+      }
+    }
+    for (int j = T - kTail; j < T; ++j)
+      for (int d = 0; d < D; ++d) {
+        dk.push_back(run.dqkv[size_t(j) * W + HD + size_t(d)]);
+        dv.push_back(run.dqkv[size_t(j) * W + 2 * HD + size_t(d)]);
+      }
+    const std::string label = std::string(path) + " T=1048583";
+    const std::vector<double> none(ref.out.size(), 0.0), none_v(ref.dv.size(), 0.0);
+    test::expect_rule(o, naive.out, ref.out, D, test::unit_roundoff(DType::bf16), label + " O", &none);
+    test::expect_rule(l, naive.lse, ref.lse, 1, test::unit_roundoff(DType::f32), label + " LSE", &ref.lse_floor);
+    test::expect_rule(dq, naive.dq, ref.dq, D, test::unit_roundoff(DType::bf16), label + " dQ", &ref.dq_floor);
+    test::expect_rule(dk, naive.dk, ref.dk, D, test::unit_roundoff(DType::bf16), label + " dK", &ref.dk_floor);
+    test::expect_rule(dv, naive.dv, ref.dv, D, test::unit_roundoff(DType::bf16), label + " dV", &none_v);
+  }
+}
+
+// Deterministic mode gives the same bits twice. (Suite names hold "Cuda" so that the GPU
+// suite, scripts/test_gpu.sh's '*Cuda*', runs them.)
+TEST(CudaFlashAttention, DeterministicModeIsBitwiseRepeatable) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const Problem pb = random_problem(2, 777, 2, 64, true, 1234);
   ScopedEnv det("FLASHGPT_DETERMINISTIC", "1");
