@@ -10,8 +10,8 @@
 //             each, straight into registers; a block's groups take consecutive keys, so
 //             a warp reads contiguous memory, and each group keeps kUnroll keys' K and V
 //             loads in flight. Occupancy (several blocks per SM) hides the latency.
-//             (A cp.async ring of shared-memory tiles was measured slower: 3.4–4.0 TB/s
-//             against 3.6–4.2 at long caches, BENCHMARKS.md.)
+//             (A cp.async ring of shared-memory tiles was measured slower: 3.45–3.99
+//             TB/s against 3.67–4.29 at T = 256K, BENCHMARKS.md.)
 //   compute   per group: scores by a shuffle reduction within the group, online softmax
 //             (running max m and sum l, in the log2 domain: q is pre-scaled by
 //             scale·log2 e so exp is exp2), unnormalised O in fp32 registers. The groups
