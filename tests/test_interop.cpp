@@ -47,12 +47,7 @@ CliRun flashgpt(const std::string& args, bool with_stderr = true) {
 
 Config config_for(const ModelConfig& m) {
   Config c;
-  c.model.n_layer = m.n_layer;
-  c.model.n_head = m.n_head;
-  c.model.n_embd = m.n_embd;
-  c.model.vocab_size = m.vocab_size;
-  c.model.padded_vocab = m.padded_vocab;
-  c.model.max_seq_len = m.max_seq_len;
+  set_model_config(c, m);
   c.train.seq_len = std::min(c.train.seq_len, m.max_seq_len);
   c.train.precision = "fp32";
   return c;

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 #include "src/config.h"
+#include "tests/gpt2_config.h"
 #include "testing.h"
 #include "train/backend.h"
 #include "train/memory_plan.h"
@@ -17,19 +18,9 @@
 namespace flashgpt {
 namespace {
 
-const std::string kConfig = std::string(FLASHGPT_SOURCE_DIR) + "/configs/gpt2-124m.yaml";
+const std::string& kConfig = test::kGpt2Config;
 constexpr double kMiB = 1 << 20, kGiB = double(1 << 30);
-
-Config gpt2(int B, int T, const std::string& recompute, const std::string& attention = "flash") {
-  Config c = load_config(kConfig, {});
-  c.train.batch_size = B;
-  c.train.seq_len = T;
-  c.model.max_seq_len = std::max(c.model.max_seq_len, T);
-  c.train.recompute = recompute;
-  c.model.attention = attention;
-  validate_config(c);
-  return c;
-}
+using test::gpt2_124m;
 
 MemoryPlan plan(const Config& c, int world = 1, int zero = 0) {
   return plan_memory(c, {Device::cuda, DType::bf16, world, zero});
@@ -37,18 +28,18 @@ MemoryPlan plan(const Config& c, int world = 1, int zero = 0) {
 
 TEST(MemoryPlan, Gpt2SmallActivationsPerTokenByPolicy) {
   // 64K tokens per step, as in the sweep; bf16.
-  const double none = plan(gpt2(64, 1024, "none")).activation_bytes_per_token() / kMiB;
-  const double gelu = plan(gpt2(64, 1024, "gelu")).activation_bytes_per_token() / kMiB;
-  const double block = plan(gpt2(1, 65536, "block")).activation_bytes_per_token() / kMiB;
+  const double none = plan(gpt2_124m(64, 1024, "none")).activation_bytes_per_token() / kMiB;
+  const double gelu = plan(gpt2_124m(64, 1024, "gelu")).activation_bytes_per_token() / kMiB;
+  const double block = plan(gpt2_124m(1, 65536, "block")).activation_bytes_per_token() / kMiB;
   EXPECT_GT(none, 0.30);   // the issue measured ~0.31 MiB per token
   EXPECT_LE(gelu, 0.25);   // the goal, with the cheapest policy
   EXPECT_LT(block, 0.08);
   // Linear in tokens: the per-token figure only falls as fixed buffers (head chunk) amortise.
-  EXPECT_LE(plan(gpt2(1, 1 << 20, "block")).activation_bytes_per_token() / kMiB, block);
+  EXPECT_LE(plan(gpt2_124m(1, 1 << 20, "block")).activation_bytes_per_token() / kMiB, block);
 }
 
 TEST(MemoryPlan, LinesAddUpAndGroupsAreThere) {
-  const MemoryPlan p = plan(gpt2(8, 1024, "gelu+ln"));
+  const MemoryPlan p = plan(gpt2_124m(8, 1024, "gelu+ln"));
   size_t sum = 0;
   for (const auto& l : p.lines) sum += l.bytes;
   EXPECT_EQ(sum, p.total);
@@ -62,7 +53,7 @@ TEST(MemoryPlan, LinesAddUpAndGroupsAreThere) {
 }
 
 TEST(MemoryPlan, Zero1ShardsTheOptimizerStateOverTheRanks) {
-  const Config c = gpt2(8, 1024, "none");
+  const Config c = gpt2_124m(8, 1024, "none");
   const MemoryPlan one = plan(c, 1, 1), eight = plan(c, 8, 1), replicated = plan(c, 8, 0);
   // With N ranks every layer's range is padded to a multiple of 64·N elements (so that it
   // splits into equal shards): a few thousand elements more than with one rank.
@@ -75,7 +66,7 @@ TEST(MemoryPlan, Zero1ShardsTheOptimizerStateOverTheRanks) {
 }
 
 TEST(MemoryPlan, PreflightNamesTheSettingThatFits) {
-  const Config c = gpt2(1, 524288, "none");
+  const Config c = gpt2_124m(1, 524288, "none");
   const PlanTarget h200{Device::cuda, DType::bf16, 1, 0};
   const size_t free_bytes = size_t(139.8 * kGiB);
   const std::string why = memory_shortfall(c, h200, free_bytes);
@@ -83,11 +74,11 @@ TEST(MemoryPlan, PreflightNamesTheSettingThatFits) {
   EXPECT_NE(why.find("the GPU has 139.8 GiB free"), std::string::npos) << why;
   EXPECT_NE(why.find("train.recompute="), std::string::npos) << why;
   EXPECT_NE(why.find(" would need "), std::string::npos) << why;
-  EXPECT_EQ(memory_shortfall(gpt2(1, 65536, "none"), h200, free_bytes), "");
+  EXPECT_EQ(memory_shortfall(gpt2_124m(1, 65536, "none"), h200, free_bytes), "");
   // Nothing fits in 1 GiB.
   EXPECT_NE(memory_shortfall(c, h200, size_t(kGiB)).find("even train.recompute=block would need"), std::string::npos);
   // Naive attention: FlashAttention is suggested when no policy saves it.
-  EXPECT_NE(memory_shortfall(gpt2(1, 65536, "none", "naive"), h200, free_bytes).find("model.attention=flash"),
+  EXPECT_NE(memory_shortfall(gpt2_124m(1, 65536, "none", "naive"), h200, free_bytes).find("model.attention=flash"),
             std::string::npos);
 }
 

@@ -70,6 +70,16 @@ ModelConfig model_config(const Config& c) {
           c.model.position == "rope" ? PositionEncoding::rope : PositionEncoding::learned};
 }
 
+void set_model_config(Config& c, const ModelConfig& m) {
+  c.model.n_layer = m.n_layer;
+  c.model.n_head = m.n_head;
+  c.model.n_embd = m.n_embd;
+  c.model.vocab_size = m.vocab_size;
+  c.model.padded_vocab = m.padded_vocab;
+  c.model.max_seq_len = m.max_seq_len;
+  c.model.position = m.position == PositionEncoding::rope ? "rope" : "learned";
+}
+
 AttentionAlgo attention_algo(const Config& c) {
   return c.model.attention == "naive" ? AttentionAlgo::naive : AttentionAlgo::flash;
 }

@@ -39,6 +39,8 @@ bool cuda_available();  // built with CUDA and at least one GPU visible
 std::pair<size_t, size_t> cuda_memory_info();
 
 ModelConfig model_config(const Config& c);
+// The inverse: writes m's shape and position encoding into c.model.
+void set_model_config(Config& c, const ModelConfig& m);
 AttentionAlgo attention_algo(const Config& c);  // model.attention
 // model.attention, train.recompute, and FLASHGPT_DETERMINISTIC=1 from the environment.
 ModelOptions model_options(const Config& c);

@@ -22,7 +22,7 @@
 #ifdef FLASHGPT_WITH_CUDA
 #include <cuda_runtime.h>
 #include "kernels/cuda/attention/flash_attention.h"
-#include "src/cuda/cuda_check.h"
+#include "src/cuda/bench_util.h"
 #endif
 
 namespace flashgpt {
@@ -59,52 +59,9 @@ double forward_flops(const AttentionShape& s) {
   return s.causal ? f / 2 : f;
 }
 
-// Device memory freed on scope exit.
-struct DeviceMem {
-  void* ptr = nullptr;
-  explicit DeviceMem(size_t bytes) { CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(bytes, 16))); }
-  ~DeviceMem() { cudaFree(ptr); }
-  DeviceMem(const DeviceMem&) = delete;
-  DeviceMem& operator=(const DeviceMem&) = delete;
-};
-
-// Random bf16 in about [-2, 2): never time on zeros (they can run faster). The host
-// values are drawn once and reused across shapes (prefixes of one buffer).
-void fill_random_bf16(void* dst, size_t n, size_t offset) {
-  static std::vector<uint16_t> host;
-  if (host.size() < n + offset) {
-    host.resize(n + offset);
-    uint32_t x = 2463534242u;
-    for (auto& h : host) {
-      x ^= x << 13, x ^= x >> 17, x ^= x << 5;
-      const float f = (int32_t(x >> 8) - (1 << 23)) / float(1 << 22);
-      uint32_t u;
-      std::memcpy(&u, &f, 4);
-      h = uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    }
-  }
-  CUDA_CHECK(cudaMemcpy(dst, host.data() + offset, n * 2, cudaMemcpyHostToDevice));
-}
-
-template <class Fn>
-float median_ms(Fn fn, int warmup, int iters, cudaStream_t stream) {
-  for (int i = 0; i < warmup; ++i) fn();
-  cudaEvent_t start, stop;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms(iters);
-  for (int i = 0; i < iters; ++i) {
-    CUDA_CHECK(cudaEventRecord(start, stream));
-    fn();
-    CUDA_CHECK(cudaEventRecord(stop, stream));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    CUDA_CHECK(cudaEventElapsedTime(&ms[i], start, stop));
-  }
-  CUDA_CHECK(cudaEventDestroy(start));
-  CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(ms.begin(), ms.end());
-  return ms[iters / 2];
-}
+using bench::DeviceMem;
+using bench::fill_random_bf16;
+using bench::median_ms;
 
 void bench_one(const AttentionShape& s, const BenchOptions& opt, cudaStream_t stream) {
   const int64_t tokens = int64_t(s.B) * s.T;
@@ -143,17 +100,12 @@ void bench_one(const AttentionShape& s, const BenchOptions& opt, cudaStream_t st
 }
 
 void run_attention_bench(const BenchOptions& opt) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
-    fail_input("bench attention needs a CUDA GPU, and none is visible");
+  const std::string gpu = bench::gpu_name_or_fail("bench attention");
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));
-  if (!opt.json) {
-    cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  if (!opt.json)
     std::printf("flash attention on %s; fwd FLOPs = 4*B*H*T^2*D (/2 causal), bwd = 2.5x fwd; "
-                "median of %d after %d warm-up\n", prop.name, opt.iters, opt.warmup);
-  }
+                "median of %d after %d warm-up\n", gpu.c_str(), opt.iters, opt.warmup);
   for (const auto& s : opt.suite ? standard_suite() : std::vector<AttentionShape>{opt.shape})
     bench_one(s, opt, stream);
   CUDA_CHECK(cudaStreamDestroy(stream));

@@ -16,7 +16,7 @@
 #ifdef FLASHGPT_WITH_CUDA
 #include <cuda_runtime.h>
 #include "kernels/cuda/attention/flash_attention.h"
-#include "src/cuda/cuda_check.h"
+#include "src/cuda/bench_util.h"
 #endif
 
 namespace flashgpt {
@@ -33,36 +33,8 @@ struct DecodeBenchOptions {
 #ifdef FLASHGPT_WITH_CUDA
 constexpr size_t kFlushBytes = size_t(512) << 20;  // far above the L2 of any current GPU (H100/H200: 50 MB)
 
-struct DeviceMem {
-  void* ptr = nullptr;
-  explicit DeviceMem(size_t bytes) { CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(bytes, 16))); }
-  ~DeviceMem() { cudaFree(ptr); }
-  DeviceMem(const DeviceMem&) = delete;
-  DeviceMem& operator=(const DeviceMem&) = delete;
-};
-
-// Random bf16 in about [-2, 2) (never time on zeros): a 64 MiB random block from the
-// host, then repeated on the device.
-void fill_random_bf16(void* dst, size_t n) {
-  constexpr size_t kBlock = size_t(32) << 20;  // elements
-  static std::vector<uint16_t> host;
-  if (host.empty()) {
-    host.resize(kBlock);
-    uint32_t x = 2463534242u;
-    for (auto& h : host) {
-      x ^= x << 13, x ^= x >> 17, x ^= x << 5;
-      const float f = float(int32_t(x >> 8) - (1 << 23)) / float(1 << 22);
-      uint32_t u;
-      std::memcpy(&u, &f, 4);
-      h = uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    }
-  }
-  auto* d = static_cast<uint16_t*>(dst);
-  const size_t first = std::min(n, kBlock);
-  CUDA_CHECK(cudaMemcpy(d, host.data(), first * 2, cudaMemcpyHostToDevice));
-  for (size_t at = first; at < n; at += first)
-    CUDA_CHECK(cudaMemcpy(d + at, d, std::min(first, n - at) * 2, cudaMemcpyDeviceToDevice));
-}
+using bench::DeviceMem;
+using bench::fill_random_bf16;
 
 void bench_one(int B, int H, int T, int D, const DecodeBenchOptions& opt, cudaStream_t stream, void* flush) {
   const int64_t cache = int64_t(B) * H * T * D;
@@ -79,24 +51,11 @@ void bench_one(int B, int H, int T, int D, const DecodeBenchOptions& opt, cudaSt
   const size_t ws_bytes = cuda::flash_decode_workspace_bytes(a);
   DeviceMem ws(ws_bytes);
   if (ws_bytes) CUDA_CHECK(cudaMemset(ws.ptr, 0, ws_bytes));  // the split counters start at 0
-  cudaEvent_t start, stop;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms;
-  for (int i = 0; i < opt.warmup + opt.iters; ++i) {
-    CUDA_CHECK(cudaMemsetAsync(flush, i & 0xff, kFlushBytes, stream));  // evict the cache from L2
-    CUDA_CHECK(cudaEventRecord(start, stream));
-    cuda::flash_decode(a, ws.ptr, ws_bytes, stream);
-    CUDA_CHECK(cudaEventRecord(stop, stream));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float t = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    if (i >= opt.warmup) ms.push_back(t);
-  }
-  CUDA_CHECK(cudaEventDestroy(start));
-  CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(ms.begin(), ms.end());
-  const double med = ms[ms.size() / 2];
+  int call = 0;
+  const double med = bench::median_ms([&] { cuda::flash_decode(a, ws.ptr, ws_bytes, stream); }, opt.warmup, opt.iters,
+                                      stream, [&] {  // evict the cache from L2
+                                        CUDA_CHECK(cudaMemsetAsync(flush, call++ & 0xff, kFlushBytes, stream));
+                                      });
   const double bytes = 2.0 * double(cache) * 2.0;
   const double tbs = bytes / (med * 1e-3) / 1e12;
   const int splits = cuda::flash_decode_splits(a);
@@ -109,18 +68,13 @@ void bench_one(int B, int H, int T, int D, const DecodeBenchOptions& opt, cudaSt
 }
 
 void run_decode_bench(const DecodeBenchOptions& opt) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
-    fail_input("bench decode needs a CUDA GPU, and none is visible");
+  const std::string gpu = bench::gpu_name_or_fail("bench decode");
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));
   DeviceMem flush(kFlushBytes);
-  if (!opt.json) {
-    cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  if (!opt.json)
     std::printf("flash decode on %s, bf16 KV cache; bytes = K + V = 2*B*H*T*D*2, L2 flushed before each call; "
-                "median of %d after %d warm-up\n", prop.name, opt.iters, opt.warmup);
-  }
+                "median of %d after %d warm-up\n", gpu.c_str(), opt.iters, opt.warmup);
   struct Shape { int H, D; };
   std::vector<Shape> shapes = {{opt.heads, opt.head_dim}};
   std::vector<int> lengths = opt.lengths, batches = opt.batches;

@@ -263,12 +263,7 @@ std::string import_hf(const ImportOptions& o) {
   for (const auto& [name, t] : hf.tensors) dtypes.insert(t.second->dtype);
 
   Config cfg;
-  cfg.model.n_layer = mc.n_layer;
-  cfg.model.n_head = mc.n_head;
-  cfg.model.n_embd = mc.n_embd;
-  cfg.model.vocab_size = mc.vocab_size;
-  cfg.model.padded_vocab = mc.padded_vocab;
-  cfg.model.max_seq_len = mc.max_seq_len;
+  set_model_config(cfg, mc);
   cfg.train.seq_len = mc.max_seq_len;
   cfg.run.out_dir = o.out_dir;
   validate_config(cfg);

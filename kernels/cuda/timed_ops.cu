@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include "kernels/op_work.h"
+#include "src/cuda/bench_util.h"
 #include "src/cuda/cuda_check.h"
 #include "src/cuda/device_context.h"
 
@@ -193,30 +194,14 @@ std::string TimedOps::report(int steps, const Roofline& roof, double step_ms) co
 
 Roofline measure_roofline(Ops& ops, DeviceContext& ctx) {
   cudaStream_t stream = ctx.main_stream();
-  cudaEvent_t start, stop;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  auto median_ms = [&](auto&& body) {
-    std::vector<float> ms;
-    for (int i = 0; i < 7; ++i) {
-      CUDA_CHECK(cudaEventRecord(start, stream));
-      body();
-      CUDA_CHECK(cudaEventRecord(stop, stream));
-      CUDA_CHECK(cudaEventSynchronize(stop));
-      float t = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-      if (i >= 2) ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    return double(ms[ms.size() / 2]);
-  };
+  auto time_ms = [&](auto&& body) { return double(bench::median_ms(body, 2, 5, stream)); };
   Roofline r;
   {
     const size_t bytes = size_t(1) << 30;
     void* a = ops.alloc(bytes);
     void* b = ops.alloc(bytes);
     CUDA_CHECK(cudaMemsetAsync(a, 1, bytes, stream));
-    const double ms = median_ms([&] { CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream)); });
+    const double ms = time_ms([&] { CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream)); });
     r.copy_tbs = 2.0 * double(bytes) / (ms * 1e-3) / 1e12;
     ops.free(a);
     ops.free(b);
@@ -233,12 +218,10 @@ Roofline measure_roofline(Ops& ops, DeviceContext& ctx) {
     mm.out = Tensor(p[0], DType::bf16, Device::cuda, {n, n});
     mm.inp = Tensor(p[1], DType::bf16, Device::cuda, {n, n});
     mm.weight = Tensor(p[2], DType::bf16, Device::cuda, {n, n});
-    const double ms = median_ms([&] { ops.matmul_forward(mm); });
+    const double ms = time_ms([&] { ops.matmul_forward(mm); });
     r.gemm_tflops = 2.0 * double(n) * n * n / (ms * 1e-3) / 1e12;
     for (void* x : p) ops.free(x);
   }
-  CUDA_CHECK(cudaEventDestroy(start));
-  CUDA_CHECK(cudaEventDestroy(stop));
   return r;
 }
 

@@ -11,6 +11,7 @@
 #include "layers/gpt2.h"
 #include "optim/adamw.h"
 #include "src/config.h"
+#include "tests/gpt2_config.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "train/backend.h"
 #include "train/memory_plan.h"
@@ -18,19 +19,7 @@
 namespace flashgpt::test {
 namespace {
 
-const std::string kConfig = std::string(FLASHGPT_SOURCE_DIR) + "/configs/gpt2-124m.yaml";
-
-Config gpt2(int B, int T, const std::string& recompute, const std::string& attention, const std::string& position) {
-  Config c = load_config(kConfig, {});
-  c.train.batch_size = B;
-  c.train.seq_len = T;
-  c.model.max_seq_len = std::max(c.model.max_seq_len, T);
-  c.train.recompute = recompute;
-  c.model.attention = attention;
-  c.model.position = position;
-  validate_config(c);
-  return c;
-}
+const std::string& kConfig = kGpt2Config;
 
 class CudaMemory : public CudaTest {};
 
@@ -61,14 +50,14 @@ double measure_step(const Config& c) {
 TEST_F(CudaMemory, PlanIsWithinFivePercentOfWhatAStepHolds) {
   // A first step loads the kernels' code into device memory (lazy module loading) once
   // per process; later points do not pay it, so it is left out of the comparison.
-  measure_step(gpt2(1, 1024, "none", "naive", "learned"));
-  measure_step(gpt2(1, 1024, "gelu", "flash", "rope"));
+  measure_step(gpt2_124m(1, 1024, "none", "naive", "learned"));
+  measure_step(gpt2_124m(1, 1024, "gelu", "flash", "rope"));
   struct Case { int B, T; const char* recompute; const char* attention; const char* position; };
   for (Case k : {Case{16, 1024, "none", "flash", "learned"}, Case{16, 1024, "gelu", "flash", "learned"},
                  Case{1, 32768, "block", "flash", "rope"}, Case{2, 2048, "none", "naive", "learned"},
                  Case{4, 4096, "gelu+ln+attn", "flash", "rope"}}) {
     SCOPED_TRACE(cat("B=", k.B, " T=", k.T, " ", k.recompute, " ", k.attention, " ", k.position));
-    const Config c = gpt2(k.B, k.T, k.recompute, k.attention, k.position);
+    const Config c = gpt2_124m(k.B, k.T, k.recompute, k.attention, k.position);
     const double plan = double(plan_memory(c, {Device::cuda, DType::bf16, 1, 0}).total);
     const double measured = measure_step(c);
     std::printf("B=%d T=%d %s %s %s: plan %.3f GiB, measured %.3f GiB (%+.2f%%)\n", k.B, k.T, k.recompute,
@@ -82,7 +71,7 @@ TEST_F(CudaMemory, PlanIsWithinFivePercentOfWhatAStepHolds) {
 TEST_F(CudaMemory, PlanMirrorsTheOpSetsScratchSizes) {
   for (auto [B, T, attention] : {std::tuple{64, 1024, "flash"}, std::tuple{1, 1 << 20, "flash"}, std::tuple{4, 2048, "naive"}}) {
     SCOPED_TRACE(cat("B=", B, " T=", T, " ", attention));
-    const Config c = gpt2(B, T, "none", attention, "rope");
+    const Config c = gpt2_124m(B, T, "none", attention, "rope");
     const MemoryPlan p = plan_memory(c, {Device::cuda, DType::bf16, 1, 0});
     const int64_t N = int64_t(B) * T, C = 768, H = 12;
     size_t accum = 0, scratch = 0;

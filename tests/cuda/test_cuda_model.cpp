@@ -121,6 +121,25 @@ class CudaModel : public CudaTest {
   NaiveOps naive_fp32_, naive_bf16_{NaiveOps::Bf16Storage::on};
   // The naive counterpart of a GPU model of dtype dt (always an fp32 CPU model).
   Ops& naive_ops(DType dt) { return dt == DType::bf16 ? naive_bf16_ : naive_fp32_; }
+
+  // One step of the bf16 model on our FlashAttention kernels against the fp64 CPU model
+  // from the same weights, with `yardstick` (ops, dtype, attention) as the naive model.
+  void expect_bf16_step_close(Ops& yardstick, DType yardstick_dtype, AttentionAlgo yardstick_algo,
+                              const std::string& what) {
+    auto rng = test_rng();
+    ModelConfig cfg = tiny_config();
+    cfg.n_embd = 128; cfg.n_head = 2; cfg.max_seq_len = 128;  // head dim 64
+    const int B = 2, T = 113;
+    GPT2 gpu(cfg, *gpu_, DType::bf16, B, T, AttentionAlgo::flash);
+    GPT2 naive(cfg, yardstick, yardstick_dtype, B, T, yardstick_algo);
+    GPT2 ref(cfg, *cpu_, DType::f64, B, T, AttentionAlgo::flash);
+    gpu.init_random(21);
+    copy_params(gpu, naive);  // bf16 → bf16, fp32 and fp64 are exact
+    copy_params(gpu, ref);
+    Batch b = random_batch(B, T, cfg.vocab_size, rng);
+    StepResult g = run_step(gpu, b, true), n = run_step(naive, b, true), r = run_step(ref, b, true);
+    expect_model_close(g, n, r, gpu, b, what);
+  }
 };
 
 TEST_F(CudaModel, Fp32MatchesCpuLossLogitsAndEveryGradient) {
@@ -178,38 +197,14 @@ TEST_F(CudaModel, TenAdamWStepsFp32MatchCpu) {
 // (naive attention: P stored in bf16, as a plain bf16 kernel does). T = 113 is no
 // multiple of any tile.
 TEST_F(CudaModel, Bf16MatchesFp64LossLogitsAndEveryGradient) {
-  auto rng = test_rng();
-  ModelConfig cfg = tiny_config();
-  cfg.n_embd = 128; cfg.n_head = 2; cfg.max_seq_len = 128;  // head dim 64
-  const int B = 2, T = 113;
-  GPT2 gpu(cfg, *gpu_, DType::bf16, B, T, AttentionAlgo::flash);
-  GPT2 naive(cfg, naive_ops(DType::bf16), DType::f32, B, T, AttentionAlgo::naive);
-  GPT2 ref(cfg, *cpu_, DType::f64, B, T, AttentionAlgo::flash);
-  gpu.init_random(21);
-  copy_params(gpu, naive);  // bf16 → fp32 and bf16 → fp64 are exact
-  copy_params(gpu, ref);
-  Batch b = random_batch(B, T, cfg.vocab_size, rng);
-  StepResult g = run_step(gpu, b, true), n = run_step(naive, b, true), r = run_step(ref, b, true);
-  expect_model_close(g, n, r, gpu, b, "bf16");
+  expect_bf16_step_close(naive_ops(DType::bf16), DType::f32, AttentionAlgo::naive, "bf16");
 }
 
 // The model on our FlashAttention kernels (bf16) against the same model on the naive
 // attention kernels (S and P materialised, bf16) as the yardstick, both against the fp64
 // CPU model from the same weights.
 TEST_F(CudaModel, Bf16FlashAttentionMatchesNaiveAttentionAgainstFp64) {
-  auto rng = test_rng();
-  ModelConfig cfg = tiny_config();
-  cfg.n_embd = 128; cfg.n_head = 2; cfg.max_seq_len = 128;  // head dim 64
-  const int B = 2, T = 113;
-  GPT2 flash(cfg, *gpu_, DType::bf16, B, T, AttentionAlgo::flash);
-  GPT2 naive(cfg, *gpu_, DType::bf16, B, T, AttentionAlgo::naive);
-  GPT2 ref(cfg, *cpu_, DType::f64, B, T, AttentionAlgo::flash);
-  flash.init_random(21);
-  copy_params(flash, naive);  // bf16 → bf16 and bf16 → fp64 are exact
-  copy_params(flash, ref);
-  Batch b = random_batch(B, T, cfg.vocab_size, rng);
-  StepResult f = run_step(flash, b, true), n = run_step(naive, b, true), r = run_step(ref, b, true);
-  expect_model_close(f, n, r, flash, b, "bf16 flash vs naive attention");
+  expect_bf16_step_close(*gpu_, DType::bf16, AttentionAlgo::naive, "bf16 flash vs naive attention");
 }
 
 // Training in bf16 (master weights, stochastic rounding) on one repeated batch lowers

@@ -40,6 +40,7 @@ namespace {
 constexpr int kThreads = 128;        // per block
 constexpr int kUnroll = 4;           // keys per thread group per tile (loads in flight)
 constexpr int64_t kMaxChunk = 2048;  // keys per block at most
+constexpr int64_t kMaxSplits = 4096; // blocks per (b, h) the plan considers (the longest chunks win anyway)
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -246,13 +247,13 @@ Plan plan_decode(int64_t B, int64_t H, int64_t T, int tile, int64_t resident, in
     return {chunk, int(ceil_div(T, chunk))};
   }
   resident = std::max<int64_t>(1, resident);
-  const int64_t most = std::min<int64_t>(ceil_div(T, tile), 4096);
+  // Every whole-tile chunk up to kMaxChunk (at most kMaxChunk / tile of them: cheap
+  // enough for every decode step), longest first, so that ties keep fewer splits; no more
+  // than kMaxSplits splits unless even kMaxChunk needs more.
   int64_t best_chunk = 0, best_cost = INT64_MAX;
-  for (int64_t s = 1; s <= most; ++s) {
-    const int64_t chunk = ceil_div(ceil_div(T, s), tile) * tile;
-    if (chunk > kMaxChunk) continue;
+  for (int64_t chunk = std::min(ceil_div(T, tile) * tile, kMaxChunk / tile * tile); chunk >= tile; chunk -= tile) {
     const int64_t splits = ceil_div(T, chunk);
-    if (splits != s) continue;  // the same chunk as a smaller s
+    if (splits > kMaxSplits && best_chunk) break;  // shorter chunks only add splits
     const int64_t cost = ceil_div(B * H * splits, resident) * (chunk + 2 * tile);
     if (cost < best_cost) best_cost = cost, best_chunk = chunk;
   }

@@ -1,0 +1,90 @@
+// Helpers of the GPU micro-benchmarks (`bench attention`, `bench decode`, the roofline of
+// `bench train --breakdown`): device memory freed on scope exit, random bf16 fills, and
+// the median time of a call by CUDA events.
+#pragma once
+#include <cuda_runtime.h>
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+#include "src/cuda/cuda_check.h"
+#include "src/errors.h"
+
+namespace flashgpt::bench {
+
+struct DeviceMem {
+  void* ptr = nullptr;
+  explicit DeviceMem(size_t bytes) { CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(bytes, 16))); }
+  ~DeviceMem() { cudaFree(ptr); }
+  DeviceMem(const DeviceMem&) = delete;
+  DeviceMem& operator=(const DeviceMem&) = delete;
+};
+
+// The name of GPU 0; `command` fails with an InputError (exit 2) when there is none.
+inline std::string gpu_name_or_fail(const char* command) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
+    fail_input(command, " needs a CUDA GPU, and none is visible");
+  cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  return prop.name;
+}
+
+// n random bf16 values in about [-2, 2) (never time on zeros: they can run faster): a
+// 64 MiB block drawn once on the host, read from element `offset` on (so that tensors
+// filled with different offsets differ), repeated on the device past the block's size.
+inline void fill_random_bf16(void* dst, size_t n, size_t offset = 0) {
+  constexpr size_t kBlock = size_t(32) << 20;  // elements
+  static std::vector<uint16_t> host;
+  if (host.empty()) {
+    host.resize(kBlock);
+    uint32_t x = 2463534242u;
+    for (auto& h : host) {
+      x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+      const float f = float(int32_t(x >> 8) - (1 << 23)) / float(1 << 22);
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      h = uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+  }
+  auto* d = static_cast<uint16_t*>(dst);
+  const size_t first = std::min(n, kBlock);
+  for (size_t at = 0; at < first;) {  // the block from offset, wrapping around
+    const size_t from = (offset + at) % kBlock, piece = std::min(first - at, kBlock - from);
+    CUDA_CHECK(cudaMemcpy(d + at, host.data() + from, piece * 2, cudaMemcpyHostToDevice));
+    at += piece;
+  }
+  for (size_t at = first; at < n; at += first)
+    CUDA_CHECK(cudaMemcpy(d + at, d, std::min(first, n - at) * 2, cudaMemcpyDeviceToDevice));
+}
+
+// The median of `iters` calls of fn after `warmup` untimed ones, timed by CUDA events on
+// `stream`; before() runs ahead of every call, outside the timing (an L2 flush, say).
+template <class Fn, class Before>
+float median_ms(Fn&& fn, int warmup, int iters, cudaStream_t stream, Before&& before) {
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms;
+  for (int i = 0; i < warmup + iters; ++i) {
+    before();
+    CUDA_CHECK(cudaEventRecord(start, stream));
+    fn();
+    CUDA_CHECK(cudaEventRecord(stop, stream));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    if (i >= warmup) ms.push_back(t);
+  }
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+template <class Fn>
+float median_ms(Fn&& fn, int warmup, int iters, cudaStream_t stream) {
+  return median_ms(fn, warmup, iters, stream, [] {});
+}
+
+}  // namespace flashgpt::bench
