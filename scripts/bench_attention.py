@@ -8,11 +8,14 @@ one table. FLOP convention (FlashAttention's): fwd 4*B*H*T^2*D, halved when caus
 bwd 2.5x fwd. Timing: CUDA events, warm-up, median of --iters.
 
   python3 scripts/bench_attention.py --flashgpt build/flashgpt [--iters 10] [--paths sm80,sm90,auto]
+  python3 scripts/bench_attention.py --flashgpt before=build-main/flashgpt --flashgpt after=build/flashgpt
 
 --paths runs our suite once per entry and shows a forward and a backward column for
 each. An entry is a FLASHGPT_ATTENTION_PATH value (sm80, sm90, auto), optionally with
 tile knobs: "sm80/bt1" adds FLASHGPT_ATTENTION_BWD_TILE=1, "/ft1" FLASHGPT_ATTENTION_FWD_TILE=1.
-The /FA2 columns divide the best of our columns by FA2.
+--flashgpt may be given more than once, as LABEL=BINARY: every binary runs every path,
+so two builds (before and after a change) are compared in the same run.
+The /FA2 and /cuDNN columns divide the best of our columns by FA2 and by cuDNN.
 """
 import os
 import argparse
@@ -65,55 +68,80 @@ def bench_sdpa(s, backend, warmup, iters):
     return f / (fwd_ms * 1e-3) / 1e12, 2.5 * f / (bwd_ms * 1e-3) / 1e12
 
 
+def parse_binaries(specs):
+    """[(label, binary)] from --flashgpt values "BINARY" or "LABEL=BINARY"."""
+    out = []
+    for spec in specs:
+        label, sep, binary = spec.partition("=")
+        out.append((label, binary) if sep else ("", spec))
+    labels = [label for label, _ in out]
+    if len(out) > 1 and (any(not label for label in labels) or len(set(labels)) != len(labels)):
+        sys.exit("bench_attention.py: with several --flashgpt, give each a distinct LABEL=BINARY")
+    return out
+
+
+def table(shapes, runs, columns, baselines):
+    """The printed table: one row per shape; our columns, FA2, cuDNN and the ratios of
+    our best to each. runs: column -> {shape key: result}; baselines: key -> (fa2, cudnn),
+    each a (fwd, bwd) pair of TFLOP/s or None."""
+    width = max([6] + [len(c) for c in columns])
+    fmt = lambda x, w=6: f"{x:{w}.1f}" if x is not None else f"{'-':>{w}}"
+    ratio = lambda a, b: f"{a / b:5.2f}" if a and b else f"{'-':>5}"
+    ours_cols = " ".join(f"{c:>{width}}" for c in columns)
+    lines = [f"{'B':>3} {'H':>3} {'T':>6} {'D':>4} {'mask':>6} | fwd {ours_cols} {'FA2':>6} {'cuDNN':>6} {'/FA2':>5} "
+             f"{'/cuDNN':>6} | bwd {ours_cols} {'FA2':>6} {'cuDNN':>6} {'/FA2':>5} {'/cuDNN':>6}"]
+    for s in shapes:
+        key = (s["B"], s["H"], s["T"], s["D"], s["causal"])
+        fa2, cud = baselines[key]
+        cells = []
+        for i, what in enumerate(("fwd_tflops", "bwd_tflops")):
+            ours = [runs[c][key][what] if key in runs[c] else None for c in columns]
+            best = max((x for x in ours if x is not None), default=None)
+            cells.append("     " + " ".join(fmt(x, width) for x in ours)
+                         + f" {fmt(fa2[i])} {fmt(cud[i])} {ratio(best, fa2[i])} {ratio(best, cud[i]):>6}")
+        lines.append(f"{s['B']:>3} {s['H']:>3} {s['T']:>6} {s['D']:>4} {'causal' if s['causal'] else 'full':>6} |"
+                     + " |".join(cells))
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--flashgpt", default="build/flashgpt", help="path of the flashgpt binary")
+    ap.add_argument("--flashgpt", action="append", help="the flashgpt binary, or LABEL=BINARY (repeatable; default build/flashgpt)")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--paths", default="auto", help="comma-separated FLASHGPT_ATTENTION_PATH values, each optionally /bt1 or /ft1")
     args = ap.parse_args()
     paths = args.paths.split(",")
+    binaries = parse_binaries(args.flashgpt or ["build/flashgpt"])
 
-    runs = {}  # entry -> {(B,H,T,D,causal): result}
+    runs = {}  # column -> {(B,H,T,D,causal): result}
     knobs = {"bt1": ("FLASHGPT_ATTENTION_BWD_TILE", "1"), "ft1": ("FLASHGPT_ATTENTION_FWD_TILE", "1")}
-    for entry in paths:
-        path, *extra = entry.split("/")
-        env = dict(os.environ, FLASHGPT_ATTENTION_PATH=path)
-        env.update(dict(knobs[x] for x in extra))
-        cmd = [args.flashgpt, "bench", "attention", "--suite", "--json", "--iters", str(args.iters),
-               "--warmup", str(args.warmup)]
-        print("$", *[f"FLASHGPT_ATTENTION_PATH={path}"] + [f"{knobs[x][0]}=1" for x in extra] + cmd, flush=True)
-        res = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        if res.returncode != 0:
-            print(f"  {entry} failed ({res.returncode}): {res.stderr.strip()[-500:]}", file=sys.stderr)
-        runs[entry] = {(r["B"], r["H"], r["T"], r["D"], r["causal"]): r
-                       for r in (json.loads(line) for line in res.stdout.splitlines() if line.startswith("{"))}
+    for label, binary in binaries:
+        for entry in paths:
+            path, *extra = entry.split("/")
+            env = dict(os.environ, FLASHGPT_ATTENTION_PATH=path)
+            env.update(dict(knobs[x] for x in extra))
+            cmd = [binary, "bench", "attention", "--suite", "--json", "--iters", str(args.iters),
+                   "--warmup", str(args.warmup)]
+            print("$", *[f"FLASHGPT_ATTENTION_PATH={path}"] + [f"{knobs[x][0]}=1" for x in extra] + cmd, flush=True)
+            res = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            column = f"{label}:{entry}" if label else entry
+            if res.returncode != 0:
+                print(f"  {column} failed ({res.returncode}): {res.stderr.strip()[-500:]}", file=sys.stderr)
+            runs[column] = {(r["B"], r["H"], r["T"], r["D"], r["causal"]): r
+                            for r in (json.loads(line) for line in res.stdout.splitlines() if line.startswith("{"))}
     shapes = [{"B": k[0], "H": k[1], "T": k[2], "D": k[3], "causal": k[4]}
               for k in next((r for r in runs.values() if r), {})]
 
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; TFLOP/s, bf16; "
           "fwd 4*B*H*T^2*D (/2 causal), bwd 2.5x fwd; median of", args.iters)
-    fmt = lambda x: f"{x:6.1f}" if x is not None else f"{'-':>6}"
-    ratio = lambda a, b: f"{a / b:5.2f}" if a and b else f"{'-':>5}"
-    ours_cols = " ".join(f"{p[:6]:>6}" for p in paths)
-    hdr = (f"{'B':>3} {'H':>3} {'T':>6} {'D':>4} {'mask':>6} | fwd {ours_cols} {'FA2':>6} {'cuDNN':>6} {'/FA2':>5} | "
-           f"bwd {ours_cols} {'FA2':>6} {'cuDNN':>6} {'/FA2':>5}")
-    rows = []
+    baselines = {}
     for s in shapes:
         key = (s["B"], s["H"], s["T"], s["D"], s["causal"])
-        fa2 = bench_sdpa(s, SDPBackend.FLASH_ATTENTION, args.warmup, args.iters)
-        cud = bench_sdpa(s, SDPBackend.CUDNN_ATTENTION, args.warmup, args.iters)
-        cells = []
-        for i, what in enumerate(("fwd_tflops", "bwd_tflops")):
-            ours = [runs[p][key][what] if key in runs[p] else None for p in paths]
-            best = max((x for x in ours if x is not None), default=None)
-            cells.append("     " + " ".join(fmt(x) for x in ours)
-                         + f" {fmt(fa2[i])} {fmt(cud[i])} {ratio(best, fa2[i])}")
-        rows.append(f"{s['B']:>3} {s['H']:>3} {s['T']:>6} {s['D']:>4} {'causal' if s['causal'] else 'full':>6} |"
-                    + " |".join(cells))
+        baselines[key] = (bench_sdpa(s, SDPBackend.FLASH_ATTENTION, args.warmup, args.iters),
+                          bench_sdpa(s, SDPBackend.CUDNN_ATTENTION, args.warmup, args.iters))
         torch.cuda.empty_cache()
-    print(hdr)
-    print("\n".join(rows), flush=True)
+    print(table(shapes, runs, list(runs), baselines), flush=True)
 
 
 if __name__ == "__main__":
