@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Registers and spills of the Hopper attention kernels, from ptxas -v (no GPU needed): one
-# line per kernel instantiation, with its template arguments: head dim, tile rows (where the
-# tile type has them), then b0/b1 for causal and, for sm90ws, ping-pong.
-#   scripts/ptxas_report.sh [FILE.cu ...]     default: the sm90 forward and backward
+# Registers and spills of the attention kernels as built for an H200 (sm_90a), from ptxas -v
+# (no GPU needed): one line per kernel instantiation, with its integer template arguments
+# (head dim first, then tile sizes) and its bool ones (b0/b1: causal first, then, where a
+# kernel has one, atomic dQ for the sm80 backward or ping-pong for sm90ws).
+#   scripts/ptxas_report.sh [FILE.cu ...]     default: kernels/cuda/attention/flash_*.cu
 set -euo pipefail
 cd "$(dirname "$0")/.."
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 files=("$@")
-[ ${#files[@]} -gt 0 ] || files=(kernels/cuda/attention/flash_fwd_sm90*.cu kernels/cuda/attention/flash_bwd_sm90.cu)
+[ ${#files[@]} -gt 0 ] || files=(kernels/cuda/attention/flash_*.cu)
 obj=$(mktemp); trap 'rm -f "$obj"' EXIT
 for f in "${files[@]}"; do
   echo "== $f"
