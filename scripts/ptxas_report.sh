@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Registers and spills of the attention kernels as built for an H200 (sm_90a), from ptxas -v
-# (no GPU needed): one line per kernel instantiation, with its integer template arguments
-# (head dim first, then tile sizes) and its bool ones (b0/b1: causal first, then, where a
-# kernel has one, atomic dQ for the sm80 backward or ping-pong for sm90ws).
+# Registers and spills of CUDA kernels as built for an H200 (sm_90a), from ptxas -v (no GPU
+# needed): one line per kernel instantiation, with its template arguments: the element type
+# where it is the first, the integers (attention: head dim first, then tile sizes), the bools
+# (attention: b0/b1 causal first, then atomic dQ for the sm80 backward or ping-pong for sm90ws).
 #   scripts/ptxas_report.sh [FILE.cu ...]     default: kernels/cuda/attention/flash_*.cu
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,10 +20,16 @@ for line in sys.stdin:
     m = re.search(r"Compiling entry function .(\S+).", line)
     if m:
         mangled = m.group(1)
-        kernel = re.search(r"\d+(flash_\w+?_kernel)I", mangled)
+        kernel = None  # the length-prefixed identifier (Itanium mangling) ending in _kernel
+        for m in re.finditer(r"\d+", mangled):
+            for k in range(len(m.group())):  # hex in anonymous-namespace names runs into it
+                ident = mangled[m.end():m.end() + int(m.group()[k:])]
+                if ident.endswith("_kernel") and re.fullmatch(r"[A-Za-z_]\w*", ident):
+                    kernel = ident
         ints = re.findall(r"Li(\d+)E", mangled)   # head dim, then tile rows (if any)
         bools = re.findall(r"Lb([01])E", mangled)  # causal, then ping-pong (sm90ws)
-        name = "%s<%s>" % (kernel.group(1) if kernel else mangled, ",".join(ints + ["b" + b for b in bools]))
+        types = ["bf16" if "__nv_bfloat16" in mangled else "f32"] if re.search(r"_kernelI(13__nv_bfloat16|f)(E|L)", mangled) else []
+        name = "%s<%s>" % (kernel or mangled, ",".join(types + ints + ["b" + b for b in bools]))
     m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
     if m:
         spill = "spills %s/%s bytes (stores/loads)" % m.groups()
