@@ -12,10 +12,6 @@ namespace flashgpt {
 
 struct OpWork {
   double flops = 0, bytes = 0;
-  OpWork& operator+=(const OpWork& o) {
-    flops += o.flops, bytes += o.bytes;
-    return *this;
-  }
 };
 
 OpWork matmul_forward_work(const MatmulForward& a);

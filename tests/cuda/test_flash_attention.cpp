@@ -37,6 +37,7 @@
 #include <gtest/gtest.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -110,98 +111,136 @@ struct Result {
 
 // Real: the arithmetic type (double for ref64, float for the naive bf16 kernel).
 // kBf16: round P, dS and the outputs to bf16 where a bf16 kernel would.
+constexpr double kU = 1.0 / (1 << 24);  // fp32 unit roundoff, for the floors
+
+// The terms of query row i of head (b, h): O, LSE, D = rowsum(dO∘O), dQ, and the LSE and
+// dQ floors (ref64's; see the header). Everything the row needs is the row against its keys.
+struct RowTerms {
+  std::vector<double> o, dq, dq_floor;  // D each
+  double lse = 0, delta = 0, lse_floor = 0;
+};
+template <class Real, bool kBf16>
+RowTerms row_terms(const Problem& pb, int b, int h, int i) {
+  const int D = pb.D, n = pb.causal ? i + 1 : pb.T;
+  const Real scale = Real(1) / std::sqrt(Real(D));
+  auto rnd = [](Real x) { return kBf16 ? Real(round_bf16(float(x))) : x; };
+  const double gamma = (D + 2) * kU;
+  std::vector<Real> s(static_cast<size_t>(n)), o(static_cast<size_t>(D), 0), dq(static_cast<size_t>(D), 0);
+  Real mx = -INFINITY;
+  for (int j = 0; j < n; ++j) mx = std::max(mx, s[size_t(j)] = dot<Real>(pb.q(b, i, h), pb.k(b, j, h), D) * scale);
+  Real sum = 0;
+  for (int j = 0; j < n; ++j) sum += std::exp(s[size_t(j)] - mx);
+  const Real lse = mx + std::log(sum);
+  // As a flash forward does: P·V with P unnormalised (relative to the row max) and
+  // rounded to bf16, then O = that / sum. See the header: D inherits this rounding.
+  for (int j = 0; j < n; ++j) {
+    const Real p = rnd(std::exp(s[size_t(j)] - mx));
+    const float* vj = pb.v(b, j, h);
+    for (int d = 0; d < D; ++d) o[size_t(d)] += p * Real(vj[d]);
+  }
+  RowTerms r;
+  r.o.resize(size_t(D)), r.dq.resize(size_t(D)), r.dq_floor.assign(size_t(D), 0);
+  const float* doi = pb.dO(b, i, h);
+  Real dlt = 0;
+  for (int d = 0; d < D; ++d) {
+    o[size_t(d)] = rnd(o[size_t(d)] / sum);
+    dlt += o[size_t(d)] * Real(doi[d]);
+    r.o[size_t(d)] = double(o[size_t(d)]);
+  }
+  r.lse = double(lse);
+  r.delta = double(dlt);
+  r.lse_floor = ((n + 63) / 64 + 2) * (kU + std::ldexp(1.0, -22));
+  for (int j = 0; j < n; ++j) {
+    const Real p = std::exp(s[size_t(j)] - lse);
+    const Real dp = dot<Real>(doi, pb.v(b, j, h), D);
+    const Real ds = rnd(p * (dp - dlt));
+    const float* kj = pb.k(b, j, h);
+    const double cancel = double(p) * gamma * (std::fabs(double(dp)) + std::fabs(double(dlt)));
+    r.lse_floor += kU * double(p) * (std::fabs(double(s[size_t(j)])) + std::fabs(double(mx)));
+    for (int d = 0; d < D; ++d) {
+      dq[size_t(d)] += ds * Real(kj[d]);
+      r.dq_floor[size_t(d)] += cancel * std::fabs(double(kj[d]));
+    }
+  }
+  for (int d = 0; d < D; ++d) {
+    r.dq[size_t(d)] = double(rnd(dq[size_t(d)] * scale));
+    r.dq_floor[size_t(d)] *= double(scale);
+  }
+  return r;
+}
+
+// The terms of key j of head (b, h): dK, dV and the dK floor, from the rows that see the
+// key; row(i) gives row i's RowTerms (its LSE and D).
+struct ColTerms {
+  std::vector<double> dk, dv, dk_floor;  // D each
+};
+template <class Real, bool kBf16, class RowOf>
+ColTerms col_terms(const Problem& pb, int b, int h, int j, RowOf&& row) {
+  const int D = pb.D;
+  const Real scale = Real(1) / std::sqrt(Real(D));
+  auto rnd = [](Real x) { return kBf16 ? Real(round_bf16(float(x))) : x; };
+  const double gamma = (D + 2) * kU;
+  std::vector<Real> dk(static_cast<size_t>(D), 0), dv(static_cast<size_t>(D), 0);
+  ColTerms c;
+  c.dk.resize(size_t(D)), c.dv.resize(size_t(D)), c.dk_floor.assign(size_t(D), 0);
+  for (int i = pb.causal ? j : 0; i < pb.T; ++i) {
+    const RowTerms& ri = row(i);
+    const Real lse = Real(ri.lse), dlt = Real(ri.delta);
+    const Real p = std::exp(dot<Real>(pb.q(b, i, h), pb.k(b, j, h), D) * scale - lse);
+    const float* doi = pb.dO(b, i, h);
+    const float* qi = pb.q(b, i, h);
+    const Real dp = dot<Real>(doi, pb.v(b, j, h), D);
+    const Real ds = rnd(p * (dp - dlt));
+    const Real pr = rnd(p);
+    const double cancel = double(p) * gamma * (std::fabs(double(dp)) + std::fabs(double(dlt)));
+    for (int d = 0; d < D; ++d) {
+      dk[size_t(d)] += ds * Real(qi[d]);
+      dv[size_t(d)] += pr * Real(doi[d]);
+      c.dk_floor[size_t(d)] += cancel * std::fabs(double(qi[d]));
+    }
+  }
+  for (int d = 0; d < D; ++d) {
+    c.dk[size_t(d)] = double(rnd(dk[size_t(d)] * scale));
+    c.dk_floor[size_t(d)] *= double(scale);
+    c.dv[size_t(d)] = double(rnd(dv[size_t(d)]));
+  }
+  return c;
+}
+
+// Every element: the rows, then the columns from the rows' LSE and D.
 template <class Real, bool kBf16>
 Result attention_reference(const Problem& pb) {
   const int B = pb.B, T = pb.T, H = pb.H, D = pb.D;
-  const Real scale = Real(1) / std::sqrt(Real(D));
-  auto rnd = [](Real x) { return kBf16 ? Real(round_bf16(float(x))) : x; };
   Result r;
   r.out.assign(size_t(B) * T * H * D, 0);
   r.lse.assign(size_t(B) * H * T, 0);
   r.dqkv.assign(size_t(B) * T * 3 * H * D, 0);
   r.lse_floor.assign(r.lse.size(), 0);
   r.dqkv_floor.assign(r.dqkv.size(), 0);
-  constexpr double u = 1.0 / (1 << 24);
-  const double gamma = (D + 2) * u;
-  std::vector<double> delta(size_t(B) * H * T, 0);
-  auto keys_of = [&](int i) { return pb.causal ? i + 1 : T; };
-  auto score = [&](int b, int h, int i, int j) { return dot<Real>(pb.q(b, i, h), pb.k(b, j, h), D) * scale; };
-  // Forward and the row terms of the backward (LSE, D, dQ): one row per iteration.
+  std::vector<RowTerms> rows(size_t(B) * H * T);
+  auto at = [&](int b, int t, int slot, int h) { return (((size_t(b) * T + t) * 3 + size_t(slot)) * H + h) * D; };
 #pragma omp parallel for collapse(3) schedule(dynamic)
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < H; ++h)
       for (int i = 0; i < T; ++i) {
-        const int n = keys_of(i);
-        std::vector<Real> s(n), o(D, 0), dq(D, 0);
-        Real mx = -INFINITY;
-        for (int j = 0; j < n; ++j) mx = std::max(mx, s[j] = score(b, h, i, j));
-        Real sum = 0;
-        for (int j = 0; j < n; ++j) sum += std::exp(s[j] - mx);
-        const Real lse = mx + std::log(sum);
-        // As a flash forward does: P·V with P unnormalised (relative to the row max) and
-        // rounded to bf16, then O = that / sum. See the header: D inherits this rounding.
-        for (int j = 0; j < n; ++j) {
-          const Real p = rnd(std::exp(s[j] - mx));
-          const float* vj = pb.v(b, j, h);
-          for (int d = 0; d < D; ++d) o[d] += p * Real(vj[d]);
-        }
-        const float* doi = pb.dO(b, i, h);
-        Real dlt = 0;
-        for (int d = 0; d < D; ++d) {
-          o[d] = rnd(o[d] / sum);
-          dlt += o[d] * Real(doi[d]);
-          r.out[((size_t(b) * T + i) * H + h) * D + d] = double(o[d]);
-        }
-        r.lse[(size_t(b) * H + h) * T + i] = double(lse);
-        delta[(size_t(b) * H + h) * T + i] = double(dlt);
-        std::vector<double> dq_floor(D, 0);
-        double lse_floor = ((n + 63) / 64 + 2) * (u + std::ldexp(1.0, -22));
-        for (int j = 0; j < n; ++j) {
-          const Real p = std::exp(s[j] - lse);
-          const Real dp = dot<Real>(doi, pb.v(b, j, h), D);
-          const Real ds = rnd(p * (dp - dlt));
-          const float* kj = pb.k(b, j, h);
-          const double cancel = double(p) * gamma * (std::fabs(double(dp)) + std::fabs(double(dlt)));
-          lse_floor += u * double(p) * (std::fabs(double(s[j])) + std::fabs(double(mx)));
-          for (int d = 0; d < D; ++d) {
-            dq[d] += ds * Real(kj[d]);
-            dq_floor[size_t(d)] += cancel * std::fabs(double(kj[d]));
-          }
-        }
-        r.lse_floor[(size_t(b) * H + h) * T + i] = lse_floor;
-        for (int d = 0; d < D; ++d) {
-          r.dqkv[(((size_t(b) * T + i) * 3 + 0) * H + h) * D + d] = double(rnd(dq[d] * scale));
-          r.dqkv_floor[(((size_t(b) * T + i) * 3 + 0) * H + h) * D + d] = dq_floor[size_t(d)] * double(scale);
-        }
+        const size_t bhi = (size_t(b) * H + h) * T + i;
+        RowTerms& ri = rows[bhi] = row_terms<Real, kBf16>(pb, b, h, i);
+        r.lse[bhi] = ri.lse;
+        r.lse_floor[bhi] = ri.lse_floor;
+        std::copy(ri.o.begin(), ri.o.end(), r.out.begin() + std::ptrdiff_t(((size_t(b) * T + i) * H + h) * D));
+        std::copy(ri.dq.begin(), ri.dq.end(), r.dqkv.begin() + std::ptrdiff_t(at(b, i, 0, h)));
+        std::copy(ri.dq_floor.begin(), ri.dq_floor.end(), r.dqkv_floor.begin() + std::ptrdiff_t(at(b, i, 0, h)));
       }
-  // Column terms (dK, dV): one key per iteration, using LSE and D from above.
 #pragma omp parallel for collapse(3) schedule(dynamic)
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < H; ++h)
       for (int j = 0; j < T; ++j) {
-        std::vector<Real> dk(D, 0), dv(D, 0);
-        std::vector<double> dk_floor(D, 0);
-        for (int i = pb.causal ? j : 0; i < T; ++i) {
-          const Real lse = Real(r.lse[(size_t(b) * H + h) * T + i]);
-          const Real dlt = Real(delta[(size_t(b) * H + h) * T + i]);
-          const Real p = std::exp(score(b, h, i, j) - lse);
-          const float* doi = pb.dO(b, i, h);
-          const float* qi = pb.q(b, i, h);
-          const Real dp = dot<Real>(doi, pb.v(b, j, h), D);
-          const Real ds = rnd(p * (dp - dlt));
-          const Real pr = rnd(p);
-          const double cancel = double(p) * gamma * (std::fabs(double(dp)) + std::fabs(double(dlt)));
-          for (int d = 0; d < D; ++d) {
-            dk[d] += ds * Real(qi[d]);
-            dv[d] += pr * Real(doi[d]);
-            dk_floor[size_t(d)] += cancel * std::fabs(double(qi[d]));
-          }
-        }
-        for (int d = 0; d < D; ++d) {
-          r.dqkv[(((size_t(b) * T + j) * 3 + 1) * H + h) * D + d] = double(rnd(dk[d] * scale));
-          r.dqkv_floor[(((size_t(b) * T + j) * 3 + 1) * H + h) * D + d] = dk_floor[size_t(d)] * double(scale);
-          r.dqkv[(((size_t(b) * T + j) * 3 + 2) * H + h) * D + d] = double(rnd(dv[d]));
-        }
+        const ColTerms c = col_terms<Real, kBf16>(pb, b, h, j, [&](int i) -> const RowTerms& {
+          return rows[(size_t(b) * H + h) * T + size_t(i)];
+        });
+        std::copy(c.dk.begin(), c.dk.end(), r.dqkv.begin() + std::ptrdiff_t(at(b, j, 1, h)));
+        std::copy(c.dk_floor.begin(), c.dk_floor.end(), r.dqkv_floor.begin() + std::ptrdiff_t(at(b, j, 1, h)));
+        std::copy(c.dv.begin(), c.dv.end(), r.dqkv.begin() + std::ptrdiff_t(at(b, j, 2, h)));
       }
   return r;
 }
@@ -401,91 +440,34 @@ struct Sampled {
 template <class Real, bool kBf16>
 Sampled sampled_reference(const Problem& pb, const std::vector<int>& rows, int first_col) {
   const int T = pb.T, D = pb.D, h = 0;  // B = 1; the first head
-  const Real scale = Real(1) / std::sqrt(Real(D));
-  auto rnd = [](Real x) { return kBf16 ? Real(round_bf16(float(x))) : x; };
-  constexpr double u = 1.0 / (1 << 24);
-  const double gamma = (D + 2) * u;
   const size_t R = rows.size(), K = size_t(T - first_col);
-  Sampled r;
-  r.out.assign(R * D, 0), r.lse.assign(R, 0), r.dq.assign(R * D, 0);
-  r.lse_floor.assign(R, 0), r.dq_floor.assign(R * D, 0);
-  r.dk.assign(K * D, 0), r.dv.assign(K * D, 0), r.dk_floor.assign(K * D, 0);
-  std::vector<double> delta(R);
+  std::vector<RowTerms> terms(R);
 #pragma omp parallel for schedule(dynamic)
-  for (int64_t k = 0; k < int64_t(R); ++k) {
-    const int i = rows[size_t(k)], n = i + 1;  // causal
-    std::vector<Real> s(static_cast<size_t>(n)), o(static_cast<size_t>(D), 0), dq(static_cast<size_t>(D), 0);
-    Real mx = -INFINITY;
-    for (int j = 0; j < n; ++j) mx = std::max(mx, s[size_t(j)] = dot<Real>(pb.q(0, i, h), pb.k(0, j, h), D) * scale);
-    Real sum = 0;
-    for (int j = 0; j < n; ++j) sum += std::exp(s[size_t(j)] - mx);
-    const Real lse = mx + std::log(sum);
-    for (int j = 0; j < n; ++j) {
-      const Real p = rnd(std::exp(s[size_t(j)] - mx));
-      const float* vj = pb.v(0, j, h);
-      for (int d = 0; d < D; ++d) o[size_t(d)] += p * Real(vj[d]);
-    }
-    const float* doi = pb.dO(0, i, h);
-    Real dlt = 0;
-    for (int d = 0; d < D; ++d) {
-      o[size_t(d)] = rnd(o[size_t(d)] / sum);
-      dlt += o[size_t(d)] * Real(doi[d]);
-      r.out[size_t(k) * D + size_t(d)] = double(o[size_t(d)]);
-    }
-    r.lse[size_t(k)] = double(lse);
-    delta[size_t(k)] = double(dlt);
-    double lse_floor = ((n + 63) / 64 + 2) * (u + std::ldexp(1.0, -22));
-    std::vector<double> dq_floor(size_t(D), 0);
-    for (int j = 0; j < n; ++j) {
-      const Real p = std::exp(s[size_t(j)] - lse);
-      const Real dp = dot<Real>(doi, pb.v(0, j, h), D);
-      const Real ds = rnd(p * (dp - dlt));
-      const float* kj = pb.k(0, j, h);
-      const double cancel = double(p) * gamma * (std::fabs(double(dp)) + std::fabs(double(dlt)));
-      lse_floor += u * double(p) * (std::fabs(double(s[size_t(j)])) + std::fabs(double(mx)));
-      for (int d = 0; d < D; ++d) {
-        dq[size_t(d)] += ds * Real(kj[d]);
-        dq_floor[size_t(d)] += cancel * std::fabs(double(kj[d]));
-      }
-    }
-    r.lse_floor[size_t(k)] = lse_floor;
-    for (int d = 0; d < D; ++d) {
-      r.dq[size_t(k) * D + size_t(d)] = double(rnd(dq[size_t(d)] * scale));
-      r.dq_floor[size_t(k) * D + size_t(d)] = dq_floor[size_t(d)] * double(scale);
-    }
+  for (int64_t k = 0; k < int64_t(R); ++k) terms[size_t(k)] = row_terms<Real, kBf16>(pb, 0, h, rows[size_t(k)]);
+  Sampled r;
+  for (const RowTerms& t : terms) {
+    r.out.insert(r.out.end(), t.o.begin(), t.o.end());
+    r.dq.insert(r.dq.end(), t.dq.begin(), t.dq.end());
+    r.dq_floor.insert(r.dq_floor.end(), t.dq_floor.begin(), t.dq_floor.end());
+    r.lse.push_back(t.lse);
+    r.lse_floor.push_back(t.lse_floor);
   }
-  // Keys first_col … T−1: rows at and after them are the last rows of `rows`.
+  // Keys first_col … T−1: the rows at and after them are the last K of `rows`.
   const size_t tail0 = R - K;
   for (size_t c = 0; c < K; ++c) {
-    const int j = first_col + int(c);
-    std::vector<Real> dk(size_t(D), 0), dv(size_t(D), 0);
-    std::vector<double> dk_floor(size_t(D), 0);
-    for (int i = j; i < T; ++i) {
-      const size_t k = tail0 + size_t(i - first_col);
-      const Real p = std::exp(dot<Real>(pb.q(0, i, h), pb.k(0, j, h), D) * scale - Real(r.lse[k]));
-      const float* doi = pb.dO(0, i, h);
-      const float* qi = pb.q(0, i, h);
-      const Real dp = dot<Real>(doi, pb.v(0, j, h), D);
-      const Real ds = rnd(p * (dp - Real(delta[k])));
-      const Real pr = rnd(p);
-      const double cancel = double(p) * gamma * (std::fabs(double(dp)) + std::fabs(delta[k]));
-      for (int d = 0; d < D; ++d) {
-        dk[size_t(d)] += ds * Real(qi[d]);
-        dv[size_t(d)] += pr * Real(doi[d]);
-        dk_floor[size_t(d)] += cancel * std::fabs(double(qi[d]));
-      }
-    }
-    for (int d = 0; d < D; ++d) {
-      r.dk[c * D + size_t(d)] = double(rnd(dk[size_t(d)] * scale));
-      r.dk_floor[c * D + size_t(d)] = dk_floor[size_t(d)] * double(scale);
-      r.dv[c * D + size_t(d)] = double(rnd(dv[size_t(d)]));
-    }
+    const ColTerms ct = col_terms<Real, kBf16>(pb, 0, h, first_col + int(c), [&](int i) -> const RowTerms& {
+      return terms[tail0 + size_t(i - first_col)];
+    });
+    r.dk.insert(r.dk.end(), ct.dk.begin(), ct.dk.end());
+    r.dv.insert(r.dv.end(), ct.dv.begin(), ct.dv.end());
+    r.dk_floor.insert(r.dk_floor.end(), ct.dk_floor.begin(), ct.dk_floor.end());
   }
   return r;
 }
 
-// The sampled reference is the full one restricted (same sums in the same order): the
-// same bits, on the CPU (no GPU needed), for both precisions.
+// The sampled reference gathers the same row and column terms as the full one (row_terms,
+// col_terms), for chosen rows and keys: the same bits, on the CPU (no GPU needed), for both
+// precisions; this checks its indexing (which rows feed which keys' dK and dV).
 TEST(FlashAttentionReference, SampledRowsAndColumnsEqualTheFullReference) {
   const int T = 301, D = 64, tail = 7;
   const Problem pb = random_problem(1, T, 2, D, true, uint32_t(test::test_rng()()));
