@@ -3,13 +3,17 @@
 # needed): one line per kernel instantiation, with its template arguments: the element type
 # where it is the first, the integers (attention: head dim first, then tile sizes), the bools
 # (attention: b0/b1 causal first, then atomic dQ for the sm80 backward or ping-pong for sm90ws).
-#   scripts/ptxas_report.sh [FILE.cu ...]     default: kernels/cuda/attention/flash_*.cu
+#   scripts/ptxas_report.sh [--no-spills] [FILE.cu ...]   default: kernels/cuda/attention/flash_*.cu
+#   --no-spills: exit 1 when any kernel of the files spills (the CTest PtxasNoSpillsSm90Attention
+#   runs it on the Hopper attention kernels).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+no_spills=0
+if [[ "${1:-}" == "--no-spills" ]]; then no_spills=1; shift; fi
 files=("$@")
 [ ${#files[@]} -gt 0 ] || files=(kernels/cuda/attention/flash_*.cu)
-obj=$(mktemp); trap 'rm -f "$obj"' EXIT
+obj=$(mktemp); report=$(mktemp); trap 'rm -f "$obj" "$report"' EXIT
 for f in "${files[@]}"; do
   echo "== $f"
   "$nvcc" -O3 -DNDEBUG --generate-code=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -std=c++17 -I. \
@@ -37,5 +41,9 @@ for line in sys.stdin:
     if m and name:
         print("  %-44s %4s registers, %s" % (name, m.group(1), spill))
         name = spill = None
-'
+' | tee -a "$report"
 done
+if [[ $no_spills == 1 ]] && grep -Ev 'spills 0/0 bytes' "$report" | grep -q .; then
+  echo "ptxas_report.sh: kernels above spill registers" >&2
+  exit 1
+fi

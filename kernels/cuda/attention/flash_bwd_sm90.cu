@@ -118,9 +118,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
     for (int i = 0; i < 4; ++i) dk[dt][i] = dv[dt][i] = 0.f;
 
   constexpr uint32_t kSwizzleAtom = 8 * 128;  // 8 rows of 128 bytes: the stride-dimension offset
-  const uint32_t k_base = smem_u32(sK), v_base = smem_u32(sV), dst_base = smem_u32(sdSt);
+  const uint32_t k_base0 = smem_u32(sK), v_base0 = smem_u32(sV), dst_base0 = smem_u32(sdSt);
   // This warpgroup's 64 keys as the A operand: rows 64·wg.. of column block 0.
-  const uint32_t k_rows = k_base + wg * 64 * 128, v_rows = v_base + wg * 64 * 128;
+  const uint32_t k_rows0 = k_base0 + wg * 64 * 128, v_rows0 = v_base0 + wg * 64 * 128;
   // This warpgroup's 64×64 block of dQ: queries from dq_q0, head-dim columns from dq_d0.
   const int dq_q0 = Tile::kDqSplitsD ? 0 : wg * 64;
   const int dq_d0 = Tile::kDqSplitsD ? wg * 64 : 0;
@@ -137,6 +137,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
       cp_async_commit();
     }
     const uint32_t q_base = smem_u32(sQ + buf * BM * D), do_base = smem_u32(sdO + buf * BM * D);
+    // Rebuilt each iteration rather than kept live across the loop (no spills at D = 128).
+    const uint32_t k_rows = sm90::opaque(k_rows0), v_rows = sm90::opaque(v_rows0);
+    const uint32_t k_base = sm90::opaque(k_base0), dst_base = sm90::opaque(dst_base0);
     const float* cLse = sLse + buf * BM;
     const float* cDelta = sDelta + buf * BM;
     const int q0 = m * BM;

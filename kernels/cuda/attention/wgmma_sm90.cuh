@@ -179,6 +179,16 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[N][4]) {
     for (int i = 0; i < 4; ++i) asm volatile("" : "+f"(d[j][i])::"memory");
 }
 
+// Returns x, but the compiler cannot see that: a value laundered inside a loop is
+// recomputed there instead of being kept in registers across it. The backward uses it on
+// the loop-invariant tile addresses whose descriptors would otherwise be hoisted out of
+// the query loop and spilled at D = 128 (ptxas: 255 registers and 20-24 bytes of spills
+// without it, 254 and none with it; scripts/ptxas_report.sh --no-spills checks this).
+__device__ __forceinline__ uint32_t opaque(uint32_t x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
+
 #if FLASHGPT_HAS_WGMMA
 template <int N>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint64_t b, int accumulate) {
