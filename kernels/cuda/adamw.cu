@@ -6,6 +6,9 @@
 // written from it with stochastic rounding (a hash of seed and the element's index in
 // the packed parameter order, index0 + i), so the
 // expected bf16 weight equals the master weight. fp32 runs update the parameter itself.
+// Two kernels, one element function: 4 elements per thread with 16-byte accesses when
+// every array is 16-byte aligned (the optimizer's flat buffers always are), else one per
+// thread; both give the same bits (CudaOps.AdamWVectorAndScalarKernelsAgreeBitwise).
 // sum_squares: a fixed grid of kSumSqBlocks blocks (grid-stride) writes one partial per
 // block, and one block adds them in order: the same bits on every run.
 #include <cmath>
@@ -22,29 +25,85 @@ constexpr int kSumSqThreads = 512;
 
 // ---------------------------------------------------------------- kernels
 
+struct AdamWConsts {
+  float lr, beta1, beta2, eps, wd, grad_scale, bc1, bc2;
+  uint32_t seed;
+  uint64_t index0;
+};
+
+// One element: updates m, v and the master weight w, and returns the parameter to store.
+// Both kernels below go through this function, so they produce the same bits.
+template <class T>
+__device__ __forceinline__ T adamw_element(float g, float& m, float& v, float& w, bool has_master,
+                                           int64_t i, const AdamWConsts& c) {
+  g *= c.grad_scale;
+  m = c.beta1 * m + (1.f - c.beta1) * g;
+  v = c.beta2 * v + (1.f - c.beta2) * g * g;
+  w -= c.lr * ((m / c.bc1) / (sqrtf(v / c.bc2) + c.eps) + c.wd * w);
+  if constexpr (std::is_same_v<T, bf16>)
+    if (has_master) return bf16_stochastic(w, c.seed, uint32_t(c.index0 + uint64_t(i)));
+  return from_f<T>(w);
+}
+
+// One element per thread: any alignment.
 template <class T>
 __global__ void adamw_kernel(T* __restrict__ param, float* __restrict__ master,
                              const float* __restrict__ grad, float* __restrict__ m_state,
-                             float* __restrict__ v_state, int64_t n, float lr, float beta1,
-                             float beta2, float eps, float wd, float grad_scale, float bc1,
-                             float bc2, uint32_t seed, uint64_t index0) {
+                             float* __restrict__ v_state, int64_t n, AdamWConsts c) {
   int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  float g = grad[i] * grad_scale;
-  float m = beta1 * m_state[i] + (1.f - beta1) * g;
-  float v = beta2 * v_state[i] + (1.f - beta2) * g * g;
+  float m = m_state[i], v = v_state[i];
+  float w = master ? master[i] : to_f(param[i]);
+  param[i] = adamw_element<T>(grad[i], m, v, w, master != nullptr, i, c);
   m_state[i] = m;
   v_state[i] = v;
-  float w = master ? master[i] : to_f(param[i]);
-  w -= lr * ((m / bc1) / (sqrtf(v / bc2) + eps) + wd * w);
-  if (master) {
-    master[i] = w;
-    if constexpr (std::is_same_v<T, bf16>)
-      param[i] = bf16_stochastic(w, seed, uint32_t(index0 + uint64_t(i)));
-    else
-      param[i] = from_f<T>(w);
-  } else {
-    param[i] = from_f<T>(w);
+  if (master) master[i] = w;
+}
+
+// kVec elements per thread with one 16-byte access per fp32 array (8 bytes for bf16
+// params): every array 16-byte aligned. The last n % kVec elements go one by one.
+constexpr int kVec = 4;
+template <class T>
+struct alignas(kVec * sizeof(T)) VecT {
+  T v[kVec];
+};
+
+template <class T>
+__global__ void adamw_vec_kernel(T* __restrict__ param, float* __restrict__ master,
+                                 const float* __restrict__ grad, float* __restrict__ m_state,
+                                 float* __restrict__ v_state, int64_t n, AdamWConsts c) {
+  const int64_t i0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * kVec;
+  if (i0 >= n) return;
+  const bool has_master = master != nullptr;
+  if (i0 + kVec <= n) {
+    float4 g = *reinterpret_cast<const float4*>(grad + i0);
+    float4 m = *reinterpret_cast<const float4*>(m_state + i0);
+    float4 v = *reinterpret_cast<const float4*>(v_state + i0);
+    VecT<T> p;
+    float4 w;
+    if (has_master) {
+      w = *reinterpret_cast<const float4*>(master + i0);
+    } else {
+      p = *reinterpret_cast<const VecT<T>*>(param + i0);
+      w = make_float4(to_f(p.v[0]), to_f(p.v[1]), to_f(p.v[2]), to_f(p.v[3]));
+    }
+    p.v[0] = adamw_element<T>(g.x, m.x, v.x, w.x, has_master, i0 + 0, c);
+    p.v[1] = adamw_element<T>(g.y, m.y, v.y, w.y, has_master, i0 + 1, c);
+    p.v[2] = adamw_element<T>(g.z, m.z, v.z, w.z, has_master, i0 + 2, c);
+    p.v[3] = adamw_element<T>(g.w, m.w, v.w, w.w, has_master, i0 + 3, c);
+    *reinterpret_cast<VecT<T>*>(param + i0) = p;
+    *reinterpret_cast<float4*>(m_state + i0) = m;
+    *reinterpret_cast<float4*>(v_state + i0) = v;
+    if (has_master) *reinterpret_cast<float4*>(master + i0) = w;
+    return;
+  }
+  for (int64_t i = i0; i < n; ++i) {
+    float m = m_state[i], v = v_state[i];
+    float w = has_master ? master[i] : to_f(param[i]);
+    param[i] = adamw_element<T>(grad[i], m, v, w, has_master, i, c);
+    m_state[i] = m;
+    v_state[i] = v;
+    if (has_master) master[i] = w;
   }
 }
 
@@ -85,15 +144,25 @@ void adamw_update(const AdamWArgs& a, cudaStream_t stream) {
   else
     FG_ASSERT(!a.master.defined(), "fp32 params take no master copy");
   if (n == 0) return;
-  float bc1 = 1.f - std::pow(a.beta1, float(a.step));
-  float bc2 = 1.f - std::pow(a.beta2, float(a.step));
+  AdamWConsts c{a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.grad_scale,
+                1.f - std::pow(a.beta1, float(a.step)), 1.f - std::pow(a.beta2, float(a.step)),
+                a.seed, a.index0};
+  float* master = a.master.defined() ? a.master.as<float>() : nullptr;
+  const bool vec = adamw_vectorized(a);
   FG_DISPATCH_FLOAT(a.param.dtype, T, {
-    adamw_kernel<T><<<unsigned(ceil_div(n, kThreads)), kThreads, 0, stream>>>(
-        a.param.as<T>(), a.master.defined() ? a.master.as<float>() : nullptr, a.grad.as<float>(),
-        a.m.as<float>(), a.v.as<float>(), n, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay,
-        a.grad_scale, bc1, bc2, a.seed, a.index0);
+    if (vec)
+      adamw_vec_kernel<T><<<unsigned(ceil_div(n, kThreads * kVec)), kThreads, 0, stream>>>(
+          a.param.as<T>(), master, a.grad.as<float>(), a.m.as<float>(), a.v.as<float>(), n, c);
+    else
+      adamw_kernel<T><<<unsigned(ceil_div(n, kThreads)), kThreads, 0, stream>>>(
+          a.param.as<T>(), master, a.grad.as<float>(), a.m.as<float>(), a.v.as<float>(), n, c);
     CUDA_CHECK_LAUNCH();
   });
+}
+
+bool adamw_vectorized(const AdamWArgs& a) {
+  return aligned16(a.param.data) && aligned16(a.grad.data) && aligned16(a.m.data) &&
+         aligned16(a.v.data) && (!a.master.defined() || aligned16(a.master.data));
 }
 
 size_t sum_squares_scratch_bytes() { return kSumSqBlocks * sizeof(float); }

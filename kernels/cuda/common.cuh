@@ -10,6 +10,7 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <cmath>
 #include <cstdint>
 #include "src/cuda/cuda_check.h"
 #include "src/tensor.h"
@@ -39,6 +40,19 @@ __device__ __forceinline__ Pack<T> load_pack_cs(const T* p) {
   *reinterpret_cast<int4*>(&r) = __ldcs(reinterpret_cast<const int4*>(p));
   return r;
 }
+// Streaming load that also asks L2 to fetch the whole 256-byte block around it from DRAM
+// (ld.global.cs.L2::256B): for long sequential reads by few threads (the decode cache),
+// where one 16-byte request per thread leaves DRAM underused.
+template <class T>
+__device__ __forceinline__ Pack<T> load_pack_stream(const T* p) {
+  Pack<T> r;
+  int4 v;
+  asm("ld.global.cs.L2::256B.v4.s32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  *reinterpret_cast<int4*>(&r) = v;
+  return r;
+}
 template <class T>
 __device__ __forceinline__ void store_pack(T* p, const Pack<T>& x) {
   *reinterpret_cast<Pack<T>*>(p) = x;
@@ -58,19 +72,24 @@ __device__ __forceinline__ float warp_max(float x) {
   for (int o = kWarpSize / 2; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
   return x;
 }
-// Sum over the block, result broadcast to every thread. Fixed order: deterministic.
+// Sum (max) over the block, result broadcast to every thread. Fixed order: deterministic.
 // Uses 32 floats of shared memory; blockDim.x a multiple of 32, at most 1024.
-__device__ __forceinline__ float block_sum(float x) {
+enum class Reduce { kSum, kMax };
+template <Reduce kOp>
+__device__ __forceinline__ float block_reduce(float x) {
   __shared__ float partial[kWarpSize];
+  auto warp_reduce = [](float v) { return kOp == Reduce::kSum ? warp_sum(v) : warp_max(v); };
   int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   int nwarps = blockDim.x / kWarpSize;
-  x = warp_sum(x);
+  x = warp_reduce(x);
   __syncthreads();  // `partial` may still be read by a previous call
   if (lane == 0) partial[warp] = x;
   __syncthreads();
-  x = lane < nwarps ? partial[lane] : 0.f;
-  return warp_sum(x);
+  x = lane < nwarps ? partial[lane] : (kOp == Reduce::kSum ? 0.f : -INFINITY);
+  return warp_reduce(x);
 }
+__device__ __forceinline__ float block_sum(float x) { return block_reduce<Reduce::kSum>(x); }
+__device__ __forceinline__ float block_max(float x) { return block_reduce<Reduce::kMax>(x); }
 
 // 32-bit integer hash (a mix of multiply/xor-shift rounds), used for stochastic rounding.
 __device__ __forceinline__ uint32_t hash_u32(uint32_t x) {

@@ -4,6 +4,8 @@
 // cuda_test_util.h. Also: determinism of the reductions (bitwise equal on re-run),
 // AdamW's stochastic rounding, cuBLASLt plan caching. Skips without a GPU.
 #include <cmath>
+#include <set>
+#include <utility>
 #include "kernels/cuda/cuda_kernels.h"
 #include "tests/cuda/cuda_test_util.h"
 
@@ -170,27 +172,39 @@ TEST_F(CudaOps, MatmulForwardBackward) {
 }
 
 // With dloss = 0 only the losses are computed and the logits must come back unchanged:
-// naive leaves them exact, so the bound is equality there.
+// naive leaves them exact, so the bound is equality there. Three vocabularies so that both
+// kernels run in both dtypes: the row kept in shared memory (bf16 at 50257, both at 1001)
+// and read twice (fp32 at 50257, both at 119993).
 TEST_F(CudaOps, SoftmaxCrossEntropyPaddedVocab) {
-  const int V = 50257, Vp = 50304;
+  std::set<std::pair<DType, bool>> kernels_run;
+  for (int V : {50257, 1001, 119993})
+    for (DType dt : kDtypes)
+      for (float dloss : {0.f, 1.f / 37}) {
+        const int Vp = (V + 63) / 64 * 64;
+        auto rng = test_rng(int(dt) + 2 * (dloss != 0) + V);
+        const int64_t N = kT;
+        OpCase c;
+        auto logits = uniform(N * Vp, rng, -4, 4);
+        for (int64_t n = 0; n < N; ++n)  // junk in the padding must be ignored
+          for (int j = V; j < Vp; ++j) logits[size_t(n * Vp + j)] = 100.0;
+        auto targets = ints(N, rng, 0, V);
+        targets[3] = -1;  // ignored row
+        targets[5] = V - 1;
+        targets[6] = 0;
+        c.add("logits", {N, Vp}, Kind::act, logits, true);
+        c.add("targets", {N}, Kind::i32, targets);
+        c.add("losses", {N}, Kind::stat, {}, true);
+        c.compare(*cpu_, *gpu_, dt, [&](Ops& ops, OpCase& a) {
+          if (ops.device() == Device::cuda && dloss != 0)
+            kernels_run.insert({dt, cuda::softmax_cross_entropy_row_in_smem(a["logits"], dloss)});
+          ops.softmax_cross_entropy(a["losses"], a["logits"], a["targets"], V, dloss);
+        }, "softmax_ce V=" + std::to_string(V) + " dloss=" + std::to_string(dloss));
+      }
   for (DType dt : kDtypes)
-    for (float dloss : {0.f, 1.f / 37}) {
-      auto rng = test_rng(int(dt) + (dloss != 0));
-      const int64_t N = kT;
-      OpCase c;
-      auto logits = uniform(N * Vp, rng, -4, 4);
-      for (int64_t n = 0; n < N; ++n)  // junk in the padding must be ignored
-        for (int j = V; j < Vp; ++j) logits[size_t(n * Vp + j)] = 100.0;
-      auto targets = ints(N, rng, 0, V);
-      targets[3] = -1;  // ignored row
-      targets[5] = V - 1;
-      c.add("logits", {N, Vp}, Kind::act, logits, true);
-      c.add("targets", {N}, Kind::i32, targets);
-      c.add("losses", {N}, Kind::stat, {}, true);
-      c.compare(*cpu_, *gpu_, dt, [&](Ops& ops, OpCase& a) {
-        ops.softmax_cross_entropy(a["losses"], a["logits"], a["targets"], V, dloss);
-      }, "softmax_ce dloss=" + std::to_string(dloss));
-    }
+    for (bool in_smem : {false, true})
+      EXPECT_TRUE(kernels_run.count({dt, in_smem}))
+          << dtype_name(dt) << (in_smem ? ": the row-in-shared-memory kernel" : ": the two-read kernel")
+          << " never ran";
 }
 
 // The bound rejects a deliberately wrong kernel: the GPU's dlogits with every non-target
@@ -329,6 +343,54 @@ TEST_F(CudaOps, AdamWBf16MasterAndStochasticRounding) {
   EXPECT_NEAR(double(ups), expected_ups, 6 * sd) << "stochastic rounding is biased";
   for (Tensor t : {param, master, grad, m, v}) gpu_->free(t.data);
   for (Tensor t : {cw.param, cw.grad, cw.m, cw.v}) cpu_->free(t.data);
+}
+
+// The 4-per-thread kernel (aligned arrays) and the one-per-thread kernel (arrays one
+// element off 16-byte alignment) give the same bits, fp32 params and bf16 params with a
+// master and stochastic rounding; n = 4k + 3 so the vector kernel's tail runs too.
+TEST_F(CudaOps, AdamWVectorAndScalarKernelsAgreeBitwise) {
+  for (DType dt : kDtypes) {
+    auto rng = test_rng(int(dt));
+    const int64_t n = 4 * 25000 + 3;
+    auto p0 = uniform(n, rng), g = uniform(n, rng), m0 = uniform(n, rng, -0.1, 0.1),
+         v0 = uniform(n, rng, 0, 0.01);
+    for (double& x : p0) x = round_to(dt, x);
+    std::vector<void*> owned;
+    // A (n) tensor `offset` elements into a fresh allocation.
+    auto dev = [&](DType t, const std::vector<double>& init, int offset) {
+      void* p = gpu_->alloc(size_t(n + 1) * dtype_size(t));
+      owned.push_back(p);
+      Tensor x(static_cast<char*>(p) + offset * dtype_size(t), t, Device::cuda, {n});
+      OpCase::upload(*gpu_, x, init);
+      return x;
+    };
+    auto run = [&](int offset) {
+      AdamWArgs w;
+      w.param = dev(dt, p0, offset);
+      if (dt == DType::bf16) w.master = dev(DType::f32, p0, offset);
+      w.grad = dev(DType::f32, g, offset); w.m = dev(DType::f32, m0, offset);
+      w.v = dev(DType::f32, v0, offset);
+      w.lr = 1e-3f; w.weight_decay = 0.1f; w.grad_scale = 0.7f; w.step = 5; w.seed = 99;
+      w.index0 = 12345;
+      EXPECT_EQ(cuda::adamw_vectorized(w), offset == 0) << "offset " << offset;
+      gpu_->adamw_update(w);
+      std::vector<std::vector<double>> out;
+      for (Tensor t : {w.param, w.master, w.m, w.v})
+        if (t.defined()) out.push_back(OpCase::download(*gpu_, t));
+      return out;
+    };
+    auto vec = run(0), scalar = run(1);
+    ASSERT_EQ(vec.size(), scalar.size());
+    for (size_t k = 0; k < vec.size(); ++k)
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(vec[k][size_t(i)], scalar[k][size_t(i)])
+            << dtype_name(dt) << " array " << k << " element " << i;
+    // And the update did something: the params moved.
+    size_t moved = 0;
+    for (int64_t i = 0; i < n; ++i) moved += vec[0][size_t(i)] != p0[size_t(i)];
+    EXPECT_GT(moved, size_t(n / 2)) << dtype_name(dt);
+    for (void* p : owned) gpu_->free(p);
+  }
 }
 
 TEST_F(CudaOps, SumSquaresScaleCast) {

@@ -69,17 +69,6 @@ struct DecodeParams {
   float scale_log2;  // 1/sqrt(D) · log2 e
 };
 
-__device__ __forceinline__ float block_max(float x) {
-  __shared__ float partial[kWarpSize];
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  x = warp_max(x);
-  __syncthreads();
-  if (lane == 0) partial[warp] = x;
-  __syncthreads();
-  x = lane < int(blockDim.x / kWarpSize) ? partial[lane] : -INFINITY;
-  return warp_max(x);
-}
-
 // The last block of (b, h): merges the splits' partials (written by other blocks: read
 // from L2, __ldcg). Every load is independent: a thread takes one 16-byte column of the
 // partials and every (kThreads / columns)-th split, so a whole (b, h)'s partials are
@@ -182,8 +171,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams<T> 
     for (int u = 0; u < kUnroll; ++u) {  // all loads first: 2·kUnroll in flight per thread
       const int64_t j = first + u * Tr::kGroups + g;
       if (j < t1) {
-        kp[u] = load_pack_cs(kh + j * kD + lane * E);
-        vp[u] = load_pack_cs(vh + j * kD + lane * E);
+        kp[u] = load_pack_stream(kh + j * kD + lane * E);
+        vp[u] = load_pack_stream(vh + j * kD + lane * E);
       }
     }
     consume<T, kD>(kp, vp, q, first, g, t1, m, l, acc);
