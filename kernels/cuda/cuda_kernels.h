@@ -54,9 +54,6 @@ void bias_grad(Tensor dbias, Tensor dout, void* scratch, cudaStream_t stream);
 // ---- cross_entropy.cu ----
 void softmax_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int V, float dloss,
                            cudaStream_t stream);
-// Whether softmax_cross_entropy keeps each row in shared memory (one read of the logits):
-// a gradient is wanted and two rows of this width and dtype fit in one SM.
-bool softmax_cross_entropy_row_in_smem(const Tensor& logits, float dloss);
 
 // ---- adamw.cu ----
 void adamw_update(const AdamWArgs& a, cudaStream_t stream);

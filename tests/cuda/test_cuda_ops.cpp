@@ -4,8 +4,6 @@
 // cuda_test_util.h. Also: determinism of the reductions (bitwise equal on re-run),
 // AdamW's stochastic rounding, cuBLASLt plan caching. Skips without a GPU.
 #include <cmath>
-#include <set>
-#include <utility>
 #include "kernels/cuda/cuda_kernels.h"
 #include "tests/cuda/cuda_test_util.h"
 
@@ -172,11 +170,9 @@ TEST_F(CudaOps, MatmulForwardBackward) {
 }
 
 // With dloss = 0 only the losses are computed and the logits must come back unchanged:
-// naive leaves them exact, so the bound is equality there. Three vocabularies so that both
-// kernels run in both dtypes: the row kept in shared memory (bf16 at 50257, both at 1001)
-// and read twice (fp32 at 50257, both at 119993).
+// naive leaves them exact, so the bound is equality there. Three vocabularies: GPT-2's,
+// a small one and one above 2^16 (a thread's loop runs 1, 3 and 4 rounds of loads).
 TEST_F(CudaOps, SoftmaxCrossEntropyPaddedVocab) {
-  std::set<std::pair<DType, bool>> kernels_run;
   for (int V : {50257, 1001, 119993})
     for (DType dt : kDtypes)
       for (float dloss : {0.f, 1.f / 37}) {
@@ -195,16 +191,9 @@ TEST_F(CudaOps, SoftmaxCrossEntropyPaddedVocab) {
         c.add("targets", {N}, Kind::i32, targets);
         c.add("losses", {N}, Kind::stat, {}, true);
         c.compare(*cpu_, *gpu_, dt, [&](Ops& ops, OpCase& a) {
-          if (ops.device() == Device::cuda && dloss != 0)
-            kernels_run.insert({dt, cuda::softmax_cross_entropy_row_in_smem(a["logits"], dloss)});
           ops.softmax_cross_entropy(a["losses"], a["logits"], a["targets"], V, dloss);
         }, "softmax_ce V=" + std::to_string(V) + " dloss=" + std::to_string(dloss));
       }
-  for (DType dt : kDtypes)
-    for (bool in_smem : {false, true})
-      EXPECT_TRUE(kernels_run.count({dt, in_smem}))
-          << dtype_name(dt) << (in_smem ? ": the row-in-shared-memory kernel" : ": the two-read kernel")
-          << " never ran";
 }
 
 // The bound rejects a deliberately wrong kernel: the GPU's dlogits with every non-target
@@ -385,10 +374,12 @@ TEST_F(CudaOps, AdamWVectorAndScalarKernelsAgreeBitwise) {
       for (int64_t i = 0; i < n; ++i)
         ASSERT_EQ(vec[k][size_t(i)], scalar[k][size_t(i)])
             << dtype_name(dt) << " array " << k << " element " << i;
-    // And the update did something: the params moved.
+    // And the update did something: the weights moved (the fp32 master in bf16 runs; a
+    // bf16 param stays put when the step is below its rounding).
+    const auto& w = vec[dt == DType::bf16 ? 1 : 0];
     size_t moved = 0;
-    for (int64_t i = 0; i < n; ++i) moved += vec[0][size_t(i)] != p0[size_t(i)];
-    EXPECT_GT(moved, size_t(n / 2)) << dtype_name(dt);
+    for (int64_t i = 0; i < n; ++i) moved += w[size_t(i)] != p0[size_t(i)];
+    EXPECT_GT(moved, size_t(n) * 99 / 100) << dtype_name(dt);
     for (void* p : owned) gpu_->free(p);
   }
 }
