@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 #include "../src/tensor.h"
 
 namespace flashgpt {
@@ -104,6 +105,13 @@ struct KVCacheWrite {
   int pos = 0;     // cache position of the first new token; pos + n <= Tmax
 };
 
+// A run of elements of one AdamW call that belong to one parameter (see AdamWArgs::segments).
+struct AdamWSegment {
+  int64_t begin = 0;    // first element, counted from the start of the call's tensors
+  bool decay = false;   // takes the call's weight_decay (false: none)
+  uint64_t index0 = 0;  // stochastic-rounding index of element `begin`
+};
+
 struct AdamWArgs {
   Tensor param;    // (n) activation dtype: the weights the model reads; overwritten
   Tensor master;   // (n) fp32 master copy, or undefined when param is already fp32/fp64
@@ -114,7 +122,33 @@ struct AdamWArgs {
   int step = 1;          // 1-based, for bias correction
   uint32_t seed = 0;     // stochastic rounding when writing bf16 params: element i hashes
   uint64_t index0 = 0;   // (seed, index0 + i), so any split of an update rounds the same
+  // Several parameters in one call (the optimizer updates a whole arena range with one
+  // launch): segment s covers [segments[s].begin, segments[s+1].begin) (the last: to n),
+  // with weight decay only where `decay`, and rounding index index0 + (i − begin) of its own.
+  // Empty: one segment, [0, n) with weight_decay and index0 above. Begins ascend from 0.
+  std::vector<AdamWSegment> segments;
 };
+
+// The segments of an AdamW call made explicit (one when AdamWArgs::segments is empty), each
+// with its end; checks that they ascend from 0 and stay inside [0, n).
+struct AdamWSpan {
+  int64_t begin, end;
+  float weight_decay;
+  uint64_t index0;
+};
+inline std::vector<AdamWSpan> adamw_spans(const AdamWArgs& a) {
+  const int64_t n = a.param.numel();
+  if (a.segments.empty()) return {{0, n, a.weight_decay, a.index0}};
+  std::vector<AdamWSpan> spans;
+  for (size_t s = 0; s < a.segments.size(); ++s) {
+    const AdamWSegment& g = a.segments[s];
+    const int64_t end = s + 1 < a.segments.size() ? a.segments[s + 1].begin : n;
+    FG_ASSERT((s == 0 ? g.begin == 0 : g.begin > a.segments[s - 1].begin) && end <= n && g.begin < end,
+              "AdamW segments must ascend from 0 inside the call's ", n, " elements");
+    spans.push_back({g.begin, end, g.decay ? a.weight_decay : 0.f, g.index0});
+  }
+  return spans;
+}
 
 class Ops {
  public:

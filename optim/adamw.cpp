@@ -66,28 +66,34 @@ void AdamW::step(double lr, double norm, uint32_t seed) {
   const double scale = (cfg_.grad_clip > 0 && norm > cfg_.grad_clip) ? cfg_.grad_clip / norm : 1.0;
   for (size_t i = 0; i < owned_.size(); ++i) {
     const Range& r = owned_[i];
-    // Each parameter's part inside the range: its own weight decay, its own packed index.
+    // One call for the whole range: each parameter's part inside it is a segment with its
+    // own weight decay and packed index; the arena's padding between parameters is a
+    // segment without decay (its grads and state are zero, so it stays as it is).
+    AdamWArgs a;
+    const int64_t s0 = int64_t(state_offset_[i]), s1 = s0 + int64_t(r.size());
+    a.param = model_.params().rows(int64_t(r.begin), int64_t(r.end));
+    a.grad = model_.grads().rows(int64_t(r.begin), int64_t(r.end));
+    a.m = m_.rows(s0, s1);
+    a.v = v_.rows(s0, s1);
+    if (master_.defined()) a.master = master_.rows(s0, s1);
+    a.lr = float(lr);
+    a.beta1 = float(cfg_.beta1);
+    a.beta2 = float(cfg_.beta2);
+    a.eps = float(cfg_.eps);
+    a.weight_decay = float(cfg_.weight_decay);
+    a.grad_scale = float(scale);
+    a.step = step_;
+    a.seed = seed;
+    size_t at = r.begin;  // first element not yet in a segment
     for (const ParamInfo& p : model_.param_list()) {
       const size_t b = std::max(r.begin, p.offset), e = std::min(r.end, p.offset + size_t(p.numel()));
       if (b >= e) continue;
-      const int64_t s0 = int64_t(state_offset_[i] + (b - r.begin)), s1 = s0 + int64_t(e - b);
-      AdamWArgs a;
-      a.param = model_.params().rows(int64_t(b), int64_t(e));
-      a.grad = model_.grads().rows(int64_t(b), int64_t(e));
-      a.m = m_.rows(s0, s1);
-      a.v = v_.rows(s0, s1);
-      if (master_.defined()) a.master = master_.rows(s0, s1);
-      a.lr = float(lr);
-      a.beta1 = float(cfg_.beta1);
-      a.beta2 = float(cfg_.beta2);
-      a.eps = float(cfg_.eps);
-      a.weight_decay = p.decay ? float(cfg_.weight_decay) : 0.0f;
-      a.grad_scale = float(scale);
-      a.step = step_;
-      a.seed = seed;
-      a.index0 = p.packed + (b - p.offset);
-      ops.adamw_update(a);
+      if (b > at) a.segments.push_back({int64_t(at - r.begin), false, 0});  // padding
+      a.segments.push_back({int64_t(b - r.begin), p.decay, p.packed + (b - p.offset)});
+      at = e;
     }
+    if (at < r.end) a.segments.push_back({int64_t(at - r.begin), false, 0});
+    ops.adamw_update(a);
   }
 }
 

@@ -138,7 +138,7 @@ def main():
     theirs = None if args.skip_torch else bench_torch(args.B, args.steps, args.warmup)
     print(f"\nGPT-2 124M training step, bf16, B={args.B} T={T} (tokens/step {args.B * T}):")
     print(f"  flashgpt : {ours['ms_per_step']:8.1f} ms/step  {ours['tokens_per_s']:10.0f} tokens/s"
-          f"  ({ours['tflops']:.0f} TFLOP/s model FLOPs, attention {ours['attention']})")
+          f"  ({ours['tflops_per_rank']:.0f} TFLOP/s model FLOPs, attention {ours['attention']})")
     if theirs:
         print(f"  pytorch  : {theirs['ms_per_step']:8.1f} ms/step  {theirs['tokens_per_s']:10.0f} tokens/s"
               f"  (torch.compile, autocast bf16, SDPA, fused AdamW; peak mem {theirs['max_mem_gib']:.1f} GiB)")

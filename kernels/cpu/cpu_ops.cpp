@@ -307,7 +307,17 @@ class CpuOps final : public Ops {
     check(a.m, "m", t, n);
     check(a.v, "v", t, n);
     FG_ASSERT(a.step >= 1, "AdamW step is 1-based, got ", a.step);
-    dispatch(t, "adamw_update", [&](auto tag) { cpu::adamw_update<decltype(tag)>(a); });
+    for (const AdamWSpan& sp : adamw_spans(a)) {  // each segment with its own weight decay
+      AdamWArgs part = a;
+      part.segments.clear();
+      part.param = a.param.rows(sp.begin, sp.end);
+      part.grad = a.grad.rows(sp.begin, sp.end);
+      part.m = a.m.rows(sp.begin, sp.end);
+      part.v = a.v.rows(sp.begin, sp.end);
+      part.weight_decay = sp.weight_decay;
+      part.index0 = sp.index0;
+      dispatch(t, "adamw_update", [&](auto tag) { cpu::adamw_update<decltype(tag)>(part); });
+    }
   }
   void sum_squares(Tensor out, Tensor grad) override {
     check_host(grad, "grad");

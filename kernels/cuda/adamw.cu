@@ -6,12 +6,16 @@
 // written from it with stochastic rounding (a hash of seed and the element's index in
 // the packed parameter order, index0 + i), so the
 // expected bf16 weight equals the master weight. fp32 runs update the parameter itself.
+// One call updates many parameters (AdamWArgs::segments: each its own weight decay and
+// rounding index), one launch per kMaxSegments of them.
 // Two kernels, one element function: 4 elements per thread with 16-byte accesses when
 // every array is 16-byte aligned (the optimizer's flat buffers always are), else one per
 // thread; both give the same bits (CudaOps.AdamWVectorAndScalarKernelsAgreeBitwise).
 // sum_squares: a fixed grid of kSumSqBlocks blocks (grid-stride) writes one partial per
 // block, and one block adds them in order: the same bits on every run.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 #include <type_traits>
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
@@ -25,23 +29,47 @@ constexpr int kSumSqThreads = 512;
 
 // ---------------------------------------------------------------- kernels
 
+// Up to kMaxSegments parameters per launch (a call with more is split into launches),
+// passed by value (__grid_constant__: indexed in the parameter bank, never copied):
+// segment s covers [begin[s], begin[s + 1]) of the launch's elements (the last ends at n),
+// with weight decay wd[s] and rounding index index0[s] + (i − begin[s]).
+constexpr int kMaxSegments = 128;
 struct AdamWConsts {
-  float lr, beta1, beta2, eps, wd, grad_scale, bc1, bc2;
+  float lr, beta1, beta2, eps, grad_scale, bc1, bc2;
   uint32_t seed;
-  uint64_t index0;
+  int segments;
+  int64_t begin[kMaxSegments];
+  uint64_t index0[kMaxSegments];
+  float wd[kMaxSegments];
 };
 
-// One element: updates m, v and the master weight w, and returns the parameter to store.
-// Both kernels below go through this function, so they produce the same bits.
+// The segment of element i, searching forward from segment s (elements come in order).
+__device__ __forceinline__ int segment_from(const AdamWConsts& c, int s, int64_t i) {
+  while (s + 1 < c.segments && c.begin[s + 1] <= i) ++s;
+  return s;
+}
+// The segment of element i: binary search.
+__device__ __forceinline__ int segment_of(const AdamWConsts& c, int64_t i) {
+  int lo = 0, hi = c.segments - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (c.begin[mid] <= i) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+// One element i of segment s: updates m, v and the master weight w, and returns the
+// parameter to store. Both kernels below go through this function: the same bits.
 template <class T>
 __device__ __forceinline__ T adamw_element(float g, float& m, float& v, float& w, bool has_master,
-                                           int64_t i, const AdamWConsts& c) {
+                                           int64_t i, int s, const AdamWConsts& c) {
   g *= c.grad_scale;
   m = c.beta1 * m + (1.f - c.beta1) * g;
   v = c.beta2 * v + (1.f - c.beta2) * g * g;
-  w -= c.lr * ((m / c.bc1) / (sqrtf(v / c.bc2) + c.eps) + c.wd * w);
+  w -= c.lr * ((m / c.bc1) / (sqrtf(v / c.bc2) + c.eps) + c.wd[s] * w);
   if constexpr (std::is_same_v<T, bf16>)
-    if (has_master) return bf16_stochastic(w, c.seed, uint32_t(c.index0 + uint64_t(i)));
+    if (has_master) return bf16_stochastic(w, c.seed, uint32_t(c.index0[s] + uint64_t(i - c.begin[s])));
   return from_f<T>(w);
 }
 
@@ -49,12 +77,12 @@ __device__ __forceinline__ T adamw_element(float g, float& m, float& v, float& w
 template <class T>
 __global__ void adamw_kernel(T* __restrict__ param, float* __restrict__ master,
                              const float* __restrict__ grad, float* __restrict__ m_state,
-                             float* __restrict__ v_state, int64_t n, AdamWConsts c) {
+                             float* __restrict__ v_state, int64_t n, const __grid_constant__ AdamWConsts c) {
   int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float m = m_state[i], v = v_state[i];
   float w = master ? master[i] : to_f(param[i]);
-  param[i] = adamw_element<T>(grad[i], m, v, w, master != nullptr, i, c);
+  param[i] = adamw_element<T>(grad[i], m, v, w, master != nullptr, i, segment_of(c, i), c);
   m_state[i] = m;
   v_state[i] = v;
   if (master) master[i] = w;
@@ -71,7 +99,7 @@ struct alignas(kVec * sizeof(T)) VecT {
 template <class T>
 __global__ void adamw_vec_kernel(T* __restrict__ param, float* __restrict__ master,
                                  const float* __restrict__ grad, float* __restrict__ m_state,
-                                 float* __restrict__ v_state, int64_t n, AdamWConsts c) {
+                                 float* __restrict__ v_state, int64_t n, const __grid_constant__ AdamWConsts c) {
   const int64_t i0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * kVec;
   if (i0 >= n) return;
   const bool has_master = master != nullptr;
@@ -87,10 +115,14 @@ __global__ void adamw_vec_kernel(T* __restrict__ param, float* __restrict__ mast
       p = *reinterpret_cast<const VecT<T>*>(param + i0);
       w = make_float4(to_f(p.v[0]), to_f(p.v[1]), to_f(p.v[2]), to_f(p.v[3]));
     }
-    p.v[0] = adamw_element<T>(g.x, m.x, v.x, w.x, has_master, i0 + 0, c);
-    p.v[1] = adamw_element<T>(g.y, m.y, v.y, w.y, has_master, i0 + 1, c);
-    p.v[2] = adamw_element<T>(g.z, m.z, v.z, w.z, has_master, i0 + 2, c);
-    p.v[3] = adamw_element<T>(g.w, m.w, v.w, w.w, has_master, i0 + 3, c);
+    int sg = segment_of(c, i0);
+    p.v[0] = adamw_element<T>(g.x, m.x, v.x, w.x, has_master, i0 + 0, sg, c);
+    sg = segment_from(c, sg, i0 + 1);
+    p.v[1] = adamw_element<T>(g.y, m.y, v.y, w.y, has_master, i0 + 1, sg, c);
+    sg = segment_from(c, sg, i0 + 2);
+    p.v[2] = adamw_element<T>(g.z, m.z, v.z, w.z, has_master, i0 + 2, sg, c);
+    sg = segment_from(c, sg, i0 + 3);
+    p.v[3] = adamw_element<T>(g.w, m.w, v.w, w.w, has_master, i0 + 3, sg, c);
     *reinterpret_cast<VecT<T>*>(param + i0) = p;
     *reinterpret_cast<float4*>(m_state + i0) = m;
     *reinterpret_cast<float4*>(v_state + i0) = v;
@@ -100,7 +132,7 @@ __global__ void adamw_vec_kernel(T* __restrict__ param, float* __restrict__ mast
   for (int64_t i = i0; i < n; ++i) {
     float m = m_state[i], v = v_state[i];
     float w = has_master ? master[i] : to_f(param[i]);
-    param[i] = adamw_element<T>(grad[i], m, v, w, has_master, i, c);
+    param[i] = adamw_element<T>(grad[i], m, v, w, has_master, i, segment_of(c, i), c);
     m_state[i] = m;
     v_state[i] = v;
     if (has_master) master[i] = w;
@@ -144,20 +176,39 @@ void adamw_update(const AdamWArgs& a, cudaStream_t stream) {
   else
     FG_ASSERT(!a.master.defined(), "fp32 params take no master copy");
   if (n == 0) return;
-  AdamWConsts c{a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.grad_scale,
-                1.f - std::pow(a.beta1, float(a.step)), 1.f - std::pow(a.beta2, float(a.step)),
-                a.seed, a.index0};
-  float* master = a.master.defined() ? a.master.as<float>() : nullptr;
+  AdamWConsts c{};
+  c.lr = a.lr; c.beta1 = a.beta1; c.beta2 = a.beta2; c.eps = a.eps; c.grad_scale = a.grad_scale;
+  c.bc1 = 1.f - std::pow(a.beta1, float(a.step));
+  c.bc2 = 1.f - std::pow(a.beta2, float(a.step));
+  c.seed = a.seed;
   const bool vec = adamw_vectorized(a);
-  FG_DISPATCH_FLOAT(a.param.dtype, T, {
-    if (vec)
-      adamw_vec_kernel<T><<<unsigned(ceil_div(n, kThreads * kVec)), kThreads, 0, stream>>>(
-          a.param.as<T>(), master, a.grad.as<float>(), a.m.as<float>(), a.v.as<float>(), n, c);
-    else
-      adamw_kernel<T><<<unsigned(ceil_div(n, kThreads)), kThreads, 0, stream>>>(
-          a.param.as<T>(), master, a.grad.as<float>(), a.m.as<float>(), a.v.as<float>(), n, c);
-    CUDA_CHECK_LAUNCH();
-  });
+  const std::vector<AdamWSpan> spans = adamw_spans(a);
+  // One launch per kMaxSegments segments, over the elements they cover; a launch whose first
+  // element is not 16-byte aligned takes the one-element kernel.
+  for (size_t s0 = 0; s0 < spans.size(); s0 += kMaxSegments) {
+    const size_t s1 = std::min(spans.size(), s0 + kMaxSegments);
+    const int64_t lo = spans[s0].begin, hi = spans[s1 - 1].end;
+    c.segments = int(s1 - s0);
+    for (size_t s = s0; s < s1; ++s) {
+      c.begin[s - s0] = spans[s].begin - lo;
+      c.index0[s - s0] = spans[s].index0;
+      c.wd[s - s0] = spans[s].weight_decay;
+    }
+    const int64_t len = hi - lo;
+    float* master = a.master.defined() ? a.master.as<float>() + lo : nullptr;
+    const bool aligned = vec && lo % kVec == 0;
+    FG_DISPATCH_FLOAT(a.param.dtype, T, {
+      if (aligned)
+        adamw_vec_kernel<T><<<unsigned(ceil_div(len, kThreads * kVec)), kThreads, 0, stream>>>(
+            a.param.as<T>() + lo, master, a.grad.as<float>() + lo, a.m.as<float>() + lo,
+            a.v.as<float>() + lo, len, c);
+      else
+        adamw_kernel<T><<<unsigned(ceil_div(len, kThreads)), kThreads, 0, stream>>>(
+            a.param.as<T>() + lo, master, a.grad.as<float>() + lo, a.m.as<float>() + lo,
+            a.v.as<float>() + lo, len, c);
+      CUDA_CHECK_LAUNCH();
+    });
+  }
 }
 
 bool adamw_vectorized(const AdamWArgs& a) {
