@@ -40,19 +40,6 @@ __device__ __forceinline__ Pack<T> load_pack_cs(const T* p) {
   *reinterpret_cast<int4*>(&r) = __ldcs(reinterpret_cast<const int4*>(p));
   return r;
 }
-// Streaming load that also asks L2 to fetch the whole 256-byte block around it from DRAM
-// (ld.global.cs.L2::256B): for long sequential reads by few threads (the decode cache),
-// where one 16-byte request per thread leaves DRAM underused.
-template <class T>
-__device__ __forceinline__ Pack<T> load_pack_stream(const T* p) {
-  Pack<T> r;
-  int4 v;
-  asm("ld.global.cs.L2::256B.v4.s32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  *reinterpret_cast<int4*>(&r) = v;
-  return r;
-}
 template <class T>
 __device__ __forceinline__ void store_pack(T* p, const Pack<T>& x) {
   *reinterpret_cast<Pack<T>*>(p) = x;

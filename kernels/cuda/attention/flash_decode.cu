@@ -171,8 +171,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams<T> 
     for (int u = 0; u < kUnroll; ++u) {  // all loads first: 2·kUnroll in flight per thread
       const int64_t j = first + u * Tr::kGroups + g;
       if (j < t1) {
-        kp[u] = load_pack_stream(kh + j * kD + lane * E);
-        vp[u] = load_pack_stream(vh + j * kD + lane * E);
+        kp[u] = load_pack_cs(kh + j * kD + lane * E);
+        vp[u] = load_pack_cs(vh + j * kD + lane * E);
       }
     }
     consume<T, kD>(kp, vp, q, first, g, t1, m, l, acc);
