@@ -2,7 +2,8 @@
 # Registers and spills of CUDA kernels as built for an H200 (sm_90a), from ptxas -v (no GPU
 # needed): one line per kernel instantiation, with its template arguments: the element type
 # where it is the first, the integers (attention: head dim first, then tile sizes), the bools
-# (attention: b0/b1 causal first, then atomic dQ for the sm80 backward or ping-pong for sm90ws).
+# in template order (sm80 kernels and the sm90 backward: causal first; the sm90 forward:
+# pipelined, then causal).
 #   scripts/ptxas_report.sh [--no-spills] [FILE.cu ...]   default: kernels/cuda/attention/flash_*.cu
 #   --no-spills: exit 1 when any kernel of the files spills (the CTest PtxasNoSpillsSm90Attention
 #   runs it on the Hopper attention kernels).
@@ -31,7 +32,7 @@ for line in sys.stdin:
                 if ident.endswith("_kernel") and re.fullmatch(r"[A-Za-z_]\w*", ident):
                     kernel = ident
         ints = re.findall(r"Li(\d+)E", mangled)   # head dim, then tile rows (if any)
-        bools = re.findall(r"Lb([01])E", mangled)  # causal, then ping-pong (sm90ws)
+        bools = re.findall(r"Lb([01])E", mangled)  # in template order
         types = ["bf16" if "__nv_bfloat16" in mangled else "f32"] if re.search(r"_kernelI(13__nv_bfloat16|f)(E|L)", mangled) else []
         name = "%s<%s>" % (kernel or mangled, ",".join(types + ints + ["b" + b for b in bools]))
     m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)

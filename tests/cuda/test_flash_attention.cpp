@@ -401,6 +401,10 @@ TEST_P(FlashAttentionVsReference, OutputsAndGradients) {
   if (path_wanted("sm90") && is_hopper()) {
     ScopedEnv path("FLASHGPT_ATTENTION_PATH", "sm90");
     check_against(pb, ref, naive, "sm90 atomic-dQ");
+    {  // the pipelined forward (FLASHGPT_ATTENTION_FWD_TILE=1 on this path)
+      ScopedEnv fwd("FLASHGPT_ATTENTION_FWD_TILE", "1");
+      check_against(pb, ref, naive, "sm90 pipelined-forward atomic-dQ");
+    }
     // The sm90 backward has no deterministic dQ: this mode must fall back to sm80's.
     ScopedEnv det("FLASHGPT_DETERMINISTIC", "1");
     check_against(pb, ref, naive, "sm90 deterministic");
@@ -561,6 +565,37 @@ TEST(CudaFlashAttention, DeterministicModeIsBitwiseRepeatable) {
   run_flash(pb, b);
   EXPECT_EQ(std::memcmp(a.dqkv.data(), b.dqkv.data(), a.dqkv.size() * sizeof(float)), 0);
   EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.size() * sizeof(float)), 0);
+}
+
+// The sm90 forward's two variants do the same arithmetic in the same order (the pipelined
+// one only moves O's rescale behind the next tile's QKᵀ): the same bits, on lengths that
+// give 1, 2 and many key tiles, partial tiles, causal and not, both head dims.
+TEST(CudaFlashAttention, Sm90PipelinedForwardIsBitwiseEqual) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (!is_hopper()) GTEST_SKIP() << "the sm90 path needs a Hopper GPU";
+  ScopedEnv path("FLASHGPT_ATTENTION_PATH", "sm90");
+  for (int D : {64, 128})
+    for (bool causal : {true, false})
+      for (int T : {1, 17, 128, 129, 300, 1023, 4100}) {
+        const Problem pb = random_problem(2, T, 3, D, causal, uint32_t(test::test_rng()()));
+        DeviceRun plain, pipelined;
+        {
+          ScopedEnv fwd("FLASHGPT_ATTENTION_FWD_TILE", "0");
+          run_flash(pb, plain);
+        }
+        {
+          ScopedEnv fwd("FLASHGPT_ATTENTION_FWD_TILE", "1");
+          run_flash(pb, pipelined);
+        }
+        if (HasFatalFailure()) return;
+        const std::string label = "D=" + std::to_string(D) + (causal ? " causal" : " full") +
+                                  " T=" + std::to_string(T);
+        ASSERT_EQ(plain.out.size(), pipelined.out.size());
+        EXPECT_EQ(std::memcmp(plain.out.data(), pipelined.out.data(), plain.out.size() * sizeof(float)), 0)
+            << label << ": O differs";
+        EXPECT_EQ(std::memcmp(plain.lse.data(), pipelined.lse.data(), plain.lse.size() * sizeof(float)), 0)
+            << label << ": LSE differs";
+      }
 }
 
 // ---- launcher preconditions (no GPU needed: they are checked before any launch) ---------

@@ -10,7 +10,8 @@
 //   FLASHGPT_DETERMINISTIC=1  backward computes dQ without float atomics (a separate
 //       kernel looping over key tiles; sm80 kernels on every path). Default: atomics.
 //   FLASHGPT_ATTENTION_FWD_TILE, FLASHGPT_ATTENTION_BWD_TILE = 0|1  tuning knobs: the
-//       tile shape of each kernel (flash_fwd_sm80.cu, flash_bwd_sm80.cu); 0 is the default.
+//       tile shape of each sm80 kernel (flash_fwd_sm80.cu, flash_bwd_sm80.cu), and the
+//       forward variant on the sm90 path (1: pipelined, flash_fwd_sm90.cu); 0 is the default.
 #include "kernels/cuda/attention/flash_attention.h"
 
 #include <cmath>
@@ -134,11 +135,11 @@ void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
       break;
     case Path::sm90:
       if (a.D == 64)
-        a.causal ? attn::launch_fwd_sm90<64, /*kCausal=*/true>(p, stream)
-                 : attn::launch_fwd_sm90<64, /*kCausal=*/false>(p, stream);
+        a.causal ? attn::launch_fwd_sm90<64, /*kCausal=*/true>(p, fwd_tile, stream)
+                 : attn::launch_fwd_sm90<64, /*kCausal=*/false>(p, fwd_tile, stream);
       else
-        a.causal ? attn::launch_fwd_sm90<128, /*kCausal=*/true>(p, stream)
-                 : attn::launch_fwd_sm90<128, /*kCausal=*/false>(p, stream);
+        a.causal ? attn::launch_fwd_sm90<128, /*kCausal=*/true>(p, fwd_tile, stream)
+                 : attn::launch_fwd_sm90<128, /*kCausal=*/false>(p, fwd_tile, stream);
       break;
   }
 }

@@ -26,13 +26,15 @@ __device__ __forceinline__ void apply_mask(float (&s)[Tile::kMTiles][Tile::kNTil
       }
 }
 
-// Online softmax step: updates the running max/sum, turns s into P (unnormalised), and
-// rescales the O accumulator by exp2((m_old − m_new)·c).
+// Online softmax step without touching O: updates the running max/sum, turns s into P
+// (unnormalised), and returns in alpha the factor exp2((m_old − m_new)·c) by which O must
+// be rescaled (rescale_output) before this tile's P·V is added. The pipelined sm90
+// forward rescales later, once the previous tile's P·V has left the accumulators.
 template <class Tile>
-__device__ __forceinline__ void online_softmax(float (&s)[Tile::kMTiles][Tile::kNTiles][4],
-                                               float (&o)[Tile::kMTiles][Tile::kDTiles][4],
-                                               float (&row_max)[Tile::kMTiles][2],
-                                               float (&row_sum)[Tile::kMTiles][2], float scale_log2) {
+__device__ __forceinline__ void softmax_step(float (&s)[Tile::kMTiles][Tile::kNTiles][4],
+                                             float (&alpha)[Tile::kMTiles][2],
+                                             float (&row_max)[Tile::kMTiles][2],
+                                             float (&row_sum)[Tile::kMTiles][2], float scale_log2) {
 #pragma unroll
   for (int mt = 0; mt < Tile::kMTiles; ++mt)
 #pragma unroll
@@ -45,7 +47,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[Tile::kMTiles][Tile::k
       // A row that has seen only masked keys keeps max -inf: subtract 0 instead, which
       // avoids (-inf) − (-inf) = NaN; its P is then exp2(-inf) = 0.
       const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
-      const float alpha = fast_exp2(row_max[mt][half] * scale_log2 - m_scaled);
+      alpha[mt][half] = fast_exp2(row_max[mt][half] * scale_log2 - m_scaled);
       row_max[mt][half] = mx;
       // Per-thread partial row sum: alpha is the same for the 4 threads of a row, so the
       // quad reduction can wait until the epilogue.
@@ -58,13 +60,33 @@ __device__ __forceinline__ void online_softmax(float (&s)[Tile::kMTiles][Tile::k
           x = fast_exp2(fmaf(x, scale_log2, -m_scaled));
           sum += x;
         }
-      row_sum[mt][half] = row_sum[mt][half] * alpha + sum;
+      row_sum[mt][half] = row_sum[mt][half] * alpha[mt][half] + sum;
+    }
+}
+
+template <class Tile>
+__device__ __forceinline__ void rescale_output(float (&o)[Tile::kMTiles][Tile::kDTiles][4],
+                                               const float (&alpha)[Tile::kMTiles][2]) {
+#pragma unroll
+  for (int mt = 0; mt < Tile::kMTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
 #pragma unroll
       for (int dt = 0; dt < Tile::kDTiles; ++dt) {
-        o[mt][dt][2 * half] *= alpha;
-        o[mt][dt][2 * half + 1] *= alpha;
+        o[mt][dt][2 * half] *= alpha[mt][half];
+        o[mt][dt][2 * half + 1] *= alpha[mt][half];
       }
-    }
+}
+
+// Online softmax step: softmax_step, then O rescaled at once.
+template <class Tile>
+__device__ __forceinline__ void online_softmax(float (&s)[Tile::kMTiles][Tile::kNTiles][4],
+                                               float (&o)[Tile::kMTiles][Tile::kDTiles][4],
+                                               float (&row_max)[Tile::kMTiles][2],
+                                               float (&row_sum)[Tile::kMTiles][2], float scale_log2) {
+  float alpha[Tile::kMTiles][2];
+  softmax_step<Tile>(s, alpha, row_max, row_sum, scale_log2);
+  rescale_output<Tile>(o, alpha);
 }
 
 // O / l → bf16 (B,T,H,D) and LSE → (B,H,T), rows < T only.

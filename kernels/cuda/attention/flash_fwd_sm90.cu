@@ -7,9 +7,16 @@
 //   mask, online softmax   flash_fwd_parts.cuh, per warp, unchanged from sm80
 //   O += P·V   wgmma m64n{D}k16, A (P, bf16) from registers, B (V) from shared memory
 //              with the transpose flag (V is stored [key][d]: d-contiguous = N-major)
-// Not (yet) here: TMA loads, producer/consumer warp specialisation, overlapping the
-// softmax of one tile with the QKᵀ of the next (FlashAttention-3). The Hopper backward
-// is flash_bwd_sm90.cu.
+// Two variants (FLASHGPT_ATTENTION_FWD_TILE on the sm90 path):
+//   0 (default)  per tile j: S_j, softmax, P_j·V_j, each waiting for the one before.
+//   1 (pipelined, FlashAttention-3's intra-warpgroup overlap)  per tile j: issue S_j and
+//                P_{j−1}·V_{j−1} together, wait for S_j only, run tile j's softmax while the
+//                tensor cores finish P_{j−1}·V_{j−1}, then rescale O. The operations on O
+//                and on the row sums are the same and in the same order: both variants
+//                give the same bits (CudaFlashAttention.Sm90PipelinedForwardIsBitwiseEqual).
+//                V_{j−1} is still read while tile j+1 loads, so V has three buffers.
+// Not (yet) here: TMA loads, producer/consumer warp specialisation, ping-pong between
+// the warpgroups. The Hopper backward is flash_bwd_sm90.cu.
 #include <cmath>
 #include <string>
 #include "src/cuda/cuda_check.h"
@@ -20,7 +27,7 @@
 namespace flashgpt::cuda::attn {
 namespace {
 
-template <int kHeadDim_, int kBlockN_>
+template <int kHeadDim_, int kBlockN_, bool kPipelined_>
 struct Sm90FwdTile {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarpGroups = 2;
@@ -30,12 +37,16 @@ struct Sm90FwdTile {
   static constexpr int kMTiles = 1;  // per warp: 16 rows (the m64 accumulator split over 4 warps)
   static constexpr int kNTiles = kBlockN / 8;
   static constexpr int kDTiles = kHeadDim / 8;
-  // Q + 2 × (K, V), and slack to align the base to 1024 bytes (the swizzle period).
-  static constexpr size_t kSmemBytes = size_t(kBlockM + 4 * kBlockN) * kHeadDim * sizeof(bf16) + 1024;
+  static constexpr bool kPipelined = kPipelined_;
+  static constexpr int kVBuffers = kPipelined ? 3 : 2;
+  // Q + 2 × K + kVBuffers × V, and slack to align the base to 1024 bytes (the swizzle period).
+  static constexpr size_t kSmemBytes =
+      size_t(kBlockM + (2 + kVBuffers) * kBlockN) * kHeadDim * sizeof(bf16) + 1024;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim 64 or 128");
   static_assert(kBlockN == 64 || kBlockN == 128, "wgmma wrappers exist for N = 64 and 128");
 };
-template <int kHeadDim> struct Sm90FwdConfig { using Tile = Sm90FwdTile<kHeadDim, /*kBlockN=*/128>; };
+template <int kHeadDim, bool kPipelined>
+struct Sm90FwdConfig { using Tile = Sm90FwdTile<kHeadDim, /*kBlockN=*/128, kPipelined>; };
 
 template <class Tile, bool kCausal>
 __global__ void __launch_bounds__(Tile::kThreads, 1) flash_fwd_sm90_kernel(const FlashParams p) {
@@ -47,7 +58,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_fwd_sm90_kernel(const
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   bf16* sQ = reinterpret_cast<bf16*>(smem);  // [BM][D]      wgmma layout
   bf16* sK = sQ + BM * D;                    // [2][BN][D]
-  bf16* sV = sK + 2 * BN * D;                // [2][BN][D]
+  bf16* sV = sK + 2 * BN * D;                // [kVBuffers][BN][D]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wg = warp / 4;
@@ -78,23 +89,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_fwd_sm90_kernel(const
   const uint32_t q_base = smem_u32(sQ) + wg * 64 * 128;
   constexpr uint32_t kSwizzleAtom = 8 * 128;  // 8 rows of 128 bytes: the stride-dimension offset
 
-  for (int nb = 0; nb < n_blocks; ++nb) {
-    const int buf = nb & 1;
-    cp_async_wait<0>();
-    sm90::fence_proxy_async();
-    __syncthreads();
-    if (nb + 1 < n_blocks) {
-      const int nxt = (nb + 1) * BN;
-      sm90::load_tile_async<BN, D, Tile::kThreads>(sK + (buf ^ 1) * BN * D, k, p.qkv_row_stride, nxt, p.T, tid);
-      sm90::load_tile_async<BN, D, Tile::kThreads>(sV + (buf ^ 1) * BN * D, v, p.qkv_row_stride, nxt, p.T, tid);
-      cp_async_commit();
-    }
-    const uint32_t k_base = smem_u32(sK + buf * BN * D);
-    const uint32_t v_base = smem_u32(sV + buf * BN * D);
-
-    // S = Q·Kᵀ: k-step kk is 16 columns = 32 bytes into column block kk/4.
-    float s[1][Tile::kNTiles][4];
-    sm90::wgmma_fence();
+  // S = Q·Kᵀ for the K tile at k_base, issued (not waited for): k-step kk is 16 columns =
+  // 32 bytes into column block kk/4.
+  auto issue_qk = [&](float (&s)[1][Tile::kNTiles][4], uint32_t k_base) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t col_bytes = (kk & 3) * 32;
@@ -103,27 +100,77 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_fwd_sm90_kernel(const
       sm90::wgmma_ss<BN>(s[0], desc_q, desc_k, /*accumulate=*/kk > 0);
     }
     sm90::wgmma_commit();
-    sm90::wgmma_wait<0>();
-    sm90::fence_accumulators(s[0]);
-
-    const int n0 = nb * BN;
-    const bool needs_mask = n0 + BN > p.T || (kCausal && n0 + BN - 1 > m0);
-    if (needs_mask) apply_mask<Tile, kCausal>(s, warp_row0, n0, p.T, lane);
-    online_softmax<Tile>(s, o, row_max, row_sum, p.scale_log2);
-
-    // O += P·V: k-step kk is keys 16kk.. = 16 rows of 128 bytes; the d dimension spans
-    // D/64 column blocks, BN·128 bytes apart (the leading-dimension offset, N-major).
-    uint32_t a[BN / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) c_pair_to_a(a[kk], s[0][2 * kk], s[0][2 * kk + 1]);
-    sm90::fence_accumulators(o[0]);
-    sm90::wgmma_fence();
+  };
+  // O += P·V for the V tile at v_base, issued: k-step kk is keys 16kk.. = 16 rows of 128
+  // bytes; the d dimension spans D/64 column blocks, BN·128 bytes apart (the
+  // leading-dimension offset, N-major).
+  auto issue_pv = [&](const uint32_t (&a)[BN / 16][4], uint32_t v_base) {
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk)
       sm90::wgmma_rs_tb<D>(o[0], a[kk], sm90::make_desc(v_base + kk * 16 * 128, BN * 128, kSwizzleAtom));
     sm90::wgmma_commit();
-    sm90::wgmma_wait<0>();
-    sm90::fence_accumulators(o[0]);
+  };
+  // Masks tile nb's scores and runs its softmax step (O not yet rescaled: alpha).
+  auto softmax_tile = [&](float (&s)[1][Tile::kNTiles][4], float (&alpha)[1][2], int nb) {
+    const int n0 = nb * BN;
+    const bool needs_mask = n0 + BN > p.T || (kCausal && n0 + BN - 1 > m0);
+    if (needs_mask) apply_mask<Tile, kCausal>(s, warp_row0, n0, p.T, lane);
+    softmax_step<Tile>(s, alpha, row_max, row_sum, p.scale_log2);
+  };
+
+  uint32_t a[BN / 16][4];  // P of the last tile, bf16 A fragments
+  for (int nb = 0; nb < n_blocks; ++nb) {
+    const int k_buf = nb & 1, v_buf = nb % Tile::kVBuffers;
+    // Tile nb has landed, and every warp is done with the buffers the next loads overwrite:
+    // K of tile nb−1 and (pipelined) V of tile nb−2, whose matmuls finished in iteration nb−1.
+    cp_async_wait<0>();
+    sm90::fence_proxy_async();
+    __syncthreads();
+    if (nb + 1 < n_blocks) {
+      const int nxt = (nb + 1) * BN;
+      sm90::load_tile_async<BN, D, Tile::kThreads>(sK + (k_buf ^ 1) * BN * D, k, p.qkv_row_stride, nxt, p.T, tid);
+      sm90::load_tile_async<BN, D, Tile::kThreads>(sV + ((nb + 1) % Tile::kVBuffers) * BN * D, v,
+                                                   p.qkv_row_stride, nxt, p.T, tid);
+      cp_async_commit();
+    }
+    const uint32_t k_base = smem_u32(sK + k_buf * BN * D);
+    float s[1][Tile::kNTiles][4], alpha[1][2];
+    if constexpr (Tile::kPipelined) {
+      sm90::wgmma_fence();  // a and o were last written by ordinary instructions
+      issue_qk(s, k_base);
+      if (nb > 0) issue_pv(a, smem_u32(sV + ((nb - 1) % Tile::kVBuffers) * BN * D));
+      if (nb > 0) sm90::wgmma_wait<1>();  // S_nb done; P_{nb−1}·V_{nb−1} may still run
+      else sm90::wgmma_wait<0>();
+      sm90::fence_accumulators(s[0]);
+      softmax_tile(s, alpha, nb);
+      sm90::wgmma_wait<0>();  // P_{nb−1}·V_{nb−1} done: O and a are free
+      sm90::fence_accumulators(o[0]);
+      rescale_output<Tile>(o, alpha);
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) c_pair_to_a(a[kk], s[0][2 * kk], s[0][2 * kk + 1]);
+    } else {
+      sm90::wgmma_fence();
+      issue_qk(s, k_base);
+      sm90::wgmma_wait<0>();
+      sm90::fence_accumulators(s[0]);
+      softmax_tile(s, alpha, nb);
+      rescale_output<Tile>(o, alpha);
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) c_pair_to_a(a[kk], s[0][2 * kk], s[0][2 * kk + 1]);
+      sm90::fence_accumulators(o[0]);
+      sm90::wgmma_fence();
+      issue_pv(a, smem_u32(sV + v_buf * BN * D));
+      sm90::wgmma_wait<0>();
+      sm90::fence_accumulators(o[0]);
+    }
+  }
+  if constexpr (Tile::kPipelined) {  // the last tile's P·V
+    if (n_blocks > 0) {
+      sm90::wgmma_fence();
+      issue_pv(a, smem_u32(sV + ((n_blocks - 1) % Tile::kVBuffers) * BN * D));
+      sm90::wgmma_wait<0>();
+      sm90::fence_accumulators(o[0]);
+    }
   }
   store_output<Tile>(p, o, row_max, row_sum, b, h, warp_row0, lane);
 #else
@@ -132,17 +179,23 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_fwd_sm90_kernel(const
 #endif
 }
 
-}  // namespace
-
-template <int kHeadDim, bool kCausal>
-void launch_fwd_sm90(const FlashParams& p, cudaStream_t stream) {
-  using Tile = typename Sm90FwdConfig<kHeadDim>::Tile;
+template <int kHeadDim, bool kCausal, bool kPipelined>
+void launch_fwd_sm90_variant(const FlashParams& p, cudaStream_t stream) {
+  using Tile = typename Sm90FwdConfig<kHeadDim, kPipelined>::Tile;
   auto kernel = flash_fwd_sm90_kernel<Tile, kCausal>;
   static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::kSmemBytes);  // once
   (void)opted_in;
   const dim3 grid((p.T + Tile::kBlockM - 1) / Tile::kBlockM, p.H, p.B);
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
   CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+template <int kHeadDim, bool kCausal>
+void launch_fwd_sm90(const FlashParams& p, int variant, cudaStream_t stream) {
+  if (variant == 1) launch_fwd_sm90_variant<kHeadDim, kCausal, /*kPipelined=*/true>(p, stream);
+  else launch_fwd_sm90_variant<kHeadDim, kCausal, /*kPipelined=*/false>(p, stream);
 }
 
 bool sm90_kernels_built() {
@@ -154,13 +207,13 @@ bool sm90_kernels_built() {
   // 90 only when the build included sm_90 code and the device is a Hopper.
   cudaFuncAttributes attr{};
   CUDA_CHECK(cudaFuncGetAttributes(
-      &attr, flash_fwd_sm90_kernel<typename Sm90FwdConfig<64>::Tile, /*kCausal=*/true>));
+      &attr, flash_fwd_sm90_kernel<typename Sm90FwdConfig<64, false>::Tile, /*kCausal=*/true>));
   return attr.binaryVersion >= 90;
 }
 
-template void launch_fwd_sm90<64, /*kCausal=*/true>(const FlashParams&, cudaStream_t);
-template void launch_fwd_sm90<64, /*kCausal=*/false>(const FlashParams&, cudaStream_t);
-template void launch_fwd_sm90<128, /*kCausal=*/true>(const FlashParams&, cudaStream_t);
-template void launch_fwd_sm90<128, /*kCausal=*/false>(const FlashParams&, cudaStream_t);
+template void launch_fwd_sm90<64, /*kCausal=*/true>(const FlashParams&, int, cudaStream_t);
+template void launch_fwd_sm90<64, /*kCausal=*/false>(const FlashParams&, int, cudaStream_t);
+template void launch_fwd_sm90<128, /*kCausal=*/true>(const FlashParams&, int, cudaStream_t);
+template void launch_fwd_sm90<128, /*kCausal=*/false>(const FlashParams&, int, cudaStream_t);
 
 }  // namespace flashgpt::cuda::attn

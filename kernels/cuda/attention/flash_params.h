@@ -42,9 +42,10 @@ struct FlashParams {
 template <int kHeadDim, bool kCausal>
 void launch_fwd_sm80(const FlashParams& p, int tile, cudaStream_t stream);
 // Hopper path (wgmma, flash_fwd_sm90.cu, flash_bwd_sm90.cu). The backward has atomic
-// dQ only; the deterministic mode runs the sm80 kernels.
+// dQ only; the deterministic mode runs the sm80 kernels. Forward variant: 0 = one tile
+// after the other (default), 1 = pipelined (softmax of tile j under P·V of tile j−1).
 template <int kHeadDim, bool kCausal>
-void launch_fwd_sm90(const FlashParams& p, cudaStream_t stream);
+void launch_fwd_sm90(const FlashParams& p, int variant, cudaStream_t stream);
 template <int kHeadDim, bool kCausal>
 void launch_bwd_sm90(const FlashParams& p, cudaStream_t stream);
 // True when this build has sm_90a code and the current device runs it.
