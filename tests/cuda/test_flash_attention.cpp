@@ -368,11 +368,12 @@ void check_against(const Problem& pb, const Result& ref, const Result& naive, co
   expect_close(label + " dV", run.dqkv, ref.dqkv, naive.dqkv, ref.dqkv_floor, D, DType::bf16, slot(2));
 }
 
-// Which code paths to check: FLASHGPT_TEST_ATTENTION_PATHS, a subset of "sm80,sm90,auto"
-// (default: all; sm90 only on a Hopper GPU). Lets a run keep paths in separate processes.
+// Which code paths to check: FLASHGPT_TEST_ATTENTION_PATHS, a subset of
+// "sm80,sm90,sm90ws,auto" (default: all; sm90 and sm90ws only on a Hopper GPU). Lets a run
+// keep paths in separate processes.
 bool path_wanted(const char* path) {
   const char* env = std::getenv("FLASHGPT_TEST_ATTENTION_PATHS");
-  const std::string paths = env && *env ? env : "sm80,sm90,auto";
+  const std::string paths = env && *env ? env : "sm80,sm90,sm90ws,auto";
   return ("," + paths + ",").find(std::string(",") + path + ",") != std::string::npos;
 }
 
@@ -408,6 +409,10 @@ TEST_P(FlashAttentionVsReference, OutputsAndGradients) {
     // The sm90 backward has no deterministic dQ: this mode must fall back to sm80's.
     ScopedEnv det("FLASHGPT_DETERMINISTIC", "1");
     check_against(pb, ref, naive, "sm90 deterministic");
+  }
+  if (path_wanted("sm90ws") && is_hopper()) {  // the warp-specialised TMA forward
+    ScopedEnv path("FLASHGPT_ATTENTION_PATH", "sm90ws");
+    check_against(pb, ref, naive, "sm90ws");
   }
   if (path_wanted("auto")) {
     ScopedEnv path("FLASHGPT_ATTENTION_PATH", "auto");
@@ -526,7 +531,9 @@ TEST(CudaFlashAttention, MillionTokenSequenceOnSampledRowsAndColumns) {
   const Sampled ref = sampled_reference<double, false>(pb, rows, T - kTail);
   const Sampled naive = sampled_reference<float, true>(pb, rows, T - kTail);
   const size_t HD = size_t(H) * D, W = 3 * HD;
-  for (const char* path : {"auto", "sm80"}) {
+  std::vector<const char*> paths = {"auto", "sm80"};
+  if (is_hopper()) paths.push_back("sm90ws");  // TMA coordinates at a million rows
+  for (const char* path : paths) {
     ScopedEnv env("FLASHGPT_ATTENTION_PATH", path);
     DeviceRun run;
     run_flash(pb, run);
@@ -567,34 +574,37 @@ TEST(CudaFlashAttention, DeterministicModeIsBitwiseRepeatable) {
   EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.size() * sizeof(float)), 0);
 }
 
-// The sm90 forward's two variants do the same arithmetic in the same order (the pipelined
-// one only moves O's rescale behind the next tile's QKᵀ): the same bits, on lengths that
-// give 1, 2 and many key tiles, partial tiles, causal and not, both head dims.
-TEST(CudaFlashAttention, Sm90PipelinedForwardIsBitwiseEqual) {
+// The Hopper forwards that do the same arithmetic in the same order give the same bits:
+// the sm90 kernel's two variants (the pipelined one only moves O's rescale behind the next
+// tile's QKᵀ), and at D = 64 the warp-specialised kernel (the same 128-key tiles; at
+// D = 128 it takes 64-key tiles, so other roundings). Lengths that give 1, 2 and many key
+// tiles, partial tiles, causal and not.
+TEST(CudaFlashAttention, Sm90ForwardVariantsAreBitwiseEqual) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  if (!is_hopper()) GTEST_SKIP() << "the sm90 path needs a Hopper GPU";
-  ScopedEnv path("FLASHGPT_ATTENTION_PATH", "sm90");
+  if (!is_hopper()) GTEST_SKIP() << "the sm90 paths need a Hopper GPU";
   for (int D : {64, 128})
     for (bool causal : {true, false})
       for (int T : {1, 17, 128, 129, 300, 1023, 4100}) {
         const Problem pb = random_problem(2, T, 3, D, causal, uint32_t(test::test_rng()()));
-        DeviceRun plain, pipelined;
-        {
-          ScopedEnv fwd("FLASHGPT_ATTENTION_FWD_TILE", "0");
-          run_flash(pb, plain);
-        }
-        {
-          ScopedEnv fwd("FLASHGPT_ATTENTION_FWD_TILE", "1");
-          run_flash(pb, pipelined);
-        }
+        auto run = [&](const char* path, const char* variant) {
+          ScopedEnv p("FLASHGPT_ATTENTION_PATH", path), fwd("FLASHGPT_ATTENTION_FWD_TILE", variant);
+          DeviceRun r;
+          run_flash(pb, r);
+          return r;
+        };
+        const DeviceRun plain = run("sm90", "0");
+        std::vector<std::pair<std::string, DeviceRun>> others = {{"sm90 pipelined", run("sm90", "1")}};
+        if (D == 64) others.emplace_back("sm90ws", run("sm90ws", "0"));
         if (HasFatalFailure()) return;
-        const std::string label = "D=" + std::to_string(D) + (causal ? " causal" : " full") +
+        const std::string shape = " D=" + std::to_string(D) + (causal ? " causal" : " full") +
                                   " T=" + std::to_string(T);
-        ASSERT_EQ(plain.out.size(), pipelined.out.size());
-        EXPECT_EQ(std::memcmp(plain.out.data(), pipelined.out.data(), plain.out.size() * sizeof(float)), 0)
-            << label << ": O differs";
-        EXPECT_EQ(std::memcmp(plain.lse.data(), pipelined.lse.data(), plain.lse.size() * sizeof(float)), 0)
-            << label << ": LSE differs";
+        for (const auto& [name, r] : others) {
+          ASSERT_EQ(plain.out.size(), r.out.size());
+          EXPECT_EQ(std::memcmp(plain.out.data(), r.out.data(), plain.out.size() * sizeof(float)), 0)
+              << name << shape << ": O differs from sm90's";
+          EXPECT_EQ(std::memcmp(plain.lse.data(), r.lse.data(), plain.lse.size() * sizeof(float)), 0)
+              << name << shape << ": LSE differs from sm90's";
+        }
       }
 }
 

@@ -2,9 +2,10 @@
 // FlashParams, pick the code path and the instantiation (head dim × causal).
 //
 // Run-time switches (environment):
-//   FLASHGPT_ATTENTION_PATH=sm80|sm90|auto  code path. sm80: the portable mma.sync
+//   FLASHGPT_ATTENTION_PATH=sm80|sm90|sm90ws|auto  code path. sm80: the portable mma.sync
 //       kernels (any GPU from sm_80 on). sm90: forward and backward on wgmma (needs an
-//       sm_90a build and a Hopper GPU, else InputError). auto (default): per pass, the
+//       sm_90a build and a Hopper GPU, else InputError). sm90ws: the sm90 path with the
+//       warp-specialised TMA forward (flash_fwd_sm90_ws.cu; new, opt-in). auto (default): per pass, the
 //       faster path as measured on an H200 (BENCHMARKS.md "## Attention"; see
 //       sm90_faster below); sm80 on non-Hopper GPUs.
 //   FLASHGPT_DETERMINISTIC=1  backward computes dQ without float atomics (a separate
@@ -26,7 +27,7 @@ namespace {
 
 using attn::FlashParams;
 
-enum class Path { sm80, sm90 };
+enum class Path { sm80, sm90, sm90ws };
 
 // One process drives one GPU (docs/ARCHITECTURE.md), so the answer is cached.
 bool sm90_available() {
@@ -49,14 +50,15 @@ Path choose_path(Pass pass, int D, int T) {
   const char* env = std::getenv("FLASHGPT_ATTENTION_PATH");
   const std::string want = env && *env ? env : "auto";
   if (want == "sm80") return Path::sm80;
-  if (want == "sm90") {
+  if (want == "sm90" || want == "sm90ws") {
     if (!sm90_available())
-      fail_input("FLASHGPT_ATTENTION_PATH=sm90 needs a Hopper GPU and a build with the 90a "
+      fail_input("FLASHGPT_ATTENTION_PATH=", want, " needs a Hopper GPU and a build with the 90a "
                  "architecture (FLASHGPT_CUDA_ARCHS)");
-    return Path::sm90;
+    // sm90ws differs in the forward only.
+    return want == "sm90ws" && pass == Pass::forward ? Path::sm90ws : Path::sm90;
   }
   if (want == "auto") return sm90_faster(pass, D, T) && sm90_available() ? Path::sm90 : Path::sm80;
-  fail_input("FLASHGPT_ATTENTION_PATH must be sm80, sm90 or auto, got '", want, "'");
+  fail_input("FLASHGPT_ATTENTION_PATH must be sm80, sm90, sm90ws or auto, got '", want, "'");
 }
 
 bool deterministic_requested() {
@@ -140,6 +142,14 @@ void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
       else
         a.causal ? attn::launch_fwd_sm90<128, /*kCausal=*/true>(p, fwd_tile, stream)
                  : attn::launch_fwd_sm90<128, /*kCausal=*/false>(p, fwd_tile, stream);
+      break;
+    case Path::sm90ws:
+      if (a.D == 64)
+        a.causal ? attn::launch_fwd_sm90_ws<64, /*kCausal=*/true>(p, stream)
+                 : attn::launch_fwd_sm90_ws<64, /*kCausal=*/false>(p, stream);
+      else
+        a.causal ? attn::launch_fwd_sm90_ws<128, /*kCausal=*/true>(p, stream)
+                 : attn::launch_fwd_sm90_ws<128, /*kCausal=*/false>(p, stream);
       break;
   }
 }

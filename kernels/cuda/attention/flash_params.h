@@ -48,6 +48,10 @@ template <int kHeadDim, bool kCausal>
 void launch_fwd_sm90(const FlashParams& p, int variant, cudaStream_t stream);
 template <int kHeadDim, bool kCausal>
 void launch_bwd_sm90(const FlashParams& p, cudaStream_t stream);
+// Warp-specialised Hopper forward (TMA producer, two consumer warpgroups in ping-pong;
+// flash_fwd_sm90_ws.cu).
+template <int kHeadDim, bool kCausal>
+void launch_fwd_sm90_ws(const FlashParams& p, cudaStream_t stream);
 // True when this build has sm_90a code and the current device runs it.
 bool sm90_kernels_built();
 

@@ -1,0 +1,146 @@
+// One warpgroup's share of the Hopper attention forward: 64 query rows against key tiles
+// of kBlockN keys in shared memory (wgmma layout), with the online softmax of
+// flash_fwd_parts.cuh. Both Hopper forwards use it and differ only in how the tiles
+// arrive: flash_fwd_sm90.cu (cp.async, every warp loads) and flash_fwd_sm90_ws.cu (TMA
+// from a producer warpgroup).
+//   S = Q·Kᵀ   wgmma m64n{kBlockN}k16, A (Q) and B (K) from shared memory
+//   O += P·V   wgmma m64n{D}k16, A (P, bf16) from registers, B (V) from shared memory
+//              with the transpose flag (V is stored [key][d]: d-contiguous = N-major)
+// Two schedules over the key tiles, the same arithmetic in the same order:
+//   step        tile j: S_j, softmax, O rescaled, P_j·V_j, each waiting for the one before;
+//   step_overlapped  tile j: S_j and P_{j−1}·V_{j−1} issued together, the softmax of tile j
+//               while the tensor cores finish P_{j−1}·V_{j−1}, then O rescaled
+//               (FlashAttention-3's intra-warpgroup overlap); finish() adds the last P·V.
+#pragma once
+#include "kernels/cuda/attention/flash_fwd_parts.cuh"
+#include "kernels/cuda/attention/flash_params.h"
+#include "kernels/cuda/attention/wgmma_sm90.cuh"
+
+namespace flashgpt::cuda::attn {
+
+template <int kHeadDim_, int kBlockN_>
+struct Sm90FwdTileShape {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = 128;  // query rows per block: 2 consumer warpgroups × 64
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kMTiles = 1;  // per warp: 16 rows (the m64 accumulator split over 4 warps)
+  static constexpr int kNTiles = kBlockN / 8;
+  static constexpr int kDTiles = kHeadDim / 8;
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim 64 or 128");
+  static_assert(kBlockN == 64 || kBlockN == 128, "wgmma wrappers exist for N = 64 and 128");
+};
+
+#if FLASHGPT_HAS_WGMMA
+template <class Tile, bool kCausal>
+struct Sm90FwdConsumer {
+  static constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN;
+  static constexpr uint32_t kSwizzleAtom = 8 * 128;  // 8 rows of 128 bytes: the stride-dimension offset
+  using Scores = float[1][Tile::kNTiles][4];
+
+  const FlashParams& p;
+  const int lane, m0, warp_row0;
+  const uint32_t q_base;  // this warpgroup's 64 query rows: 64 rows × 128 bytes into column block 0
+  float o[1][Tile::kDTiles][4];
+  float row_max[1][2] = {{-INFINITY, -INFINITY}}, row_sum[1][2] = {{0.f, 0.f}};
+  uint32_t a[BN / 16][4];  // P of the last tile, bf16 A fragments
+
+  // wg: this warpgroup's index among the consumers (rows 64·wg..); warp: its warp index in
+  // the warpgroup; sQ: the block's Q tile ([D/64][BM][64]).
+  __device__ Sm90FwdConsumer(const FlashParams& params, int m0_, int wg, int warp, int lane_, const bf16* sQ)
+      : p(params), lane(lane_), m0(m0_), warp_row0(m0_ + wg * 64 + warp * 16),
+        q_base(smem_u32(sQ) + wg * 64 * 128) {
+#pragma unroll
+    for (int dt = 0; dt < Tile::kDTiles; ++dt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[0][dt][i] = 0.f;
+  }
+
+  // S = Q·Kᵀ for the K tile at k_base, issued: k-step kk is 16 columns = 32 bytes into
+  // column block kk/4.
+  __device__ __forceinline__ void issue_qk(Scores& s, uint32_t k_base) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t col_bytes = (kk & 3) * 32;
+      const uint64_t desc_q = sm90::make_desc(q_base + (kk >> 2) * BM * 128 + col_bytes, 16, kSwizzleAtom);
+      const uint64_t desc_k = sm90::make_desc(k_base + (kk >> 2) * BN * 128 + col_bytes, 16, kSwizzleAtom);
+      sm90::wgmma_ss<BN>(s[0], desc_q, desc_k, /*accumulate=*/kk > 0);
+    }
+    sm90::wgmma_commit();
+  }
+  // O += P·V for the V tile at v_base, issued: k-step kk is keys 16kk.. = 16 rows of 128
+  // bytes; the d dimension spans D/64 column blocks, BN·128 bytes apart (the
+  // leading-dimension offset, N-major).
+  __device__ __forceinline__ void issue_pv(uint32_t v_base) {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+      sm90::wgmma_rs_tb<D>(o[0], a[kk], sm90::make_desc(v_base + kk * 16 * 128, BN * 128, kSwizzleAtom));
+    sm90::wgmma_commit();
+  }
+  // Masks tile nb's scores and runs its softmax step: P in s, O's factor in alpha.
+  __device__ __forceinline__ void softmax(Scores& s, float (&alpha)[1][2], int nb) {
+    const int n0 = nb * BN;
+    const bool needs_mask = n0 + BN > p.T || (kCausal && n0 + BN - 1 > m0);
+    if (needs_mask) apply_mask<Tile, kCausal>(s, warp_row0, n0, p.T, lane);
+    softmax_step<Tile>(s, alpha, row_max, row_sum, p.scale_log2);
+  }
+  __device__ __forceinline__ void keep_p(const Scores& s) {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) c_pair_to_a(a[kk], s[0][2 * kk], s[0][2 * kk + 1]);
+  }
+
+  // Tile nb, one matmul after the other.
+  __device__ __forceinline__ void step(int nb, uint32_t k_base, uint32_t v_base) {
+    Scores s;
+    float alpha[1][2];
+    sm90::wgmma_fence();
+    issue_qk(s, k_base);
+    sm90::wgmma_wait<0>();
+    sm90::fence_accumulators(s[0]);
+    softmax(s, alpha, nb);
+    rescale_output<Tile>(o, alpha);
+    keep_p(s);
+    sm90::fence_accumulators(o[0]);
+    sm90::wgmma_fence();
+    issue_pv(v_base);
+    sm90::wgmma_wait<0>();
+    sm90::fence_accumulators(o[0]);
+  }
+
+  // Tile nb with the previous tile's P·V (V at v_prev_base) under its softmax. The hooks
+  // run where the pipeline may move on: once S (hence this K tile) is done, and once the
+  // previous P·V (hence that V tile) is. (Code between the issue and the first wait, even a
+  // bar.arrive, makes ptxas serialise the wgmmas: C7514.)
+  template <class AfterQk, class AfterPv>
+  __device__ __forceinline__ void step_overlapped(int nb, uint32_t k_base, uint32_t v_prev_base,
+                                                  AfterQk after_qk, AfterPv after_pv) {
+    Scores s;
+    float alpha[1][2];
+    sm90::wgmma_fence();  // a and o were last written by ordinary instructions
+    issue_qk(s, k_base);
+    if (nb > 0) issue_pv(v_prev_base);
+    if (nb > 0) sm90::wgmma_wait<1>();  // S_nb done; P_{nb−1}·V_{nb−1} may still run
+    else sm90::wgmma_wait<0>();
+    sm90::fence_accumulators(s[0]);
+    after_qk();
+    softmax(s, alpha, nb);
+    sm90::wgmma_wait<0>();  // P_{nb−1}·V_{nb−1} done: O and a are free
+    sm90::fence_accumulators(o[0]);
+    if (nb > 0) after_pv();
+    rescale_output<Tile>(o, alpha);
+    keep_p(s);
+  }
+  // The last tile's P·V after step_overlapped.
+  __device__ __forceinline__ void finish_overlapped(uint32_t v_last_base) {
+    sm90::wgmma_fence();
+    issue_pv(v_last_base);
+    sm90::wgmma_wait<0>();
+    sm90::fence_accumulators(o[0]);
+  }
+
+  __device__ __forceinline__ void store(int b, int h) {
+    store_output<Tile>(p, o, row_max, row_sum, b, h, warp_row0, lane);
+  }
+};
+#endif
+
+}  // namespace flashgpt::cuda::attn

@@ -1,0 +1,189 @@
+// FlashAttention forward, Hopper path with warp specialisation (sm_90a), the structure of
+// FlashAttention-3's forward: FLASHGPT_ATTENTION_PATH=sm90ws.
+//
+// One block = 3 warpgroups for 128 query rows:
+//   producer (warpgroup 0, 24 registers a thread after setmaxnreg): one thread issues TMA
+//     loads (cp.async.bulk.tensor through a 3-D tensor map over qkv viewed as
+//     (3·H·D, T, B), boxes of 64 columns × kBlockN rows, 128B swizzle: exactly the wgmma
+//     tile layout; rows past T arrive as zeros): the Q tile (128 rows) once, then K and V
+//     tiles into two rings of kStages buffers, each buffer with a "full" mbarrier (the TMA bytes) and an "empty"
+//     one (all 256 consumer threads are done reading it);
+//   consumers (warpgroups 1 and 2, 240 registers): 64 query rows each, the pipelined
+//     schedule of flash_fwd_sm90_consumer.cuh (QKᵀ of tile j with P·V of tile j−1, the
+//     softmax of j under it), with no block-wide barrier. The two take turns (named
+//     barriers 1 and 2, "ping-pong"): a consumer issues its matmuls, and once its QKᵀ is
+//     done hands the turn over, so that one's softmax runs while the other's matmuls hold
+//     the tensor cores.
+// The arithmetic is the sm90 forward's; at D = 64 (the same 128-key tiles) in the same
+// order too: the same bits (CudaFlashAttention.Sm90ForwardVariantsAreBitwiseEqual). New,
+// and opt-in until it is measured on a GPU (auto does not choose it).
+#include <cuda.h>
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+#include <cmath>
+#include "src/cuda/cuda_check.h"
+#include "kernels/cuda/attention/flash_fwd_sm90_consumer.cuh"
+#include "kernels/cuda/attention/flash_params.h"
+#include "kernels/cuda/attention/tma_sm90.cuh"
+
+namespace flashgpt::cuda::attn {
+namespace {
+
+// Key tiles of 128 at D = 64, of 64 at D = 128: with 128 there, P (kept across the next
+// QKᵀ), S and O do not fit the consumers' 240 registers (ptxas: 128 bytes of spills).
+template <int kHeadDim_>
+struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, /*kBlockN=*/kHeadDim_ == 64 ? 128 : 64> {
+  using Shape = Sm90FwdTileShape<kHeadDim_, kHeadDim_ == 64 ? 128 : 64>;
+  static constexpr int kThreads = 384;  // producer + 2 consumer warpgroups
+  static constexpr int kStages = 3;
+  static constexpr uint32_t kTileBytes = uint32_t(Shape::kBlockN) * kHeadDim_ * sizeof(bf16);
+  static constexpr uint32_t kQBytes = uint32_t(Shape::kBlockM) * kHeadDim_ * sizeof(bf16);
+  // Q + kStages × (K, V), and slack to align the base to 1024 bytes (the swizzle period).
+  static constexpr size_t kSmemBytes = kQBytes + 2 * size_t(kStages) * kTileBytes + 1024;
+  static_assert(Shape::kBlockM % Shape::kBlockN == 0, "Q is loaded in boxes of kBlockN rows");
+};
+
+constexpr int kBoxCols = 64;  // one 128-byte swizzle row of bf16
+
+template <class Tile, bool kCausal>
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    flash_fwd_sm90_ws_kernel(const __grid_constant__ CUtensorMap qkv_map, const FlashParams p) {
+#if FLASHGPT_HAS_WGMMA
+  constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN, S = Tile::kStages;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  bf16* sQ = reinterpret_cast<bf16*>(smem);  // [D/64][BM][64]
+  bf16* sK = sQ + BM * D;                    // [S][D/64][BN][64]
+  bf16* sV = sK + S * BN * D;                // [S][D/64][BN][64]
+  __shared__ alignas(8) uint64_t q_full, k_full[S], k_empty[S], v_full[S], v_empty[S];
+  constexpr int kConsumerThreads = 256;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp / 4;
+  const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest (causal) tiles first
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int m0 = m_block * BM;
+  const int n_end = kCausal ? min(p.T, m0 + BM) : p.T;
+  const int n_blocks = (n_end + BN - 1) / BN;
+
+  if (tid == 0) {
+    sm90::mbar_init(&q_full, 1);
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      sm90::mbar_init(&k_full[s], 1);
+      sm90::mbar_init(&v_full[s], 1);
+      sm90::mbar_init(&k_empty[s], kConsumerThreads);
+      sm90::mbar_init(&v_empty[s], kConsumerThreads);
+    }
+    sm90::fence_mbar_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {  // ---- producer
+    sm90::setmaxnreg_dec<24>();
+    if (tid != 0) return;
+    // A tile of `rows` rows from row0 of the column range col0..col0+D into dst
+    // ([D/64][rows][64]): boxes of 64 columns × BN rows.
+    auto load = [&](bf16* dst, uint64_t* bar, int rows, int col0, int row0) {
+#pragma unroll
+      for (int c = 0; c < D / kBoxCols; ++c)
+        for (int r = 0; r < rows; r += BN)
+          sm90::tma_load_3d(dst + (c * rows + r) * kBoxCols, &qkv_map, bar, col0 + c * kBoxCols, row0 + r, b);
+    };
+    sm90::mbar_arrive_expect_tx(&q_full, Tile::kQBytes);
+    load(sQ, &q_full, BM, h * D, m0);
+    for (int nb = 0; nb < n_blocks; ++nb) {
+      const int s = nb % S;
+      const uint32_t parity = ((nb / S) & 1) ^ 1;  // the release of this buffer's previous tile
+      sm90::mbar_wait(&k_empty[s], parity);
+      sm90::mbar_arrive_expect_tx(&k_full[s], Tile::kTileBytes);
+      load(sK + s * BN * D, &k_full[s], BN, (p.H + h) * D, nb * BN);
+      sm90::mbar_wait(&v_empty[s], parity);
+      sm90::mbar_arrive_expect_tx(&v_full[s], Tile::kTileBytes);
+      load(sV + s * BN * D, &v_full[s], BN, (2 * p.H + h) * D, nb * BN);
+    }
+    return;
+  }
+
+  // ---- consumers
+  sm90::setmaxnreg_inc<240>();
+  const int cw = wg - 1;  // 0 or 1: rows 64·cw.. of the block
+  Sm90FwdConsumer<Tile, kCausal> c(p, m0, cw, warp % 4, lane, sQ);
+  auto v_base = [&](int nb) { return smem_u32(sV + (nb % S) * BN * D); };
+  auto parity = [](int nb) { return uint32_t((nb / S) & 1); };
+  sm90::mbar_wait(&q_full, 0);
+  // Ping-pong: consumer cw issues its matmuls after named barrier 1 + cw and, once its QKᵀ
+  // is done, lets the other go (barrier 2 − cw). Consumer 0 starts; consumer 1 skips its last hand-over, so
+  // every barrier is completed as often as it is waited on.
+  if (cw == 1) sm90::named_arrive(1, kConsumerThreads);
+  for (int nb = 0; nb < n_blocks; ++nb) {
+    const int s = nb % S;
+    sm90::mbar_wait(&k_full[s], parity(nb));
+    if (nb > 0) sm90::mbar_wait(&v_full[(nb - 1) % S], parity(nb - 1));
+    sm90::named_sync(1 + cw, kConsumerThreads);
+    c.step_overlapped(
+        nb, smem_u32(sK + s * BN * D), v_base(nb > 0 ? nb - 1 : 0),
+        [&] {  // S done: the other consumer's turn; K of tile nb read
+          if (cw == 0 || nb + 1 < n_blocks) sm90::named_arrive(2 - cw, kConsumerThreads);
+          sm90::mbar_arrive(&k_empty[s]);
+        },
+        [&] { sm90::mbar_arrive(&v_empty[(nb - 1) % S]); });  // V of tile nb − 1 read
+  }
+  sm90::mbar_wait(&v_full[(n_blocks - 1) % S], parity(n_blocks - 1));
+  c.finish_overlapped(v_base(n_blocks - 1));
+  sm90::mbar_arrive(&v_empty[(n_blocks - 1) % S]);
+  c.store(b, h);
+#else
+  static_assert(Tile::kMTiles == 1 && Tile::kNTiles > 0 && Tile::kDTiles > 0, "tile shape");
+  __trap();  // never launched: the dispatcher checks that sm_90a code was built
+#endif
+}
+
+// cuTensorMapEncodeTiled from the driver, found through the runtime (no libcuda link).
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || !f)
+      fail("FLASHGPT_ATTENTION_PATH=sm90ws: the driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// qkv (B, T, 3·H·D) bf16 as a 3-D tensor (3·H·D, T, B), boxes of 64 columns × rows × 1.
+CUtensorMap qkv_tensor_map(const FlashParams& p, int rows) {
+  CUtensorMap map{};
+  const cuuint64_t dims[3] = {cuuint64_t(p.qkv_row_stride), cuuint64_t(p.T), cuuint64_t(p.B)};
+  const cuuint64_t strides[2] = {cuuint64_t(p.qkv_row_stride) * sizeof(bf16),
+                                 cuuint64_t(p.qkv_row_stride) * sizeof(bf16) * cuuint64_t(p.T)};
+  const cuuint32_t box[3] = {cuuint32_t(kBoxCols), cuuint32_t(rows), 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<bf16*>(p.qkv), dims,
+                                    strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                    CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) fail("cuTensorMapEncodeTiled failed (", int(r), ") for B=", p.B, " T=", p.T, " H=", p.H);
+  return map;
+}
+
+}  // namespace
+
+template <int kHeadDim, bool kCausal>
+void launch_fwd_sm90_ws(const FlashParams& p, cudaStream_t stream) {
+  using Tile = Sm90WsTile<kHeadDim>;
+  auto kernel = flash_fwd_sm90_ws_kernel<Tile, kCausal>;
+  static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::kSmemBytes);  // once
+  (void)opted_in;
+  const CUtensorMap map = qkv_tensor_map(p, Tile::kBlockN);
+  const dim3 grid((p.T + Tile::kBlockM - 1) / Tile::kBlockM, p.H, p.B);
+  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(map, p);
+  CUDA_CHECK_LAUNCH();
+}
+
+template void launch_fwd_sm90_ws<64, /*kCausal=*/true>(const FlashParams&, cudaStream_t);
+template void launch_fwd_sm90_ws<64, /*kCausal=*/false>(const FlashParams&, cudaStream_t);
+template void launch_fwd_sm90_ws<128, /*kCausal=*/true>(const FlashParams&, cudaStream_t);
+template void launch_fwd_sm90_ws<128, /*kCausal=*/false>(const FlashParams&, cudaStream_t);
+
+}  // namespace flashgpt::cuda::attn
