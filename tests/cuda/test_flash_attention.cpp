@@ -402,9 +402,9 @@ TEST_P(FlashAttentionVsReference, OutputsAndGradients) {
   if (path_wanted("sm90") && is_hopper()) {
     ScopedEnv path("FLASHGPT_ATTENTION_PATH", "sm90");
     check_against(pb, ref, naive, "sm90 atomic-dQ");
-    {  // the pipelined forward (FLASHGPT_ATTENTION_FWD_TILE=1 on this path)
-      ScopedEnv fwd("FLASHGPT_ATTENTION_FWD_TILE", "1");
-      check_against(pb, ref, naive, "sm90 pipelined-forward atomic-dQ");
+    {  // variants 1: the pipelined forward, dQ by bulk reduce-add (the *_TILE knobs here)
+      ScopedEnv fwd("FLASHGPT_ATTENTION_FWD_TILE", "1"), bwd("FLASHGPT_ATTENTION_BWD_TILE", "1");
+      check_against(pb, ref, naive, "sm90 pipelined-forward bulk-dQ");
     }
     // The sm90 backward has no deterministic dQ: this mode must fall back to sm80's.
     ScopedEnv det("FLASHGPT_DETERMINISTIC", "1");

@@ -12,7 +12,9 @@
 //       kernel looping over key tiles; sm80 kernels on every path). Default: atomics.
 //   FLASHGPT_ATTENTION_FWD_TILE, FLASHGPT_ATTENTION_BWD_TILE = 0|1  tuning knobs: the
 //       tile shape of each sm80 kernel (flash_fwd_sm80.cu, flash_bwd_sm80.cu), and the
-//       forward variant on the sm90 path (1: pipelined, flash_fwd_sm90.cu); 0 is the default.
+//       forward and backward variants on the sm90 path (forward 1: pipelined,
+//       flash_fwd_sm90.cu; backward 1: dQ by bulk reduce-add, flash_bwd_sm90.cu); 0 is the
+//       default.
 #include "kernels/cuda/attention/flash_attention.h"
 
 #include <cmath>
@@ -180,11 +182,11 @@ void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaS
   // The sm90 backward has atomic dQ only: the deterministic mode runs the sm80 kernels.
   if (path == Path::sm90 && !deterministic) {
     if (a.D == 64)
-      a.causal ? attn::launch_bwd_sm90<64, /*kCausal=*/true>(p, stream)
-               : attn::launch_bwd_sm90<64, /*kCausal=*/false>(p, stream);
+      a.causal ? attn::launch_bwd_sm90<64, /*kCausal=*/true>(p, bwd_tile, stream)
+               : attn::launch_bwd_sm90<64, /*kCausal=*/false>(p, bwd_tile, stream);
     else
-      a.causal ? attn::launch_bwd_sm90<128, /*kCausal=*/true>(p, stream)
-               : attn::launch_bwd_sm90<128, /*kCausal=*/false>(p, stream);
+      a.causal ? attn::launch_bwd_sm90<128, /*kCausal=*/true>(p, bwd_tile, stream)
+               : attn::launch_bwd_sm90<128, /*kCausal=*/false>(p, bwd_tile, stream);
     return;
   }
   if (a.D == 64)
