@@ -11,6 +11,7 @@ steps (each step ends with a device synchronisation). Prints both tokens/s and t
 ratio flashgpt / PyTorch.
 
   python3 scripts/bench_train.py [--flashgpt build/flashgpt] [--B 64] [--steps 20]
+  python3 scripts/bench_train.py --config configs/tiny.yaml --skip-torch   # flashgpt only, any config
 """
 import argparse
 import json
@@ -105,8 +106,8 @@ def bench_torch(B, steps, warmup):
             "loss": float(loss.detach()), "max_mem_gib": mem}
 
 
-def bench_flashgpt(flashgpt, B, steps, warmup, attn="flash"):
-    cmd = [flashgpt, "bench", "train", "-c", "configs/gpt2-124m.yaml", "--set", f"train.batch_size={B}",
+def bench_flashgpt(flashgpt, config, B, steps, warmup, attn="flash"):
+    cmd = [flashgpt, "bench", "train", "-c", config, "--set", f"train.batch_size={B}",
            "--set", "train.total_batch=0", "--set", f"model.attention={attn}",
            "--steps", str(steps), "--warmup", str(warmup), "--breakdown"]
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -128,15 +129,22 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--config", default="configs/gpt2-124m.yaml",
+                    help="flashgpt's model config; the PyTorch side is always GPT-2 124M, so another "
+                         "config needs --skip-torch")
     args = ap.parse_args()
+    if args.config != "configs/gpt2-124m.yaml" and not args.skip_torch:
+        raise SystemExit("--config other than configs/gpt2-124m.yaml needs --skip-torch "
+                         "(the PyTorch model is GPT-2 124M)")
     print(f"GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}", flush=True)
-    ours = bench_flashgpt(args.flashgpt, args.B, args.steps, args.warmup)
+    ours = bench_flashgpt(args.flashgpt, args.config, args.B, args.steps, args.warmup)
     if ours is None:  # FlashAttention failing must not hide the rest of the step
-        ours = bench_flashgpt(args.flashgpt, args.B, args.steps, args.warmup, attn="naive")
+        ours = bench_flashgpt(args.flashgpt, args.config, args.B, args.steps, args.warmup, attn="naive")
     if ours is None:
         raise SystemExit("flashgpt benchmark failed")
     theirs = None if args.skip_torch else bench_torch(args.B, args.steps, args.warmup)
-    print(f"\nGPT-2 124M training step, bf16, B={args.B} T={T} (tokens/step {args.B * T}):")
+    model = "GPT-2 124M" if args.config == "configs/gpt2-124m.yaml" else args.config
+    print(f"\n{model} training step, B={args.B} T={ours['T']} (tokens/step {args.B * ours['T']}):")
     print(f"  flashgpt : {ours['ms_per_step']:8.1f} ms/step  {ours['tokens_per_s']:10.0f} tokens/s"
           f"  ({ours['tflops_per_rank']:.0f} TFLOP/s model FLOPs, attention {ours['attention']})")
     if theirs:

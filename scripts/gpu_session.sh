@@ -49,7 +49,7 @@ PY
 
 part "training step vs torch.compile"
 timeout 180 python3 scripts/bench_train.py --flashgpt build/flashgpt --B 64 --steps 20 --warmup 5 >"$out/train_step.log" 2>&1
-echo "rc=$?"; grep -A4 "training step, bf16" "$out/train_step.log"; grep -E "step time|throughput" "$out/train_step.log"
+echo "rc=$?"; grep -A4 "training step, B=" "$out/train_step.log"; grep -E "step time|throughput" "$out/train_step.log"
 
 part "parity with PyTorch"
 timeout 60 python3 scripts/parity_torch.py --tests build/flashgpt_tests >"$out/parity.log" 2>&1
