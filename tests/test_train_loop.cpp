@@ -112,6 +112,20 @@ TEST_F(TrainLoop, ResumeWithAccumulationIsBitExact) {
   EXPECT_EQ(resumed.val_losses.back(), full.val_losses.back());
 }
 
+// train.steps=0 takes no step and saves the initial model (a baseline to evaluate, or a
+// run's shared starting point): validated at step 0, and resuming from it is a fresh run.
+TEST_F(TrainLoop, StepsZeroSavesTheInitialModel) {
+  Run zero = expect_ok(train("zero", 0, 6, "--set train.steps=0"));
+  EXPECT_TRUE(zero.losses.empty());
+  EXPECT_EQ(steps_with(zero, "val_loss"), (std::vector<int>{0}));
+  ASSERT_TRUE(fs::is_directory(zero.dir + "/ckpt_000000")) << zero.out;
+  EXPECT_NE(zero.out.find("the initial model is checkpoint"), std::string::npos) << zero.out;
+  Run fresh = expect_ok(train("fresh", 0, 6));
+  Run resumed = expect_ok(train("from0", 0, 6, "--resume " + zero.dir + "/ckpt_000000"));
+  ASSERT_EQ(resumed.losses.size(), fresh.losses.size()) << resumed.err;
+  EXPECT_EQ(resumed.losses, fresh.losses);
+}
+
 class TrainLoopCuda : public TrainLoop {};
 
 TEST_F(TrainLoopCuda, Bf16ResumeIsBitExact) {

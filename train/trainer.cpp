@@ -299,7 +299,15 @@ TrainResult train(const Config& cfg, const std::string& resume, Communicator& ho
       break;
     }
   }
-  if (start >= t.steps && lead) std::printf("nothing to do: checkpoint is at step %d of %d\n", start, t.steps);
+  if (t.steps == 0 && resume.empty()) {
+    // The model as initialised (or as --init-from loaded it): a baseline for eval, or a
+    // starting point to share.
+    validate(0);
+    save(0);
+    if (lead) std::printf("train.steps=0: no step taken; the initial model is checkpoint %s\n", res.last_checkpoint.c_str());
+  } else if (start >= t.steps && lead) {
+    std::printf("nothing to do: checkpoint is at step %d of %d\n", start, t.steps);
+  }
   return res;
 }
 
