@@ -6,6 +6,8 @@
 # the CUDA tests would only skip, which is not a pass here).
 #   scripts/test_gpu.sh [--all] [extra cmake args...]   --all: the CPU tests too
 #   FLASHGPT_TEST_FILTER='CudaOps.*' scripts/test_gpu.sh     a gtest filter of your own
+#   FLASHGPT_TEST_TIMEOUT=900 (seconds, the default): the suite is killed after it, so that
+#   a kernel that deadlocks fails the run (exit 124) instead of holding the GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 filter=${FLASHGPT_TEST_FILTER:-'*Cuda*'}
@@ -23,8 +25,9 @@ cmake --build "$build" -j"$(nproc)" --target flashgpt flashgpt_tests
 # One process: one CUDA context for the whole suite. Skips count as failures here.
 out=$(mktemp)
 set +e
-"$build/flashgpt_tests" --gtest_filter="$filter" --gtest_color=no 2>&1 | tee "$out"
+timeout "${FLASHGPT_TEST_TIMEOUT:-900}" "$build/flashgpt_tests" --gtest_filter="$filter" --gtest_color=no 2>&1 | tee "$out"
 rc=${PIPESTATUS[0]}
+if [[ $rc == 124 ]]; then echo "test_gpu.sh: the suite ran past ${FLASHGPT_TEST_TIMEOUT:-900} s and was killed" >&2; fi
 set -e
 if grep -q '^\[  SKIPPED \]' "$out" && grep -q 'no CUDA GPU visible' "$out"; then
   echo "test_gpu.sh: CUDA tests skipped although a GPU was expected" >&2
