@@ -130,5 +130,32 @@ TEST(AdamW, GradClipZeroDisablesClipping) {
   expect_all_close(s.params(), want.p, kRtol, kAtol, "params");
 }
 
+// The segments of one adamw_update call (the optimizer's one call per owned range) must
+// tile it from 0, ascending: anything else is an error, not a silent partial update.
+TEST(AdamW, SegmentsMustAscendFromZeroInsideTheCall) {
+  auto ops = make_cpu_ops();
+  const int64_t n = 10;
+  std::vector<void*> owned;
+  auto tensor = [&] {
+    void* p = ops->alloc(size_t(n) * sizeof(double));
+    owned.push_back(p);
+    Tensor t(p, DType::f64, Device::cpu, {n});
+    ops->memset_zero(t);
+    return t;
+  };
+  AdamWArgs a;
+  a.param = tensor(); a.grad = tensor(); a.m = tensor(); a.v = tensor();
+  a.lr = 1e-3f;
+  using Segs = std::vector<AdamWSegment>;
+  for (const Segs& bad : {Segs{{1, true, 0}}, Segs{{0, true, 0}, {0, false, 0}},
+                          Segs{{0, true, 0}, {6, false, 0}, {4, true, 0}}, Segs{{0, true, 0}, {10, false, 0}}}) {
+    a.segments = bad;
+    EXPECT_THROW(ops->adamw_update(a), std::exception) << bad.size() << " segments";
+  }
+  a.segments = {{0, true, 0}, {4, false, 0}, {9, true, 0}};
+  EXPECT_NO_THROW(ops->adamw_update(a));
+  for (void* p : owned) ops->free(p);
+}
+
 }  // namespace
 }  // namespace flashgpt::test
