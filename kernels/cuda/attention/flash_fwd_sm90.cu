@@ -1,37 +1,52 @@
 // FlashAttention forward, Hopper path (sm_90a): the sm80 algorithm with its two matmuls
-// on warpgroup MMA (wgmma) instead of mma.sync (flash_fwd_sm90_consumer.cuh).
+// on warpgroup MMA (wgmma) instead of mma.sync.
 //
 // One block = 2 warpgroups = 128 query rows (64 per warpgroup); every thread loads: K/V
 // tiles of kBlockN keys by cp.async into shared memory, in the 128B-swizzled layout wgmma
-// reads. Two variants (FLASHGPT_ATTENTION_FWD_TILE on the sm90 path):
-//   0 (default)  each tile's matmuls one after the other (Sm90FwdConsumer::step);
-//   1 (pipelined)  QKᵀ of tile j issued with P·V of tile j−1, softmax of j under it
-//                (step_overlapped). Same bits as 0
-//                (CudaFlashAttention.Sm90ForwardVariantsAreBitwiseEqual). V_{j−1} is
-//                still read while tile j+1 loads, so V has three buffers.
+// reads.
+//   S = Q·Kᵀ   wgmma m64n{kBlockN}k16, A (Q) and B (K) from shared memory
+//   mask, online softmax   flash_fwd_parts.cuh, per warp, unchanged from sm80
+//   O += P·V   wgmma m64n{D}k16, A (P, bf16) from registers, B (V) from shared memory
+//              with the transpose flag (V is stored [key][d]: d-contiguous = N-major)
+// Two variants (FLASHGPT_ATTENTION_FWD_TILE on the sm90 path):
+//   0 (default)  flash_fwd_sm90_kernel: each tile's matmuls one after the other.
+//   1 (pipelined)  flash_fwd_sm90_pipelined_kernel, on flash_fwd_sm90_consumer.cuh: QKᵀ of
+//                tile j issued with P·V of tile j−1, softmax of j under it. The same
+//                operations in the same order: the same bits
+//                (CudaFlashAttention.Sm90ForwardVariantsAreBitwiseEqual). V_{j−1} is still
+//                read while tile j+1 loads, so V has three buffers.
+// Variant 0 keeps its own loop, the code measured and tested on the H200, until variant 1
+// (or the consumer's plain schedule) has been measured against it; then one can go.
 // The warp-specialised variant with TMA loads is flash_fwd_sm90_ws.cu; the Hopper
 // backward is flash_bwd_sm90.cu.
 #include <cmath>
 #include <string>
 #include "src/cuda/cuda_check.h"
+#include "kernels/cuda/attention/flash_fwd_parts.cuh"
 #include "kernels/cuda/attention/flash_fwd_sm90_consumer.cuh"
 #include "kernels/cuda/attention/flash_params.h"
+#include "kernels/cuda/attention/wgmma_sm90.cuh"
 
 namespace flashgpt::cuda::attn {
 namespace {
 
-template <int kHeadDim_, int kBlockN_, bool kPipelined_>
-struct Sm90FwdTile : Sm90FwdTileShape<kHeadDim_, kBlockN_> {
-  using Shape = Sm90FwdTileShape<kHeadDim_, kBlockN_>;
-  static constexpr int kThreads = 256;  // 2 warpgroups
-  static constexpr bool kPipelined = kPipelined_;
-  static constexpr int kVBuffers = kPipelined ? 3 : 2;
-  // Q + 2 × K + kVBuffers × V, and slack to align the base to 1024 bytes (the swizzle period).
-  static constexpr size_t kSmemBytes =
-      size_t(Shape::kBlockM + (2 + kVBuffers) * kBlockN_) * kHeadDim_ * sizeof(bf16) + 1024;
+// ---- variant 0
+template <int kHeadDim_, int kBlockN_>
+struct Sm90FwdTile {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kWarpGroups = 2;
+  static constexpr int kThreads = kWarpGroups * 128;
+  static constexpr int kBlockM = kWarpGroups * 64;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kMTiles = 1;  // per warp: 16 rows (the m64 accumulator split over 4 warps)
+  static constexpr int kNTiles = kBlockN / 8;
+  static constexpr int kDTiles = kHeadDim / 8;
+  // Q + 2 × (K, V), and slack to align the base to 1024 bytes (the swizzle period).
+  static constexpr size_t kSmemBytes = size_t(kBlockM + 4 * kBlockN) * kHeadDim * sizeof(bf16) + 1024;
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim 64 or 128");
+  static_assert(kBlockN == 64 || kBlockN == 128, "wgmma wrappers exist for N = 64 and 128");
 };
-template <int kHeadDim, bool kPipelined>
-struct Sm90FwdConfig { using Tile = Sm90FwdTile<kHeadDim, /*kBlockN=*/128, kPipelined>; };
+template <int kHeadDim> struct Sm90FwdConfig { using Tile = Sm90FwdTile<kHeadDim, /*kBlockN=*/128>; };
 
 template <class Tile, bool kCausal>
 __global__ void __launch_bounds__(Tile::kThreads, 1) flash_fwd_sm90_kernel(const FlashParams p) {
@@ -43,7 +58,112 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_fwd_sm90_kernel(const
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   bf16* sQ = reinterpret_cast<bf16*>(smem);  // [BM][D]      wgmma layout
   bf16* sK = sQ + BM * D;                    // [2][BN][D]
-  bf16* sV = sK + 2 * BN * D;                // [kVBuffers][BN][D]
+  bf16* sV = sK + 2 * BN * D;                // [2][BN][D]
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wg = warp / 4;
+  const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest (causal) tiles first
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int m0 = m_block * BM;
+  const int warp_row0 = m0 + wg * 64 + (warp % 4) * 16;
+
+  const bf16* q = p.qkv + int64_t(b) * p.T * p.qkv_row_stride + h * D;
+  const bf16* k = q + int64_t(p.H) * D;
+  const bf16* v = k + int64_t(p.H) * D;
+  const int n_end = kCausal ? min(p.T, m0 + BM) : p.T;
+  const int n_blocks = (n_end + BN - 1) / BN;
+
+  sm90::load_tile_async<BM, D, Tile::kThreads>(sQ, q, p.qkv_row_stride, m0, p.T, tid);
+  sm90::load_tile_async<BN, D, Tile::kThreads>(sK, k, p.qkv_row_stride, 0, p.T, tid);
+  sm90::load_tile_async<BN, D, Tile::kThreads>(sV, v, p.qkv_row_stride, 0, p.T, tid);
+  cp_async_commit();
+
+  float o[1][Tile::kDTiles][4];
+  float row_max[1][2] = {{-INFINITY, -INFINITY}}, row_sum[1][2] = {{0.f, 0.f}};
+#pragma unroll
+  for (int dt = 0; dt < Tile::kDTiles; ++dt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[0][dt][i] = 0.f;
+
+  // This warpgroup's 64 query rows: 64 rows × 128 bytes into column block 0.
+  const uint32_t q_base = smem_u32(sQ) + wg * 64 * 128;
+  constexpr uint32_t kSwizzleAtom = 8 * 128;  // 8 rows of 128 bytes: the stride-dimension offset
+
+  for (int nb = 0; nb < n_blocks; ++nb) {
+    const int buf = nb & 1;
+    cp_async_wait<0>();
+    sm90::fence_proxy_async();
+    __syncthreads();
+    if (nb + 1 < n_blocks) {
+      const int nxt = (nb + 1) * BN;
+      sm90::load_tile_async<BN, D, Tile::kThreads>(sK + (buf ^ 1) * BN * D, k, p.qkv_row_stride, nxt, p.T, tid);
+      sm90::load_tile_async<BN, D, Tile::kThreads>(sV + (buf ^ 1) * BN * D, v, p.qkv_row_stride, nxt, p.T, tid);
+      cp_async_commit();
+    }
+    const uint32_t k_base = smem_u32(sK + buf * BN * D);
+    const uint32_t v_base = smem_u32(sV + buf * BN * D);
+
+    // S = Q·Kᵀ: k-step kk is 16 columns = 32 bytes into column block kk/4.
+    float s[1][Tile::kNTiles][4];
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t col_bytes = (kk & 3) * 32;
+      const uint64_t desc_q = sm90::make_desc(q_base + (kk >> 2) * BM * 128 + col_bytes, 16, kSwizzleAtom);
+      const uint64_t desc_k = sm90::make_desc(k_base + (kk >> 2) * BN * 128 + col_bytes, 16, kSwizzleAtom);
+      sm90::wgmma_ss<BN>(s[0], desc_q, desc_k, /*accumulate=*/kk > 0);
+    }
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_accumulators(s[0]);
+
+    const int n0 = nb * BN;
+    const bool needs_mask = n0 + BN > p.T || (kCausal && n0 + BN - 1 > m0);
+    if (needs_mask) apply_mask<Tile, kCausal>(s, warp_row0, n0, p.T, lane);
+    online_softmax<Tile>(s, o, row_max, row_sum, p.scale_log2);
+
+    // O += P·V: k-step kk is keys 16kk.. = 16 rows of 128 bytes; the d dimension spans
+    // D/64 column blocks, BN·128 bytes apart (the leading-dimension offset, N-major).
+    uint32_t a[BN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) c_pair_to_a(a[kk], s[0][2 * kk], s[0][2 * kk + 1]);
+    sm90::fence_accumulators(o[0]);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+      sm90::wgmma_rs_tb<D>(o[0], a[kk], sm90::make_desc(v_base + kk * 16 * 128, BN * 128, kSwizzleAtom));
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_accumulators(o[0]);
+  }
+  store_output<Tile>(p, o, row_max, row_sum, b, h, warp_row0, lane);
+#else
+  static_assert(Tile::kMTiles == 1 && Tile::kNTiles > 0 && Tile::kDTiles > 0, "tile shape");
+  __trap();  // never launched: the dispatcher checks that sm_90a code was built
+#endif
+}
+
+// ---- variant 1: pipelined
+template <int kHeadDim_>
+struct Sm90PipelinedTile : Sm90FwdTileShape<kHeadDim_, /*kBlockN=*/128> {
+  using Shape = Sm90FwdTileShape<kHeadDim_, 128>;
+  static constexpr int kThreads = 256;  // 2 warpgroups
+  static constexpr int kVBuffers = 3;
+  // Q + 2 × K + 3 × V, and slack to align the base to 1024 bytes (the swizzle period).
+  static constexpr size_t kSmemBytes =
+      size_t(Shape::kBlockM + (2 + kVBuffers) * Shape::kBlockN) * kHeadDim_ * sizeof(bf16) + 1024;
+};
+
+template <class Tile, bool kCausal>
+__global__ void __launch_bounds__(Tile::kThreads, 1) flash_fwd_sm90_pipelined_kernel(const FlashParams p) {
+#if FLASHGPT_HAS_WGMMA
+  constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN, VB = Tile::kVBuffers;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  bf16* sQ = reinterpret_cast<bf16*>(smem);  // [BM][D]      wgmma layout
+  bf16* sK = sQ + BM * D;                    // [2][BN][D]
+  bf16* sV = sK + 2 * BN * D;                // [3][BN][D]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest (causal) tiles first
@@ -62,27 +182,23 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_fwd_sm90_kernel(const
   cp_async_commit();
 
   Sm90FwdConsumer<Tile, kCausal> c(p, m0, warp / 4, warp % 4, lane, sQ);
-  auto v_tile = [&](int nb) { return smem_u32(sV + (nb % Tile::kVBuffers) * BN * D); };
+  auto v_tile = [&](int nb) { return smem_u32(sV + (nb % VB) * BN * D); };
   auto nothing = [] {};
   for (int nb = 0; nb < n_blocks; ++nb) {
     // Tile nb has landed, and every warp is done with the buffers the next loads overwrite:
-    // K of tile nb−1 and V of tile nb−1 (pipelined: nb−2), whose matmuls finished in
-    // iteration nb−1.
+    // K of tile nb−1 and V of tile nb−2, whose matmuls finished in iteration nb−1.
     cp_async_wait<0>();
     sm90::fence_proxy_async();
     __syncthreads();
     if (nb + 1 < n_blocks) {
       const int nxt = (nb + 1) * BN;
       sm90::load_tile_async<BN, D, Tile::kThreads>(sK + ((nb + 1) & 1) * BN * D, k, p.qkv_row_stride, nxt, p.T, tid);
-      sm90::load_tile_async<BN, D, Tile::kThreads>(sV + ((nb + 1) % Tile::kVBuffers) * BN * D, v,
-                                                   p.qkv_row_stride, nxt, p.T, tid);
+      sm90::load_tile_async<BN, D, Tile::kThreads>(sV + ((nb + 1) % VB) * BN * D, v, p.qkv_row_stride, nxt, p.T, tid);
       cp_async_commit();
     }
-    const uint32_t k_base = smem_u32(sK + (nb & 1) * BN * D);
-    if constexpr (Tile::kPipelined) c.step_overlapped(nb, k_base, v_tile(nb > 0 ? nb - 1 : 0), nothing, nothing);
-    else c.step(nb, k_base, v_tile(nb));
+    c.step_overlapped(nb, smem_u32(sK + (nb & 1) * BN * D), v_tile(nb > 0 ? nb - 1 : 0), nothing, nothing);
   }
-  if constexpr (Tile::kPipelined) c.finish_overlapped(v_tile(n_blocks - 1));
+  c.finish_overlapped(v_tile(n_blocks - 1));
   c.store(b, h);
 #else
   static_assert(Tile::kMTiles == 1 && Tile::kNTiles > 0 && Tile::kDTiles > 0, "tile shape");
@@ -90,12 +206,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_fwd_sm90_kernel(const
 #endif
 }
 
-template <int kHeadDim, bool kCausal, bool kPipelined>
-void launch_fwd_sm90_variant(const FlashParams& p, cudaStream_t stream) {
-  using Tile = typename Sm90FwdConfig<kHeadDim, kPipelined>::Tile;
-  auto kernel = flash_fwd_sm90_kernel<Tile, kCausal>;
-  static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::kSmemBytes);  // once
-  (void)opted_in;
+template <class Tile, class Kernel>
+void launch_fwd_sm90_kernel(Kernel kernel, const FlashParams& p, cudaStream_t stream) {
   const dim3 grid((p.T + Tile::kBlockM - 1) / Tile::kBlockM, p.H, p.B);
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
   CUDA_CHECK_LAUNCH();
@@ -105,8 +217,19 @@ void launch_fwd_sm90_variant(const FlashParams& p, cudaStream_t stream) {
 
 template <int kHeadDim, bool kCausal>
 void launch_fwd_sm90(const FlashParams& p, int variant, cudaStream_t stream) {
-  if (variant == 1) launch_fwd_sm90_variant<kHeadDim, kCausal, /*kPipelined=*/true>(p, stream);
-  else launch_fwd_sm90_variant<kHeadDim, kCausal, /*kPipelined=*/false>(p, stream);
+  if (variant == 1) {
+    using Tile = Sm90PipelinedTile<kHeadDim>;
+    auto kernel = flash_fwd_sm90_pipelined_kernel<Tile, kCausal>;
+    static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::kSmemBytes);  // once
+    (void)opted_in;
+    launch_fwd_sm90_kernel<Tile>(kernel, p, stream);
+  } else {
+    using Tile = typename Sm90FwdConfig<kHeadDim>::Tile;
+    auto kernel = flash_fwd_sm90_kernel<Tile, kCausal>;
+    static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::kSmemBytes);  // once
+    (void)opted_in;
+    launch_fwd_sm90_kernel<Tile>(kernel, p, stream);
+  }
 }
 
 bool sm90_kernels_built() {
@@ -118,7 +241,7 @@ bool sm90_kernels_built() {
   // 90 only when the build included sm_90 code and the device is a Hopper.
   cudaFuncAttributes attr{};
   CUDA_CHECK(cudaFuncGetAttributes(
-      &attr, flash_fwd_sm90_kernel<typename Sm90FwdConfig<64, false>::Tile, /*kCausal=*/true>));
+      &attr, flash_fwd_sm90_kernel<typename Sm90FwdConfig<64>::Tile, /*kCausal=*/true>));
   return attr.binaryVersion >= 90;
 }
 

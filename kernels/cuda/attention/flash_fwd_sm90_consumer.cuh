@@ -1,16 +1,16 @@
-// One warpgroup's share of the Hopper attention forward: 64 query rows against key tiles
-// of kBlockN keys in shared memory (wgmma layout), with the online softmax of
-// flash_fwd_parts.cuh. Both Hopper forwards use it and differ only in how the tiles
-// arrive: flash_fwd_sm90.cu (cp.async, every warp loads) and flash_fwd_sm90_ws.cu (TMA
-// from a producer warpgroup).
+// One warpgroup's share of the pipelined Hopper attention forward: 64 query rows against
+// key tiles of kBlockN keys in shared memory (wgmma layout), with the online softmax of
+// flash_fwd_parts.cuh. The pipelined forwards use it and differ only in how the tiles
+// arrive: flash_fwd_sm90.cu's variant 1 (cp.async, every warp loads) and
+// flash_fwd_sm90_ws.cu (TMA from a producer warpgroup).
 //   S = Q·Kᵀ   wgmma m64n{kBlockN}k16, A (Q) and B (K) from shared memory
 //   O += P·V   wgmma m64n{D}k16, A (P, bf16) from registers, B (V) from shared memory
 //              with the transpose flag (V is stored [key][d]: d-contiguous = N-major)
-// Two schedules over the key tiles, the same arithmetic in the same order:
-//   step        tile j: S_j, softmax, O rescaled, P_j·V_j, each waiting for the one before;
-//   step_overlapped  tile j: S_j and P_{j−1}·V_{j−1} issued together, the softmax of tile j
-//               while the tensor cores finish P_{j−1}·V_{j−1}, then O rescaled
-//               (FlashAttention-3's intra-warpgroup overlap); finish() adds the last P·V.
+// The schedule (FlashAttention-3's intra-warpgroup overlap): step_overlapped issues S_j and
+// P_{j−1}·V_{j−1} together, runs the softmax of tile j while the tensor cores finish
+// P_{j−1}·V_{j−1}, then rescales O; finish_overlapped adds the last P·V. The arithmetic is
+// that of flash_fwd_sm90.cu's plain loop (S_j, softmax, O rescaled, P_j·V_j), in the same
+// order.
 #pragma once
 #include "kernels/cuda/attention/flash_fwd_parts.cuh"
 #include "kernels/cuda/attention/flash_params.h"
@@ -86,24 +86,6 @@ struct Sm90FwdConsumer {
   __device__ __forceinline__ void keep_p(const Scores& s) {
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) c_pair_to_a(a[kk], s[0][2 * kk], s[0][2 * kk + 1]);
-  }
-
-  // Tile nb, one matmul after the other.
-  __device__ __forceinline__ void step(int nb, uint32_t k_base, uint32_t v_base) {
-    Scores s;
-    float alpha[1][2];
-    sm90::wgmma_fence();
-    issue_qk(s, k_base);
-    sm90::wgmma_wait<0>();
-    sm90::fence_accumulators(s[0]);
-    softmax(s, alpha, nb);
-    rescale_output<Tile>(o, alpha);
-    keep_p(s);
-    sm90::fence_accumulators(o[0]);
-    sm90::wgmma_fence();
-    issue_pv(v_base);
-    sm90::wgmma_wait<0>();
-    sm90::fence_accumulators(o[0]);
   }
 
   // Tile nb with the previous tile's P·V (V at v_prev_base) under its softmax. The hooks
