@@ -17,6 +17,19 @@ AdamW::AdamW(GPT2& model, const AdamWConfig& cfg, std::vector<Range> owned)
               "owned ranges must be ascending, disjoint and inside the arena");
     state_offset_.push_back(n);
     n += r.size();
+    // Each parameter's part inside the range: a segment with its own weight decay and
+    // packed index; the padding between parameters a segment without decay (its grads and
+    // state are zero, so it stays as it is).
+    std::vector<AdamWSegment>& segs = segments_.emplace_back();
+    size_t at = r.begin;  // first element not yet in a segment
+    for (const ParamInfo& p : model.param_list()) {
+      const size_t b = std::max(r.begin, p.offset), e = std::min(r.end, p.offset + size_t(p.numel()));
+      if (b >= e) continue;
+      if (b > at) segs.push_back({int64_t(at - r.begin), false, 0});  // padding
+      segs.push_back({int64_t(b - r.begin), p.decay, p.packed + (b - p.offset)});
+      at = e;
+    }
+    if (at < r.end) segs.push_back({int64_t(at - r.begin), false, 0});
   }
   // Optimizer state is fp32, except in fp64 runs (gradient checks) where it is fp64.
   const DType sd = model.dtype() == DType::f64 ? DType::f64 : DType::f32;
@@ -66,9 +79,7 @@ void AdamW::step(double lr, double norm, uint32_t seed) {
   const double scale = (cfg_.grad_clip > 0 && norm > cfg_.grad_clip) ? cfg_.grad_clip / norm : 1.0;
   for (size_t i = 0; i < owned_.size(); ++i) {
     const Range& r = owned_[i];
-    // One call for the whole range: each parameter's part inside it is a segment with its
-    // own weight decay and packed index; the arena's padding between parameters is a
-    // segment without decay (its grads and state are zero, so it stays as it is).
+    // One call for the whole range, its parameters as segments.
     AdamWArgs a;
     const int64_t s0 = int64_t(state_offset_[i]), s1 = s0 + int64_t(r.size());
     a.param = model_.params().rows(int64_t(r.begin), int64_t(r.end));
@@ -84,15 +95,7 @@ void AdamW::step(double lr, double norm, uint32_t seed) {
     a.grad_scale = float(scale);
     a.step = step_;
     a.seed = seed;
-    size_t at = r.begin;  // first element not yet in a segment
-    for (const ParamInfo& p : model_.param_list()) {
-      const size_t b = std::max(r.begin, p.offset), e = std::min(r.end, p.offset + size_t(p.numel()));
-      if (b >= e) continue;
-      if (b > at) a.segments.push_back({int64_t(at - r.begin), false, 0});  // padding
-      a.segments.push_back({int64_t(b - r.begin), p.decay, p.packed + (b - p.offset)});
-      at = e;
-    }
-    if (at < r.end) a.segments.push_back({int64_t(at - r.begin), false, 0});
+    a.segments = segments_[i];
     ops.adamw_update(a);
   }
 }

@@ -50,6 +50,10 @@ class AdamW {
   AdamWConfig cfg_;
   std::vector<Range> owned_;
   std::vector<size_t> state_offset_;
+  // Per owned range, its parameters as AdamW segments (weight decay, packed index; the
+  // arena's padding a segment without decay): fixed by the ranges and the model, so made
+  // once.
+  std::vector<std::vector<AdamWSegment>> segments_;
   Tensor m_, v_, master_, norm_;
   void *m_mem_ = nullptr, *v_mem_ = nullptr, *master_mem_ = nullptr, *norm_mem_ = nullptr;
   int step_ = 0;
