@@ -20,6 +20,7 @@ namespace flashgpt::cuda {
 using bf16 = __nv_bfloat16;
 
 constexpr int kWarpSize = 32;
+constexpr float kLog2e = 1.4426950408889634f;  // exp(x) = exp2(x·log2 e)
 constexpr int kPackBytes = 16;  // one 128-bit load/store: 8 bf16 or 4 fp32
 
 // 16 bytes of T, loaded and stored with one instruction (LDG.128 / STG.128).

@@ -22,7 +22,6 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kLoadsInFlight = 4;
-constexpr float kLog2e = 1.4426950408889634f;
 
 struct MaxSum {
   float m, s;

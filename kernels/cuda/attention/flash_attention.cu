@@ -5,8 +5,8 @@
 //   FLASHGPT_ATTENTION_PATH=sm80|sm90|sm90ws|auto  code path. sm80: the portable mma.sync
 //       kernels (any GPU from sm_80 on). sm90: forward and backward on wgmma (needs an
 //       sm_90a build and a Hopper GPU, else InputError). sm90ws: the sm90 path with the
-//       warp-specialised TMA forward (flash_fwd_sm90_ws.cu; new, opt-in). auto (default): per pass, the
-//       faster path as measured on an H200 (BENCHMARKS.md "## Attention"; see
+//       warp-specialised TMA forward (flash_fwd_sm90_ws.cu; new, opt-in). auto (default):
+//       per pass, the faster path as measured on an H200 (BENCHMARKS.md "## Attention"; see
 //       sm90_faster below); sm80 on non-Hopper GPUs.
 //   FLASHGPT_DETERMINISTIC=1  backward computes dQ without float atomics (a separate
 //       kernel looping over key tiles; sm80 kernels on every path). Default: atomics.

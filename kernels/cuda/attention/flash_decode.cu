@@ -41,7 +41,6 @@ constexpr int kThreads = 128;        // per block
 constexpr int kUnroll = 4;           // keys per thread group per tile (loads in flight)
 constexpr int64_t kMaxChunk = 2048;  // keys per block at most
 constexpr int64_t kMaxSplits = 4096; // blocks per (b, h) the plan considers (the longest chunks win anyway)
-constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 template <class T, int kD>

@@ -183,7 +183,7 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[N][4]) {
 // recomputed there instead of being kept in registers across it. The backward uses it on
 // the loop-invariant tile addresses whose descriptors would otherwise be hoisted out of
 // the query loop and spilled at D = 128 (ptxas: 255 registers and 20-24 bytes of spills
-// without it, 254 and none with it; scripts/ptxas_report.sh --no-spills checks this).
+// without it, 254 and none with it; scripts/ptxas_report.sh --strict checks this).
 __device__ __forceinline__ uint32_t opaque(uint32_t x) {
   asm volatile("" : "+r"(x));
   return x;
