@@ -140,7 +140,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
 #pragma unroll
     for (int i = 0; i < 4; ++i) dk[dt][i] = dv[dt][i] = 0.f;
 
-  constexpr uint32_t kSwizzleAtom = 8 * 128;  // 8 rows of 128 bytes: the stride-dimension offset
   const uint32_t k_base0 = smem_u32(sK), v_base0 = smem_u32(sV), dst_base0 = smem_u32(sdSt);
   // This warpgroup's 64 keys as the A operand: rows 64·wg.. of column block 0.
   const uint32_t k_rows0 = k_base0 + wg * 64 * 128, v_rows0 = v_base0 + wg * 64 * 128;
@@ -179,16 +178,16 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t col_bytes = (kk & 3) * 32;
-      sm90::wgmma_ss<BM>(s, sm90::make_desc(k_rows + (kk >> 2) * BN * 128 + col_bytes, 16, kSwizzleAtom),
-                         sm90::make_desc(q_base + (kk >> 2) * BM * 128 + col_bytes, 16, kSwizzleAtom),
+      sm90::wgmma_ss<BM>(s, sm90::make_desc(k_rows + (kk >> 2) * BN * 128 + col_bytes, 16, sm90::kSwizzleAtom),
+                         sm90::make_desc(q_base + (kk >> 2) * BM * 128 + col_bytes, 16, sm90::kSwizzleAtom),
                          /*accumulate=*/kk > 0);
     }
     sm90::wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t col_bytes = (kk & 3) * 32;
-      sm90::wgmma_ss<BM>(dp, sm90::make_desc(v_rows + (kk >> 2) * BN * 128 + col_bytes, 16, kSwizzleAtom),
-                         sm90::make_desc(do_base + (kk >> 2) * BM * 128 + col_bytes, 16, kSwizzleAtom),
+      sm90::wgmma_ss<BM>(dp, sm90::make_desc(v_rows + (kk >> 2) * BN * 128 + col_bytes, 16, sm90::kSwizzleAtom),
+                         sm90::make_desc(do_base + (kk >> 2) * BM * 128 + col_bytes, 16, sm90::kSwizzleAtom),
                          /*accumulate=*/kk > 0);
     }
     sm90::wgmma_commit();
@@ -230,10 +229,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk)
-      sm90::wgmma_rs_tb<D>(dv, pa[kk], sm90::make_desc(do_base + kk * 16 * 128, BM * 128, kSwizzleAtom));
+      sm90::wgmma_rs_tb<D>(dv, pa[kk], sm90::make_desc(do_base + kk * 16 * 128, BM * 128, sm90::kSwizzleAtom));
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk)
-      sm90::wgmma_rs_tb<D>(dk, dsa[kk], sm90::make_desc(q_base + kk * 16 * 128, BM * 128, kSwizzleAtom));
+      sm90::wgmma_rs_tb<D>(dk, dsa[kk], sm90::make_desc(q_base + kk * 16 * 128, BM * 128, sm90::kSwizzleAtom));
     sm90::wgmma_commit();
 
     // dSᵀ → shared memory while dV and dK run. A fragment register r of k-step kk holds
@@ -256,8 +255,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk)
       sm90::wgmma_ss_n64_t</*kTransA=*/1, /*kTransB=*/1>(
-          dq, sm90::make_desc(dst_base + (dq_q0 / 64) * BN * 128 + kk * 16 * 128, BN * 128, kSwizzleAtom),
-          sm90::make_desc(k_base + (dq_d0 / 64) * BN * 128 + kk * 16 * 128, BN * 128, kSwizzleAtom),
+          dq, sm90::make_desc(dst_base + (dq_q0 / 64) * BN * 128 + kk * 16 * 128, BN * 128, sm90::kSwizzleAtom),
+          sm90::make_desc(k_base + (dq_d0 / 64) * BN * 128 + kk * 16 * 128, BN * 128, sm90::kSwizzleAtom),
           /*accumulate=*/kk > 0);
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();  // dV, dK and dQ

@@ -30,6 +30,19 @@
 namespace flashgpt::cuda::attn {
 namespace {
 
+#if FLASHGPT_HAS_WGMMA
+// The block's first cp.async group: its Q tile (rows m0..) and K/V tile 0.
+template <class Tile>
+__device__ __forceinline__ void start_loads(const FlashParams& p, bf16* sQ, bf16* sK, bf16* sV, const bf16* q,
+                                            const bf16* k, const bf16* v, int m0, int tid) {
+  constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN;
+  sm90::load_tile_async<BM, D, Tile::kThreads>(sQ, q, p.qkv_row_stride, m0, p.T, tid);
+  sm90::load_tile_async<BN, D, Tile::kThreads>(sK, k, p.qkv_row_stride, 0, p.T, tid);
+  sm90::load_tile_async<BN, D, Tile::kThreads>(sV, v, p.qkv_row_stride, 0, p.T, tid);
+  cp_async_commit();
+}
+#endif
+
 // ---- variant 0
 template <int kHeadDim_, int kBlockN_>
 struct Sm90FwdTile {
@@ -53,7 +66,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_fwd_sm90_kernel(const
 #if FLASHGPT_HAS_WGMMA
   constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN;
   extern __shared__ unsigned char smem_raw[];
-  // The hardware applies the 128B swizzle from address bits: tiles start 1024-aligned.
   unsigned char* smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   bf16* sQ = reinterpret_cast<bf16*>(smem);  // [BM][D]      wgmma layout
@@ -72,11 +84,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_fwd_sm90_kernel(const
   const bf16* v = k + int64_t(p.H) * D;
   const int n_end = kCausal ? min(p.T, m0 + BM) : p.T;
   const int n_blocks = (n_end + BN - 1) / BN;
-
-  sm90::load_tile_async<BM, D, Tile::kThreads>(sQ, q, p.qkv_row_stride, m0, p.T, tid);
-  sm90::load_tile_async<BN, D, Tile::kThreads>(sK, k, p.qkv_row_stride, 0, p.T, tid);
-  sm90::load_tile_async<BN, D, Tile::kThreads>(sV, v, p.qkv_row_stride, 0, p.T, tid);
-  cp_async_commit();
+  start_loads<Tile>(p, sQ, sK, sV, q, k, v, m0, tid);
 
   float o[1][Tile::kDTiles][4];
   float row_max[1][2] = {{-INFINITY, -INFINITY}}, row_sum[1][2] = {{0.f, 0.f}};
@@ -87,7 +95,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_fwd_sm90_kernel(const
 
   // This warpgroup's 64 query rows: 64 rows × 128 bytes into column block 0.
   const uint32_t q_base = smem_u32(sQ) + wg * 64 * 128;
-  constexpr uint32_t kSwizzleAtom = 8 * 128;  // 8 rows of 128 bytes: the stride-dimension offset
 
   for (int nb = 0; nb < n_blocks; ++nb) {
     const int buf = nb & 1;
@@ -103,17 +110,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_fwd_sm90_kernel(const
     const uint32_t k_base = smem_u32(sK + buf * BN * D);
     const uint32_t v_base = smem_u32(sV + buf * BN * D);
 
-    // S = Q·Kᵀ: k-step kk is 16 columns = 32 bytes into column block kk/4.
+    // S = Q·Kᵀ
     float s[1][Tile::kNTiles][4];
     sm90::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t col_bytes = (kk & 3) * 32;
-      const uint64_t desc_q = sm90::make_desc(q_base + (kk >> 2) * BM * 128 + col_bytes, 16, kSwizzleAtom);
-      const uint64_t desc_k = sm90::make_desc(k_base + (kk >> 2) * BN * 128 + col_bytes, 16, kSwizzleAtom);
-      sm90::wgmma_ss<BN>(s[0], desc_q, desc_k, /*accumulate=*/kk > 0);
-    }
-    sm90::wgmma_commit();
+    sm90::issue_qk<D, BM, BN>(s[0], q_base, k_base);
     sm90::wgmma_wait<0>();
     sm90::fence_accumulators(s[0]);
 
@@ -122,17 +122,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_fwd_sm90_kernel(const
     if (needs_mask) apply_mask<Tile, kCausal>(s, warp_row0, n0, p.T, lane);
     online_softmax<Tile>(s, o, row_max, row_sum, p.scale_log2);
 
-    // O += P·V: k-step kk is keys 16kk.. = 16 rows of 128 bytes; the d dimension spans
-    // D/64 column blocks, BN·128 bytes apart (the leading-dimension offset, N-major).
+    // O += P·V
     uint32_t a[BN / 16][4];
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) c_pair_to_a(a[kk], s[0][2 * kk], s[0][2 * kk + 1]);
     sm90::fence_accumulators(o[0]);
     sm90::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk)
-      sm90::wgmma_rs_tb<D>(o[0], a[kk], sm90::make_desc(v_base + kk * 16 * 128, BN * 128, kSwizzleAtom));
-    sm90::wgmma_commit();
+    sm90::issue_pv<D, BN>(o[0], a, v_base);
     sm90::wgmma_wait<0>();
     sm90::fence_accumulators(o[0]);
   }
@@ -175,11 +171,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_fwd_sm90_pipelined_ke
   const bf16* v = k + int64_t(p.H) * D;
   const int n_end = kCausal ? min(p.T, m0 + BM) : p.T;
   const int n_blocks = (n_end + BN - 1) / BN;
-
-  sm90::load_tile_async<BM, D, Tile::kThreads>(sQ, q, p.qkv_row_stride, m0, p.T, tid);
-  sm90::load_tile_async<BN, D, Tile::kThreads>(sK, k, p.qkv_row_stride, 0, p.T, tid);
-  sm90::load_tile_async<BN, D, Tile::kThreads>(sV, v, p.qkv_row_stride, 0, p.T, tid);
-  cp_async_commit();
+  start_loads<Tile>(p, sQ, sK, sV, q, k, v, m0, tid);
 
   Sm90FwdConsumer<Tile, kCausal> c(p, m0, warp / 4, warp % 4, lane, sQ);
   auto v_tile = [&](int nb) { return smem_u32(sV + (nb % VB) * BN * D); };

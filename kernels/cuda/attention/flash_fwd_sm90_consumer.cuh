@@ -31,10 +31,36 @@ struct Sm90FwdTileShape {
 };
 
 #if FLASHGPT_HAS_WGMMA
+namespace sm90 {
+// S = Q·Kᵀ for one warpgroup's 64 query rows (q_base: their first row, column block 0 of a
+// [D/64][BM][64] tile) against the K tile at k_base ([D/64][BN][64]), issued and committed:
+// k-step kk is 16 columns = 32 bytes into column block kk/4.
+template <int D, int BM, int BN>
+__device__ __forceinline__ void issue_qk(float (&s)[BN / 8][4], uint32_t q_base, uint32_t k_base) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const uint32_t col_bytes = (kk & 3) * 32;
+    const uint64_t desc_q = make_desc(q_base + (kk >> 2) * BM * 128 + col_bytes, 16, kSwizzleAtom);
+    const uint64_t desc_k = make_desc(k_base + (kk >> 2) * BN * 128 + col_bytes, 16, kSwizzleAtom);
+    wgmma_ss<BN>(s, desc_q, desc_k, /*accumulate=*/kk > 0);
+  }
+  wgmma_commit();
+}
+// O += P·V for the V tile at v_base ([D/64][BN][64]), P as bf16 A fragments, issued and
+// committed: k-step kk is keys 16kk.. = 16 rows of 128 bytes; the d dimension spans D/64
+// column blocks, BN·128 bytes apart (the leading-dimension offset, N-major).
+template <int D, int BN>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&a)[BN / 16][4], uint32_t v_base) {
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk)
+    wgmma_rs_tb<D>(o, a[kk], make_desc(v_base + kk * 16 * 128, BN * 128, kSwizzleAtom));
+  wgmma_commit();
+}
+}  // namespace sm90
+
 template <class Tile, bool kCausal>
 struct Sm90FwdConsumer {
   static constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN;
-  static constexpr uint32_t kSwizzleAtom = 8 * 128;  // 8 rows of 128 bytes: the stride-dimension offset
   using Scores = float[1][Tile::kNTiles][4];
 
   const FlashParams& p;
@@ -55,27 +81,8 @@ struct Sm90FwdConsumer {
       for (int i = 0; i < 4; ++i) o[0][dt][i] = 0.f;
   }
 
-  // S = Q·Kᵀ for the K tile at k_base, issued: k-step kk is 16 columns = 32 bytes into
-  // column block kk/4.
-  __device__ __forceinline__ void issue_qk(Scores& s, uint32_t k_base) {
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t col_bytes = (kk & 3) * 32;
-      const uint64_t desc_q = sm90::make_desc(q_base + (kk >> 2) * BM * 128 + col_bytes, 16, kSwizzleAtom);
-      const uint64_t desc_k = sm90::make_desc(k_base + (kk >> 2) * BN * 128 + col_bytes, 16, kSwizzleAtom);
-      sm90::wgmma_ss<BN>(s[0], desc_q, desc_k, /*accumulate=*/kk > 0);
-    }
-    sm90::wgmma_commit();
-  }
-  // O += P·V for the V tile at v_base, issued: k-step kk is keys 16kk.. = 16 rows of 128
-  // bytes; the d dimension spans D/64 column blocks, BN·128 bytes apart (the
-  // leading-dimension offset, N-major).
-  __device__ __forceinline__ void issue_pv(uint32_t v_base) {
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk)
-      sm90::wgmma_rs_tb<D>(o[0], a[kk], sm90::make_desc(v_base + kk * 16 * 128, BN * 128, kSwizzleAtom));
-    sm90::wgmma_commit();
-  }
+  __device__ __forceinline__ void issue_qk(Scores& s, uint32_t k_base) { sm90::issue_qk<D, BM, BN>(s[0], q_base, k_base); }
+  __device__ __forceinline__ void issue_pv(uint32_t v_base) { sm90::issue_pv<D, BN>(o[0], a, v_base); }
   // Masks tile nb's scores and runs its softmax step: P in s, O's factor in alpha.
   __device__ __forceinline__ void softmax(Scores& s, float (&alpha)[1][2], int nb) {
     const int n0 = nb * BN;

@@ -50,6 +50,9 @@ __device__ __forceinline__ void load_tile_async(bf16* tile, const bf16* src, int
   }
 }
 
+// 8 rows of 128 bytes: one swizzle atom, the stride-dimension offset of every descriptor here.
+constexpr uint32_t kSwizzleAtom = 8 * 128;
+
 // Shared-memory matrix descriptor, 128-byte swizzle. lbo/sbo: leading/stride byte
 // offsets as the PTX ISA defines them for the operand's major-ness.
 __device__ __forceinline__ uint64_t make_desc(uint32_t smem_addr, uint32_t lbo, uint32_t sbo) {
