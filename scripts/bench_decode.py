@@ -11,8 +11,8 @@ overwritten before every timed call (cold L2), CUDA events, median of --iters.
 Bytes = K + V read = 2*B*H*T*D*2; bandwidth = bytes / time, shown in TB/s, as a share of
 the device-to-device copy bandwidth ((bytes read + written) / time of a 2 GiB copy, the
 issue's yardstick) and as a share of the read bandwidth (a 2 GiB sum: what a read-only
-kernel can reach). Goal (issue 11): faster than the best SDPA backend at every length, >= 80% of
-the copy bandwidth from T = 16K on.
+kernel can reach). Goal (issue 11): faster than the best SDPA backend at every length,
+>= 80% of the copy bandwidth from T = 16K on.
 
   python3 scripts/bench_decode.py --flashgpt build/flashgpt [--iters 10] [--warmup 3]
 """

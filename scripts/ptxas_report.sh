@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Registers and spills of CUDA kernels as built for an H200 (sm_90a), from ptxas -v (no GPU
 # needed), and whether ptxas serialised their wgmma instructions (its warning C7514, which
-# costs the overlap of the tensor cores with the rest): one line per kernel instantiation, with its template arguments: the element type
-# where it is the first, the integers (attention: head dim first, then tile sizes), the bools
-# in template order (sm80 kernels and the sm90 backward: causal first; the sm90 forward:
+# costs the overlap of the tensor cores with the rest): one line per kernel instantiation,
+# with its template arguments: the element type where it is the first, the integers
+# (attention: head dim first, then tile sizes), the bools in template order (sm80 kernels and the sm90 backward: causal first; the sm90 forward:
 # pipelined, then causal).
 #   scripts/ptxas_report.sh [--strict] [FILE.cu ...]   default: kernels/cuda/attention/flash_*.cu
 #   --strict: exit 1 when any kernel of the files spills or has its wgmma serialised (the
