@@ -11,8 +11,9 @@ bwd 2.5x fwd. Timing: CUDA events, warm-up, median of --iters.
   python3 scripts/bench_attention.py --flashgpt before=build-main/flashgpt --flashgpt after=build/flashgpt
 
 --paths runs our suite once per entry and shows a forward and a backward column for
-each. An entry is a FLASHGPT_ATTENTION_PATH value (sm80, sm90, auto), optionally with
-tile knobs: "sm80/bt1" adds FLASHGPT_ATTENTION_BWD_TILE=1, "/ft1" FLASHGPT_ATTENTION_FWD_TILE=1.
+each. An entry is a FLASHGPT_ATTENTION_PATH value (sm80, sm90, sm90ws, auto), optionally
+with the sm80 kernels' tile knobs: "sm80/bt1" adds FLASHGPT_ATTENTION_BWD_TILE=1, "/ft1"
+FLASHGPT_ATTENTION_FWD_TILE=1 (the sm90 kernels ignore them).
 --flashgpt may be given more than once, as LABEL=BINARY: every binary runs every path,
 so two builds (before and after a change) are compared in the same run.
 The /FA2 and /cuDNN columns divide the best of our columns by FA2 and by cuDNN.
@@ -109,7 +110,7 @@ def main():
     ap.add_argument("--flashgpt", action="append", help="the flashgpt binary, or LABEL=BINARY (repeatable; default build/flashgpt)")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--paths", default="auto", help="comma-separated FLASHGPT_ATTENTION_PATH values, each optionally /bt1 or /ft1")
+    ap.add_argument("--paths", default="auto", help="comma-separated FLASHGPT_ATTENTION_PATH values, each optionally /bt1 or /ft1 (sm80 tile knobs)")
     args = ap.parse_args()
     paths = args.paths.split(",")
     binaries = parse_binaries(args.flashgpt or ["build/flashgpt"])

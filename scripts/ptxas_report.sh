@@ -3,8 +3,8 @@
 # needed), and whether ptxas serialised their wgmma instructions (its warning C7514, which
 # costs the overlap of the tensor cores with the rest): one line per kernel instantiation,
 # with its template arguments: the element type where it is the first, the integers
-# (attention: head dim first, then tile sizes), the bools in template order (sm80 kernels and the sm90 backward: causal first; the sm90 forward:
-# pipelined, then causal).
+# (attention: head dim first, then tile sizes), the bools in template order (attention:
+# causal first; the sm80 backward's second is atomic dQ).
 #   scripts/ptxas_report.sh [--strict] [FILE.cu ...]   default: kernels/cuda/attention/flash_*.cu
 #   --strict: exit 1 when any kernel of the files spills or has its wgmma serialised (the
 #   CTest PtxasCleanSm90Attention runs it on the Hopper attention kernels).

@@ -3,18 +3,16 @@
 //
 // Run-time switches (environment):
 //   FLASHGPT_ATTENTION_PATH=sm80|sm90|sm90ws|auto  code path. sm80: the portable mma.sync
-//       kernels (any GPU from sm_80 on). sm90: forward and backward on wgmma (needs an
-//       sm_90a build and a Hopper GPU, else InputError). sm90ws: the sm90 path with the
-//       warp-specialised TMA forward (flash_fwd_sm90_ws.cu; new, opt-in). auto (default):
-//       per pass, the faster path as measured on an H200 (BENCHMARKS.md "## Attention"; see
-//       sm90_faster below); sm80 on non-Hopper GPUs.
+//       kernels (any GPU from sm_80 on). sm90: forward and backward on wgmma, loads by
+//       cp.async (needs an sm_90a build and a Hopper GPU, else InputError). sm90ws: the
+//       sm90 backward with the warp-specialised TMA forward (flash_fwd_sm90_ws.cu). auto
+//       (default): the fastest as measured on an H200, which is sm90ws (see choose_path);
+//       sm80 on non-Hopper GPUs or builds without 90a.
 //   FLASHGPT_DETERMINISTIC=1  backward computes dQ without float atomics (a separate
 //       kernel looping over key tiles; sm80 kernels on every path). Default: atomics.
 //   FLASHGPT_ATTENTION_FWD_TILE, FLASHGPT_ATTENTION_BWD_TILE = 0|1  tuning knobs: the
-//       tile shape of each sm80 kernel (flash_fwd_sm80.cu, flash_bwd_sm80.cu), and the
-//       forward and backward variants on the sm90 path (forward 1: pipelined,
-//       flash_fwd_sm90.cu; backward 1: dQ by bulk reduce-add, flash_bwd_sm90.cu); 0 is the
-//       default.
+//       tile shape of each sm80 kernel (flash_fwd_sm80.cu, flash_bwd_sm80.cu); 0 is the
+//       default. The Hopper kernels ignore them.
 #include "kernels/cuda/attention/flash_attention.h"
 
 #include <cmath>
@@ -39,27 +37,24 @@ bool sm90_available() {
 
 enum class Pass { forward, backward };
 
-// Measured on an H200 (BENCHMARKS.md "## Attention"). Forward: the wgmma kernel wins by
-// 1.3-1.6x at D=128; at D=64 it loses slightly below T=4096 (fewer, fatter blocks) and
-// wins above. Backward: the wgmma kernel wins at every benchmarked shape (1.2-1.5x).
-bool sm90_faster(Pass pass, int D, int T) {
-  if (pass == Pass::forward) return D == 128 || T >= 4096;
-  return true;
-}
-
-// The code path of one pass for head dim D and length T (FLASHGPT_ATTENTION_PATH).
-Path choose_path(Pass pass, int D, int T) {
+// Measured on an H200 (BENCHMARKS.md "## Attention", all 21 shapes of the sweep, in one
+// run): forward, the warp-specialised TMA kernel beats the other two everywhere (1.07-1.28x
+// the sm90 kernel, 1.13-1.29x the sm80 one); backward, the wgmma kernel beats the sm80
+// one everywhere (1.2-1.5x). So auto is the Hopper kernels wherever they are built.
+// The code path of one pass (FLASHGPT_ATTENTION_PATH).
+Path choose_path(Pass pass) {
   const char* env = std::getenv("FLASHGPT_ATTENTION_PATH");
   const std::string want = env && *env ? env : "auto";
   if (want == "sm80") return Path::sm80;
-  if (want == "sm90" || want == "sm90ws") {
-    if (!sm90_available())
+  if (want == "sm90" || want == "sm90ws" || want == "auto") {
+    if (!sm90_available()) {
+      if (want == "auto") return Path::sm80;
       fail_input("FLASHGPT_ATTENTION_PATH=", want, " needs a Hopper GPU and a build with the 90a "
                  "architecture (FLASHGPT_CUDA_ARCHS)");
-    // sm90ws differs in the forward only.
-    return want == "sm90ws" && pass == Pass::forward ? Path::sm90ws : Path::sm90;
+    }
+    // sm90 and sm90ws differ in the forward only.
+    return want != "sm90" && pass == Pass::forward ? Path::sm90ws : Path::sm90;
   }
-  if (want == "auto") return sm90_faster(pass, D, T) && sm90_available() ? Path::sm90 : Path::sm80;
   fail_input("FLASHGPT_ATTENTION_PATH must be sm80, sm90, sm90ws or auto, got '", want, "'");
 }
 
@@ -128,7 +123,7 @@ void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
   p.out = a.out.as<__nv_bfloat16>();
   p.lse = a.lse.as<float>();
   const int fwd_tile = tile_choice("FLASHGPT_ATTENTION_FWD_TILE");
-  switch (choose_path(Pass::forward, a.D, a.T)) {
+  switch (choose_path(Pass::forward)) {
     case Path::sm80:
       if (a.D == 64)
         a.causal ? attn::launch_fwd_sm80<64, /*kCausal=*/true>(p, fwd_tile, stream)
@@ -139,11 +134,11 @@ void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
       break;
     case Path::sm90:
       if (a.D == 64)
-        a.causal ? attn::launch_fwd_sm90<64, /*kCausal=*/true>(p, fwd_tile, stream)
-                 : attn::launch_fwd_sm90<64, /*kCausal=*/false>(p, fwd_tile, stream);
+        a.causal ? attn::launch_fwd_sm90<64, /*kCausal=*/true>(p, stream)
+                 : attn::launch_fwd_sm90<64, /*kCausal=*/false>(p, stream);
       else
-        a.causal ? attn::launch_fwd_sm90<128, /*kCausal=*/true>(p, fwd_tile, stream)
-                 : attn::launch_fwd_sm90<128, /*kCausal=*/false>(p, fwd_tile, stream);
+        a.causal ? attn::launch_fwd_sm90<128, /*kCausal=*/true>(p, stream)
+                 : attn::launch_fwd_sm90<128, /*kCausal=*/false>(p, stream);
       break;
     case Path::sm90ws:
       if (a.D == 64)
@@ -178,15 +173,15 @@ void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaS
   p.delta = a.delta.as<float>();
   p.dq_accum = static_cast<float*>(workspace);
   const int bwd_tile = tile_choice("FLASHGPT_ATTENTION_BWD_TILE");
-  const Path path = choose_path(Pass::backward, a.D, a.T);
+  const Path path = choose_path(Pass::backward);
   // The sm90 backward has atomic dQ only: the deterministic mode runs the sm80 kernels.
   if (path == Path::sm90 && !deterministic) {
     if (a.D == 64)
-      a.causal ? attn::launch_bwd_sm90<64, /*kCausal=*/true>(p, bwd_tile, stream)
-               : attn::launch_bwd_sm90<64, /*kCausal=*/false>(p, bwd_tile, stream);
+      a.causal ? attn::launch_bwd_sm90<64, /*kCausal=*/true>(p, stream)
+               : attn::launch_bwd_sm90<64, /*kCausal=*/false>(p, stream);
     else
-      a.causal ? attn::launch_bwd_sm90<128, /*kCausal=*/true>(p, bwd_tile, stream)
-               : attn::launch_bwd_sm90<128, /*kCausal=*/false>(p, bwd_tile, stream);
+      a.causal ? attn::launch_bwd_sm90<128, /*kCausal=*/true>(p, stream)
+               : attn::launch_bwd_sm90<128, /*kCausal=*/false>(p, stream);
     return;
   }
   if (a.D == 64)

@@ -15,11 +15,9 @@
 //   dSᵀ → shared memory (bf16, [key][query]); barrier over both warpgroups
 //   dQ = dS·K       wgmma m64n64k16, A (dS) and B (K) MN-major in smem, all 128 keys;
 //                   each warpgroup takes one 64×64 block of the BM×D tile of dQ
-//   dQ → fp32 atomics (8-byte red.global.add.v2.f32) into the (B,H,T,D) accumulator;
-//        variant 1 (FLASHGPT_ATTENTION_BWD_TILE=1 on the sm90 path; new, opt-in until
-//        measured): dQ → a shared-memory tile (fp32, row-major like the accumulator, two
-//        buffers), then one bulk reduce-add of the whole tile by the TMA unit
-//        (cp.reduce.async.bulk .add.f32), which runs while the next query tile computes.
+//   dQ → fp32 atomics (8-byte red.global.add.v2.f32) into the (B,H,T,D) accumulator
+//        (dQ by a shared-memory tile and one cp.reduce.async.bulk per query tile was tried
+//        and measured 3-7% slower than these atomics on every shape; BENCHMARKS.md)
 // Because Sᵀ is computed with keys as M, Pᵀ and dSᵀ come out of the accumulators in the
 // A-fragment layout of the register operand: neither goes through shared memory for
 // dV and dK. Not (yet) here: TMA, warp specialisation, overlap of one tile's softmax
@@ -33,9 +31,8 @@
 namespace flashgpt::cuda::attn {
 namespace {
 
-template <int kHeadDim_, int kBlockM_, bool kBulkDq_>
+template <int kHeadDim_, int kBlockM_>
 struct Sm90BwdTile {
-  static constexpr bool kBulkDq = kBulkDq_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarpGroups = 2;
   static constexpr int kThreads = kWarpGroups * 128;
@@ -46,12 +43,10 @@ struct Sm90BwdTile {
   // dQ (kBlockM × kHeadDim) in 64×64 blocks, one per warpgroup: split along the queries
   // when kBlockM = 128 (D = 64), along the head dim when kHeadDim = 128 (kBlockM = 64).
   static constexpr bool kDqSplitsD = kHeadDim == 128;
-  // K, V; 2 × (Q, dO); dSᵀ; 2 × (LSE, D); (kBulkDq) 2 × dQ fp32; slack to align the base
-  // to 1024 bytes.
-  static constexpr size_t kDqStageBytes = kBulkDq ? 2 * size_t(kBlockM) * kHeadDim * sizeof(float) : 0;
+  // K, V; 2 × (Q, dO); dSᵀ; 2 × (LSE, D); slack to align the base to 1024 bytes.
   static constexpr size_t kSmemBytes = size_t(2 * kBlockN + 4 * kBlockM) * kHeadDim * sizeof(bf16) +
                                        size_t(kBlockN) * kBlockM * sizeof(bf16) +
-                                       4 * kBlockM * sizeof(float) + kDqStageBytes + 1024;
+                                       4 * kBlockM * sizeof(float) + 1024;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim 64 or 128");
   static_assert(kBlockM == 64 || kBlockM == 128, "wgmma wrappers exist for N = 64 and 128");
   static_assert(kBlockM * kHeadDim == 2 * 64 * 64 && kBlockM == (kDqSplitsD ? 64 : 128),
@@ -59,30 +54,15 @@ struct Sm90BwdTile {
 };
 // Registers per thread decide the shapes: dK + dV hold 2·64·D/128 fp32 (128 at D = 128),
 // Sᵀ and dPᵀ 2·64·BM/128 (64 at BM = 64), which leaves no room for BM = 128 at D = 128.
-template <int kHeadDim, bool kBulkDq> struct Sm90BwdConfig;
-template <bool kBulkDq> struct Sm90BwdConfig<64, kBulkDq> { using Tile = Sm90BwdTile<64, /*kBlockM=*/128, kBulkDq>; };
-template <bool kBulkDq> struct Sm90BwdConfig<128, kBulkDq> { using Tile = Sm90BwdTile<128, /*kBlockM=*/64, kBulkDq>; };
+template <int kHeadDim> struct Sm90BwdConfig;
+template <> struct Sm90BwdConfig<64> { using Tile = Sm90BwdTile<64, /*kBlockM=*/128>; };
+template <> struct Sm90BwdConfig<128> { using Tile = Sm90BwdTile<128, /*kBlockM=*/64>; };
 
 #if FLASHGPT_HAS_WGMMA
 // dst[0] += x, dst[1] += y in one 8-byte vector atomic (sm_90 only).
 __device__ __forceinline__ void atomic_add_pair(float* dst, float x, float y) {
   atomicAdd(reinterpret_cast<float2*>(dst), make_float2(x, y));
 }
-// global[0, bytes) += shared[0, bytes) (fp32), by the TMA unit, asynchronously; completion
-// is tracked by bulk groups (bulk_commit, bulk_wait_read, bulk_wait).
-__device__ __forceinline__ void bulk_reduce_add_f32(float* global, const float* shared, uint32_t bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(global),
-               "r"(smem_u32(shared)), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-// At most kPending of this thread's bulk groups still reading shared memory.
-template <int kPending>
-__device__ __forceinline__ void bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
-}
-// Every bulk group of this thread complete (its writes done).
-__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 #endif
 
 template <class Tile, bool kCausal>
@@ -100,7 +80,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
   bf16* sdSt = sdO + 2 * BM * D;             // [BN][BM]  dSᵀ, keys × queries
   float* sLse = reinterpret_cast<float*>(sdSt + BN * BM);  // [2][BM]  LSE·log2(e)
   float* sDelta = sLse + 2 * BM;                            // [2][BM]
-  float* sDq = sDelta + 2 * BM;                             // [2][BM][D] (kBulkDq) row-major fp32
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wg = warp / 4, g = lane >> 2, t = lane & 3;
@@ -149,10 +128,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
 
   for (int m = m_begin; m < m_blocks; ++m) {
     const int buf = (m - m_begin) & 1;
-    // (kBulkDq) The dQ reduce of tile m − 2, which read this iteration's dQ buffer, is done
-    // reading (the barrier below tells the other threads).
-    if constexpr (Tile::kBulkDq)
-      if (tid == 0) bulk_wait_read<1>();
     // Tile m has landed, every warp is done with the other buffer and with sdSt, and the
     // cp.async writes are visible to the async proxy that wgmma reads through.
     cp_async_wait<0>();
@@ -264,38 +239,15 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
     sm90::fence_accumulators(dk);
     sm90::fence_accumulators(dv);
 
-    if constexpr (Tile::kBulkDq) {
-      // This warpgroup's 64×64 block into the tile's buffer, then one reduce of the rows
-      // < T (a prefix: the accumulator's rows of this (b, h) are contiguous).
-      float* tile = sDq + buf * BM * D;
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = dq_q0 + (warp % 4) * 16 + g + 8 * half;
+    for (int half = 0; half < 2; ++half) {
+      const int qry = q0 + dq_q0 + (warp % 4) * 16 + g + 8 * half;
+      if (qry >= p.T) continue;
+      float* dst = p.dq_accum + (bh * p.T + qry) * D + dq_d0 + 2 * t;
 #pragma unroll
-        for (int dt = 0; dt < 8; ++dt)
-          *reinterpret_cast<float2*>(tile + row * D + dq_d0 + dt * 8 + 2 * t) =
-              make_float2(dq[dt][2 * half], dq[dt][2 * half + 1]);
-      }
-      sm90::fence_proxy_async();  // st.shared above, read next by the bulk copy (async proxy)
-      __syncthreads();            // both warpgroups' blocks are in the tile
-      if (tid == 0) {
-        const int rows = min(BM, p.T - q0);
-        bulk_reduce_add_f32(p.dq_accum + (bh * p.T + q0) * D, tile, uint32_t(rows) * D * sizeof(float));
-        bulk_commit();
-      }
-    } else {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int qry = q0 + dq_q0 + (warp % 4) * 16 + g + 8 * half;
-        if (qry >= p.T) continue;
-        float* dst = p.dq_accum + (bh * p.T + qry) * D + dq_d0 + 2 * t;
-#pragma unroll
-        for (int dt = 0; dt < 8; ++dt) atomic_add_pair(dst + dt * 8, dq[dt][2 * half], dq[dt][2 * half + 1]);
-      }
+      for (int dt = 0; dt < 8; ++dt) atomic_add_pair(dst + dt * 8, dq[dt][2 * half], dq[dt][2 * half + 1]);
     }
   }
-  if constexpr (Tile::kBulkDq)
-    if (tid == 0) bulk_wait_all();  // shared memory stays until the last reduce has read it
 
   // Epilogue: dK·scale and dV → bf16 into the K and V slots of dqkv (B,T,3,H,D).
 #pragma unroll
@@ -317,9 +269,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
 #endif
 }
 
-template <int kHeadDim, bool kCausal, bool kBulkDq>
-void launch_bwd_sm90_variant(const FlashParams& p, cudaStream_t stream) {
-  using Tile = typename Sm90BwdConfig<kHeadDim, kBulkDq>::Tile;
+}  // namespace
+
+template <int kHeadDim, bool kCausal>
+void launch_bwd_sm90(const FlashParams& p, cudaStream_t stream) {
+  using Tile = typename Sm90BwdConfig<kHeadDim>::Tile;
   auto kernel = flash_bwd_sm90_kernel<Tile, kCausal>;
   static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::kSmemBytes);  // once
   (void)opted_in;
@@ -330,17 +284,9 @@ void launch_bwd_sm90_variant(const FlashParams& p, cudaStream_t stream) {
   launch_bwd_postprocess<kHeadDim>(p, stream);
 }
 
-}  // namespace
-
-template <int kHeadDim, bool kCausal>
-void launch_bwd_sm90(const FlashParams& p, int variant, cudaStream_t stream) {
-  if (variant == 1) launch_bwd_sm90_variant<kHeadDim, kCausal, /*kBulkDq=*/true>(p, stream);
-  else launch_bwd_sm90_variant<kHeadDim, kCausal, /*kBulkDq=*/false>(p, stream);
-}
-
-template void launch_bwd_sm90<64, /*kCausal=*/true>(const FlashParams&, int, cudaStream_t);
-template void launch_bwd_sm90<64, /*kCausal=*/false>(const FlashParams&, int, cudaStream_t);
-template void launch_bwd_sm90<128, /*kCausal=*/true>(const FlashParams&, int, cudaStream_t);
-template void launch_bwd_sm90<128, /*kCausal=*/false>(const FlashParams&, int, cudaStream_t);
+template void launch_bwd_sm90<64, /*kCausal=*/true>(const FlashParams&, cudaStream_t);
+template void launch_bwd_sm90<64, /*kCausal=*/false>(const FlashParams&, cudaStream_t);
+template void launch_bwd_sm90<128, /*kCausal=*/true>(const FlashParams&, cudaStream_t);
+template void launch_bwd_sm90<128, /*kCausal=*/false>(const FlashParams&, cudaStream_t);
 
 }  // namespace flashgpt::cuda::attn

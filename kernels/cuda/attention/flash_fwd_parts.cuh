@@ -28,8 +28,9 @@ __device__ __forceinline__ void apply_mask(float (&s)[Tile::kMTiles][Tile::kNTil
 
 // Online softmax step without touching O: updates the running max/sum, turns s into P
 // (unnormalised), and returns in alpha the factor exp2((m_old − m_new)·c) by which O must
-// be rescaled (rescale_output) before this tile's P·V is added. The pipelined sm90
-// forward rescales later, once the previous tile's P·V has left the accumulators.
+// be rescaled (rescale_output) before this tile's P·V is added. The warp-specialised
+// forward (flash_fwd_sm90_consumer.cuh) rescales later, once the previous tile's P·V has
+// left the accumulators.
 template <class Tile>
 __device__ __forceinline__ void softmax_step(float (&s)[Tile::kMTiles][Tile::kNTiles][4],
                                              float (&alpha)[Tile::kMTiles][2],

@@ -1,29 +1,25 @@
 // FlashAttention forward, Hopper path (sm_90a): the sm80 algorithm with its two matmuls
-// on warpgroup MMA (wgmma) instead of mma.sync.
+// on warpgroup MMA (wgmma) instead of mma.sync. FLASHGPT_ATTENTION_PATH=sm90's forward; the
+// default forward on Hopper (auto) is the faster warp-specialised flash_fwd_sm90_ws.cu
+// (TMA loads, the softmax of one tile under the matmuls of another; BENCHMARKS.md
+// "## Attention"), which at D = 64 gives the same bits as this kernel
+// (CudaFlashAttention.Sm90WsForwardIsBitwiseEqualToSm90).
 //
 // One block = 2 warpgroups = 128 query rows (64 per warpgroup); every thread loads: K/V
 // tiles of kBlockN keys by cp.async into shared memory, in the 128B-swizzled layout wgmma
-// reads.
+// reads. Each key tile's matmuls one after the other:
 //   S = Q·Kᵀ   wgmma m64n{kBlockN}k16, A (Q) and B (K) from shared memory
 //   mask, online softmax   flash_fwd_parts.cuh, per warp, unchanged from sm80
 //   O += P·V   wgmma m64n{D}k16, A (P, bf16) from registers, B (V) from shared memory
 //              with the transpose flag (V is stored [key][d]: d-contiguous = N-major)
-// Two variants (FLASHGPT_ATTENTION_FWD_TILE on the sm90 path):
-//   0 (default)  flash_fwd_sm90_kernel: each tile's matmuls one after the other.
-//   1 (pipelined)  flash_fwd_sm90_pipelined_kernel, on flash_fwd_sm90_consumer.cuh: QKᵀ of
-//                tile j issued with P·V of tile j−1, softmax of j under it. The same
-//                operations in the same order: the same bits
-//                (CudaFlashAttention.Sm90ForwardVariantsAreBitwiseEqual). V_{j−1} is still
-//                read while tile j+1 loads, so V has three buffers.
-// Variant 0 keeps its own loop, the code measured and tested on the H200, until variant 1
-// (or the consumer's plain schedule) has been measured against it; then one can go.
-// The warp-specialised variant with TMA loads is flash_fwd_sm90_ws.cu; the Hopper
-// backward is flash_bwd_sm90.cu.
+// A pipelined variant of this kernel (cp.async loads, the schedule of
+// flash_fwd_sm90_consumer.cuh) was measured slower than flash_fwd_sm90_ws.cu on every
+// shape and removed. The Hopper backward is flash_bwd_sm90.cu.
 #include <cmath>
 #include <string>
 #include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/flash_fwd_parts.cuh"
-#include "kernels/cuda/attention/flash_fwd_sm90_consumer.cuh"
+#include "kernels/cuda/attention/flash_fwd_sm90_consumer.cuh"  // sm90::issue_qk, sm90::issue_pv
 #include "kernels/cuda/attention/flash_params.h"
 #include "kernels/cuda/attention/wgmma_sm90.cuh"
 
@@ -43,7 +39,6 @@ __device__ __forceinline__ void start_loads(const FlashParams& p, bf16* sQ, bf16
 }
 #endif
 
-// ---- variant 0
 template <int kHeadDim_, int kBlockN_>
 struct Sm90FwdTile {
   static constexpr int kHeadDim = kHeadDim_;
@@ -139,89 +134,17 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_fwd_sm90_kernel(const
 #endif
 }
 
-// ---- variant 1: pipelined
-template <int kHeadDim_>
-struct Sm90PipelinedTile : Sm90FwdTileShape<kHeadDim_, /*kBlockN=*/128> {
-  using Shape = Sm90FwdTileShape<kHeadDim_, 128>;
-  static constexpr int kThreads = 256;  // 2 warpgroups
-  static constexpr int kVBuffers = 3;
-  // Q + 2 × K + 3 × V, and slack to align the base to 1024 bytes (the swizzle period).
-  static constexpr size_t kSmemBytes =
-      size_t(Shape::kBlockM + (2 + kVBuffers) * Shape::kBlockN) * kHeadDim_ * sizeof(bf16) + 1024;
-};
-
-template <class Tile, bool kCausal>
-__global__ void __launch_bounds__(Tile::kThreads, 1) flash_fwd_sm90_pipelined_kernel(const FlashParams p) {
-#if FLASHGPT_HAS_WGMMA
-  constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN, VB = Tile::kVBuffers;
-  extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  bf16* sQ = reinterpret_cast<bf16*>(smem);  // [BM][D]      wgmma layout
-  bf16* sK = sQ + BM * D;                    // [2][BN][D]
-  bf16* sV = sK + 2 * BN * D;                // [3][BN][D]
-
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest (causal) tiles first
-  const int h = blockIdx.y, b = blockIdx.z;
-  const int m0 = m_block * BM;
-
-  const bf16* q = p.qkv + int64_t(b) * p.T * p.qkv_row_stride + h * D;
-  const bf16* k = q + int64_t(p.H) * D;
-  const bf16* v = k + int64_t(p.H) * D;
-  const int n_end = kCausal ? min(p.T, m0 + BM) : p.T;
-  const int n_blocks = (n_end + BN - 1) / BN;
-  start_loads<Tile>(p, sQ, sK, sV, q, k, v, m0, tid);
-
-  Sm90FwdConsumer<Tile, kCausal> c(p, m0, warp / 4, warp % 4, lane, sQ);
-  auto v_tile = [&](int nb) { return smem_u32(sV + (nb % VB) * BN * D); };
-  auto nothing = [] {};
-  for (int nb = 0; nb < n_blocks; ++nb) {
-    // Tile nb has landed, and every warp is done with the buffers the next loads overwrite:
-    // K of tile nb−1 and V of tile nb−2, whose matmuls finished in iteration nb−1.
-    cp_async_wait<0>();
-    sm90::fence_proxy_async();
-    __syncthreads();
-    if (nb + 1 < n_blocks) {
-      const int nxt = (nb + 1) * BN;
-      sm90::load_tile_async<BN, D, Tile::kThreads>(sK + ((nb + 1) & 1) * BN * D, k, p.qkv_row_stride, nxt, p.T, tid);
-      sm90::load_tile_async<BN, D, Tile::kThreads>(sV + ((nb + 1) % VB) * BN * D, v, p.qkv_row_stride, nxt, p.T, tid);
-      cp_async_commit();
-    }
-    c.step_overlapped(nb, smem_u32(sK + (nb & 1) * BN * D), v_tile(nb > 0 ? nb - 1 : 0), nothing, nothing);
-  }
-  c.finish_overlapped(v_tile(n_blocks - 1));
-  c.store(b, h);
-#else
-  static_assert(Tile::kMTiles == 1 && Tile::kNTiles > 0 && Tile::kDTiles > 0, "tile shape");
-  __trap();  // never launched: the dispatcher checks that sm_90a code was built
-#endif
-}
-
-template <class Tile, class Kernel>
-void launch_fwd_sm90_kernel(Kernel kernel, const FlashParams& p, cudaStream_t stream) {
-  const dim3 grid((p.T + Tile::kBlockM - 1) / Tile::kBlockM, p.H, p.B);
-  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
-  CUDA_CHECK_LAUNCH();
-}
-
 }  // namespace
 
 template <int kHeadDim, bool kCausal>
-void launch_fwd_sm90(const FlashParams& p, int variant, cudaStream_t stream) {
-  if (variant == 1) {
-    using Tile = Sm90PipelinedTile<kHeadDim>;
-    auto kernel = flash_fwd_sm90_pipelined_kernel<Tile, kCausal>;
-    static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::kSmemBytes);  // once
-    (void)opted_in;
-    launch_fwd_sm90_kernel<Tile>(kernel, p, stream);
-  } else {
-    using Tile = typename Sm90FwdConfig<kHeadDim>::Tile;
-    auto kernel = flash_fwd_sm90_kernel<Tile, kCausal>;
-    static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::kSmemBytes);  // once
-    (void)opted_in;
-    launch_fwd_sm90_kernel<Tile>(kernel, p, stream);
-  }
+void launch_fwd_sm90(const FlashParams& p, cudaStream_t stream) {
+  using Tile = typename Sm90FwdConfig<kHeadDim>::Tile;
+  auto kernel = flash_fwd_sm90_kernel<Tile, kCausal>;
+  static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::kSmemBytes);  // once
+  (void)opted_in;
+  const dim3 grid((p.T + Tile::kBlockM - 1) / Tile::kBlockM, p.H, p.B);
+  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
 }
 
 bool sm90_kernels_built() {
@@ -237,9 +160,9 @@ bool sm90_kernels_built() {
   return attr.binaryVersion >= 90;
 }
 
-template void launch_fwd_sm90<64, /*kCausal=*/true>(const FlashParams&, int, cudaStream_t);
-template void launch_fwd_sm90<64, /*kCausal=*/false>(const FlashParams&, int, cudaStream_t);
-template void launch_fwd_sm90<128, /*kCausal=*/true>(const FlashParams&, int, cudaStream_t);
-template void launch_fwd_sm90<128, /*kCausal=*/false>(const FlashParams&, int, cudaStream_t);
+template void launch_fwd_sm90<64, /*kCausal=*/true>(const FlashParams&, cudaStream_t);
+template void launch_fwd_sm90<64, /*kCausal=*/false>(const FlashParams&, cudaStream_t);
+template void launch_fwd_sm90<128, /*kCausal=*/true>(const FlashParams&, cudaStream_t);
+template void launch_fwd_sm90<128, /*kCausal=*/false>(const FlashParams&, cudaStream_t);
 
 }  // namespace flashgpt::cuda::attn

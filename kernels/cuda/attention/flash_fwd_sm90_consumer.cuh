@@ -1,8 +1,8 @@
 // One warpgroup's share of the pipelined Hopper attention forward: 64 query rows against
 // key tiles of kBlockN keys in shared memory (wgmma layout), with the online softmax of
-// flash_fwd_parts.cuh. The pipelined forwards use it and differ only in how the tiles
-// arrive: flash_fwd_sm90.cu's variant 1 (cp.async, every warp loads) and
-// flash_fwd_sm90_ws.cu (TMA from a producer warpgroup).
+// flash_fwd_parts.cuh. Used by the warp-specialised forward, flash_fwd_sm90_ws.cu (tiles
+// by TMA from a producer warpgroup); flash_fwd_sm90.cu uses its QKᵀ and P·V issue loops
+// (sm90::issue_qk, sm90::issue_pv) only.
 //   S = Q·Kᵀ   wgmma m64n{kBlockN}k16, A (Q) and B (K) from shared memory
 //   O += P·V   wgmma m64n{D}k16, A (P, bf16) from registers, B (V) from shared memory
 //              with the transpose flag (V is stored [key][d]: d-contiguous = N-major)

@@ -14,9 +14,10 @@
 //     barriers 1 and 2, "ping-pong"): a consumer issues its matmuls, and once its QKᵀ is
 //     done hands the turn over, so that one's softmax runs while the other's matmuls hold
 //     the tensor cores.
-// The arithmetic is the sm90 forward's; at D = 64 (the same 128-key tiles) in the same
-// order too: the same bits (CudaFlashAttention.Sm90ForwardVariantsAreBitwiseEqual). New,
-// and opt-in until it is measured on a GPU (auto does not choose it).
+// The arithmetic is the sm90 forward's (flash_fwd_sm90.cu); at D = 64 (the same 128-key
+// tiles) in the same order too: the same bits
+// (CudaFlashAttention.Sm90WsForwardIsBitwiseEqualToSm90). The fastest forward on an H200
+// at every benchmarked shape (BENCHMARKS.md "## Attention"): auto's forward on Hopper.
 #include <cuda.h>
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cmath>

@@ -42,14 +42,11 @@ struct FlashParams {
 template <int kHeadDim, bool kCausal>
 void launch_fwd_sm80(const FlashParams& p, int tile, cudaStream_t stream);
 // Hopper path (wgmma, flash_fwd_sm90.cu, flash_bwd_sm90.cu). The backward has atomic
-// dQ only; the deterministic mode runs the sm80 kernels. Forward variant: 0 = one tile
-// after the other (default), 1 = pipelined (softmax of tile j under P·V of tile j−1).
+// dQ only; the deterministic mode runs the sm80 kernels.
 template <int kHeadDim, bool kCausal>
-void launch_fwd_sm90(const FlashParams& p, int variant, cudaStream_t stream);
-// Backward variant: 0 = dQ by atomics from registers (default), 1 = dQ by a bulk
-// reduce-add of a shared-memory tile.
+void launch_fwd_sm90(const FlashParams& p, cudaStream_t stream);
 template <int kHeadDim, bool kCausal>
-void launch_bwd_sm90(const FlashParams& p, int variant, cudaStream_t stream);
+void launch_bwd_sm90(const FlashParams& p, cudaStream_t stream);
 // Warp-specialised Hopper forward (TMA producer, two consumer warpgroups in ping-pong;
 // flash_fwd_sm90_ws.cu).
 template <int kHeadDim, bool kCausal>
