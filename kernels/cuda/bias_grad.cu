@@ -3,8 +3,9 @@
 // 32 × kRowGroups threads: lane x owns one x128 pack of columns, thread row y walks
 // the split's rows y, y + kRowGroups, ...; the block adds its row groups in order and
 // writes one partial per split; the second kernel adds the splits in order.
-// (cuBLASLt's BGRADB epilogue overwrites the bias gradient instead of accumulating
-// into it, which the op contract requires for gradient accumulation, hence this.)
+// bf16 runs usually take the bias gradient from the weight-gradient GEMM instead
+// (cuBLASLt's BGRADB epilogue, matmul.cu): that epilogue overwrites its output, so it
+// writes one row of partials and bias_grad_add adds it into dbias with the kernel below.
 #include <algorithm>
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
@@ -84,6 +85,13 @@ void bias_grad(Tensor dbias, Tensor dout, void* scratch, cudaStream_t stream) {
   });
   bias_grad_reduce_kernel<<<unsigned(ceil_div(OC, 256)), 256, 0, stream>>>(
       dbias.as<float>(), static_cast<const float*>(scratch), splits, OC);
+  CUDA_CHECK_LAUNCH();
+}
+
+void bias_grad_add(Tensor dbias, const float* partial, cudaStream_t stream) {
+  FG_ASSERT(dbias.dtype == DType::f32, "dbias is fp32");
+  int OC = int(dbias.numel());
+  bias_grad_reduce_kernel<<<unsigned(ceil_div(OC, 256)), 256, 0, stream>>>(dbias.as<float>(), partial, 1, OC);
   CUDA_CHECK_LAUNCH();
 }
 
