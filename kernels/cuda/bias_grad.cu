@@ -3,9 +3,10 @@
 // 32 × kRowGroups threads: lane x owns one x128 pack of columns, thread row y walks
 // the split's rows y, y + kRowGroups, ...; the block adds its row groups in order and
 // writes one partial per split; the second kernel adds the splits in order.
-// bf16 runs usually take the bias gradient from the weight-gradient GEMM instead
-// (cuBLASLt's BGRADB epilogue, matmul.cu): that epilogue overwrites its output, so it
-// writes one row of partials and bias_grad_add adds it into dbias with the kernel below.
+// Why not cuBLASLt's BGRADB epilogue on the dweight GEMM, which reads dout anyway: it was
+// measured slower (the four bias-carrying matmul backwards 37.35 → 38.71 ms a step with a
+// partial row + a small add kernel, BENCHMARKS.md "Fifth session"); and it overwrites the
+// bias gradient, where the op contract accumulates.
 #include <algorithm>
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
@@ -85,13 +86,6 @@ void bias_grad(Tensor dbias, Tensor dout, void* scratch, cudaStream_t stream) {
   });
   bias_grad_reduce_kernel<<<unsigned(ceil_div(OC, 256)), 256, 0, stream>>>(
       dbias.as<float>(), static_cast<const float*>(scratch), splits, OC);
-  CUDA_CHECK_LAUNCH();
-}
-
-void bias_grad_add(Tensor dbias, const float* partial, cudaStream_t stream) {
-  FG_ASSERT(dbias.dtype == DType::f32, "dbias is fp32");
-  int OC = int(dbias.numel());
-  bias_grad_reduce_kernel<<<unsigned(ceil_div(OC, 256)), 256, 0, stream>>>(dbias.as<float>(), partial, 1, OC);
   CUDA_CHECK_LAUNCH();
 }
 

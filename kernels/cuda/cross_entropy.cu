@@ -10,14 +10,11 @@
 //                   stored. The second read of the row mostly hits L2.
 // A target < 0 means "ignore": loss 0 and the whole row's gradient 0. Each thread keeps
 // kLoadsInFlight 16-byte loads in flight.
-// Rows up to 6,656 packs (bf16: 53,248 columns) are read once instead: the row stays in
-// registers between the passes (softmax_cross_entropy_row_in_registers_kernel). Keeping it
-// in shared memory instead measured slower (softmax-CE 7.997 against 6.938 ms a step,
-// BENCHMARKS.md): half the blocks per SM.
+// Why not read the row once: kept in shared memory it measured slower (softmax-CE 7.997
+// against 6.938 ms a step), and kept in registers (13 packs a thread, 127 registers, one
+// 512-thread block per SM) too (7.165 against 5.481 ms; BENCHMARKS.md): the blocks per SM
+// drop, and the second read was already coming from L2.
 #include <cfloat>
-#include <cstdlib>
-#include <string>
-#include <type_traits>
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -64,50 +61,15 @@ __device__ __forceinline__ void add_pack(MaxSum& a, const Pack<T>& p, int col0, 
   for (int k = 0; k < P; ++k) a.s += ex2(fmaf(x[k], kLog2e, neg_m));
 }
 
-// The row's lse from each thread's (m, s): warps merge by shuffles, thread 0 merges the
-// warps in order and writes the loss; every thread gets the lse back.
-template <int kBlockThreads>
-__device__ __forceinline__ float block_lse(MaxSum ms, float* __restrict__ losses, int64_t row, int target,
-                                           float x_target) {
-  __shared__ MaxSum warp_parts[kBlockThreads / kWarpSize];
-  __shared__ float shared_lse;
-  for (int o = kWarpSize / 2; o > 0; o /= 2) {
-    MaxSum other{__shfl_xor_sync(0xffffffffu, ms.m, o), __shfl_xor_sync(0xffffffffu, ms.s, o)};
-    ms = merge(ms, other);
-  }
-  if (threadIdx.x % kWarpSize == 0) warp_parts[threadIdx.x / kWarpSize] = ms;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    MaxSum all = warp_parts[0];
-    for (int w = 1; w < kBlockThreads / kWarpSize; ++w) all = merge(all, warp_parts[w]);
-    const float lse = all.m + logf(all.s);
-    shared_lse = lse;
-    losses[row] = target >= 0 ? lse - x_target : 0.f;
-  }
-  __syncthreads();
-  return shared_lse;
-}
-
-// Pass 2 on one pack (columns col0..): dloss·(softmax − onehot), 0 from column V on.
-template <class T>
-__device__ __forceinline__ void grad_pack(Pack<T>& p, int col0, int V, int target, float neg_lse, float dloss) {
-#pragma unroll
-  for (int k = 0; k < Pack<T>::N; ++k) {
-    const int j = col0 + k;
-    float g = 0.f;
-    if (target >= 0 && j < V) g = dloss * (ex2(fmaf(to_f(p.v[k]), kLog2e, neg_lse)) - (j == target ? 1.f : 0.f));
-    p.v[k] = from_f<T>(g);
-  }
-}
-
 // ---------------------------------------------------------------- kernels
 
-// Any vocabulary: the row is read twice (pass 2 mostly from L2).
 template <class T>
 __global__ void __launch_bounds__(kThreads) softmax_cross_entropy_kernel(
     float* __restrict__ losses, T* __restrict__ logits, const int* __restrict__ targets, int V,
     int Vp, float dloss) {
   constexpr int P = Pack<T>::N;
+  __shared__ MaxSum warp_parts[kThreads / kWarpSize];
+  __shared__ float shared_lse;
   const int64_t row = blockIdx.x;
   T* x = logits + row * Vp;
   const int target = targets[row];
@@ -130,75 +92,38 @@ __global__ void __launch_bounds__(kThreads) softmax_cross_entropy_kernel(
       if (c < valid_packs) add_pack(ms, p[u], c * P, V);
     }
   }
-  const float lse = block_lse<kThreads>(ms, losses, row, target, x_target);
+  for (int o = kWarpSize / 2; o > 0; o /= 2) {
+    MaxSum other{__shfl_xor_sync(0xffffffffu, ms.m, o), __shfl_xor_sync(0xffffffffu, ms.s, o)};
+    ms = merge(ms, other);
+  }
+  if (threadIdx.x % kWarpSize == 0) warp_parts[threadIdx.x / kWarpSize] = ms;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    MaxSum all = warp_parts[0];
+    for (int w = 1; w < kThreads / kWarpSize; ++w) all = merge(all, warp_parts[w]);
+    const float lse = all.m + logf(all.s);
+    shared_lse = lse;
+    losses[row] = target >= 0 ? lse - x_target : 0.f;
+  }
+  __syncthreads();
   if (dloss == 0.f) return;
+  const float neg_lse = -shared_lse * kLog2e;
   for (int c = threadIdx.x; c < packs; c += kThreads) {
     Pack<T> p = load_pack(x + int64_t(c) * P);
-    grad_pack(p, c * P, V, target, -lse * kLog2e, dloss);
-    store_pack(x + int64_t(c) * P, p);
-  }
-}
-
-// Rows of at most kPacks·kThreads packs (GPT-2's 50,304 bf16 columns: 6,288 packs, 13 a
-// thread): the row stays in registers, so it is read from memory once. One block of 512
-// threads per SM (ptxas: 127 registers; 1,024 threads at ≤ 64 registers spill). Thread t
-// owns packs t, t + kThreads, ..., in the order the other kernel visits them, with the
-// same merges: the same bits.
-template <class T, int kPacks>
-__global__ void __launch_bounds__(kThreads, 1) softmax_cross_entropy_row_in_registers_kernel(
-    float* __restrict__ losses, T* __restrict__ logits, const int* __restrict__ targets, int V,
-    int Vp, float dloss) {
-  constexpr int P = Pack<T>::N;
-  const int64_t row = blockIdx.x;
-  T* x = logits + row * Vp;
-  const int target = targets[row];
-  const int packs = Vp / P, valid_packs = (V + P - 1) / P;
-  const float x_target = target >= 0 ? to_f(x[target]) : 0.f;
-
-  T* xt = x + threadIdx.x * P;  // this thread's pack u is at xt + u·kThreads·P
-  Pack<T> p[kPacks];
 #pragma unroll
-  for (int u = 0; u < kPacks; ++u)
-    if (threadIdx.x + u * kThreads < packs) p[u] = load_pack(xt + u * kThreads * P);
-  MaxSum ms{-INFINITY, 0.f};
-#pragma unroll
-  for (int u = 0; u < kPacks; ++u) {
-    const int c = threadIdx.x + u * kThreads;
-    if (c < valid_packs) add_pack(ms, p[u], c * P, V);
-  }
-  const float lse = block_lse<kThreads>(ms, losses, row, target, x_target);
-  if (dloss == 0.f) return;
-#pragma unroll
-  for (int u = 0; u < kPacks; ++u) {
-    const int c = threadIdx.x + u * kThreads;
-    if (c < packs) {
-      grad_pack(p[u], c * P, V, target, -lse * kLog2e, dloss);
-      store_pack(xt + u * kThreads * P, p[u]);
+    for (int k = 0; k < P; ++k) {
+      const int j = c * P + k;
+      float g = 0.f;
+      if (target >= 0 && j < V) g = dloss * (ex2(fmaf(to_f(p.v[k]), kLog2e, neg_lse)) - (j == target ? 1.f : 0.f));
+      p.v[k] = from_f<T>(g);
     }
+    store_pack(x + int64_t(c) * P, p);
   }
 }
 
 }  // namespace
 
 // ---------------------------------------------------------------- launchers
-
-// bf16 rows that fit take the registers kernel; FLASHGPT_CE_ROW_IN_REGISTERS=0 turns it off
-// (for comparison; both give the same bits). Returns whether it was launched.
-template <class T>
-static bool launch_row_in_registers(Tensor losses, Tensor logits, Tensor targets, int V, int Vp, float dloss,
-                                    cudaStream_t stream) {
-  constexpr int kRowPacks = 13;
-  if constexpr (std::is_same_v<T, bf16>) {
-    const char* env = std::getenv("FLASHGPT_CE_ROW_IN_REGISTERS");
-    if (env && *env && std::string(env) != "0" && std::string(env) != "1")
-      fail_input("FLASHGPT_CE_ROW_IN_REGISTERS must be 0 or 1, got '", env, "'");
-    if ((env && std::string(env) == "0") || Vp / Pack<T>::N > kRowPacks * kThreads) return false;
-    softmax_cross_entropy_row_in_registers_kernel<T, kRowPacks><<<unsigned(logits.shape[0]), kThreads, 0, stream>>>(
-        losses.as<float>(), logits.as<T>(), targets.as<int>(), V, Vp, dloss);
-    return true;
-  }
-  return false;
-}
 
 void softmax_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int V, float dloss,
                            cudaStream_t stream) {
@@ -212,9 +137,8 @@ void softmax_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int V, 
   if (N == 0) return;
   FG_DISPATCH_FLOAT(logits.dtype, T, {
     FG_ASSERT(Vp % Pack<T>::N == 0, "Vp=", Vp, " must be a multiple of ", Pack<T>::N);
-    if (!launch_row_in_registers<T>(losses, logits, targets, V, Vp, dloss, stream))
-      softmax_cross_entropy_kernel<T><<<unsigned(N), kThreads, 0, stream>>>(
-          losses.as<float>(), logits.as<T>(), targets.as<int>(), V, Vp, dloss);
+    softmax_cross_entropy_kernel<T><<<unsigned(N), kThreads, 0, stream>>>(
+        losses.as<float>(), logits.as<T>(), targets.as<int>(), V, Vp, dloss);
     CUDA_CHECK_LAUNCH();
   });
 }

@@ -50,8 +50,6 @@ void gelu_backward(Tensor dinp, Tensor inp, Tensor dout, cudaStream_t stream);  
 size_t bias_grad_scratch_bytes(int64_t N, int64_t OC);
 // dbias (OC) fp32 += column sums of dout (N, OC).
 void bias_grad(Tensor dbias, Tensor dout, void* scratch, cudaStream_t stream);
-// dbias (OC) fp32 += partial (OC) fp32 (a column sum made elsewhere, e.g. by a GEMM epilogue).
-void bias_grad_add(Tensor dbias, const float* partial, cudaStream_t stream);
 
 // ---- cross_entropy.cu ----
 void softmax_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int V, float dloss,
@@ -70,9 +68,7 @@ void scale(Tensor x, float s, cudaStream_t stream);
 
 // ---- matmul.cu: cuBLASLt with cached descriptors and algorithms ----
 // dgelu: D = (A·B) ∘ GELU'(aux), the backward through a GELU whose output was the input.
-// bgradb: also writes (not adds) bias[j] = Σ_k op(B)[k, j], the column sums of op(B), to
-// the (n) vector `bias` of d_type.
-enum class Epilogue { none, bias, gelu_aux, gelu_aux_bias, dgelu, bgradb };
+enum class Epilogue { none, bias, gelu_aux, gelu_aux_bias, dgelu };
 
 // One column-major GEMM  D (m,n) = alpha·op(A)·op(B) + beta·D  [+ epilogue].
 struct Gemm {
@@ -83,7 +79,7 @@ struct Gemm {
   void* D = nullptr; int ldd = 0; DType d_type = DType::f32;
   float alpha = 1.f, beta = 0.f;  // beta != 0: D is also the C input (accumulation)
   Epilogue epilogue = Epilogue::none;
-  const void* bias = nullptr;     // (m) of d_type, for bias epilogues; (n), written, for bgradb
+  const void* bias = nullptr;     // (m) of d_type, for bias epilogues
   void* aux = nullptr;            // (m, n) ld = m, of d_type, for gelu_aux and dgelu
 };
 

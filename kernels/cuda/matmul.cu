@@ -14,8 +14,6 @@
 //             beta = 1 with C = D (accumulation), D fp32 even when A, B are bf16.
 // bf16 runs: A, B bf16, fp32 compute and scale. fp32 runs: everything fp32 with
 // CUBLAS_COMPUTE_32F (no TF32), the exact verification mode.
-// Bias gradient (bf16): the dweight GEMM's BGRADB epilogue sums dout over the rows (its
-// k dimension) as it streams dout in, instead of a second pass over dout (bias_grad.cu).
 // GELU: the forward uses GELU_AUX(_BIAS), which also stores the pre-activation (aux).
 // The backward of the matmul that *consumes* GELU's output (the MLP's c_proj) writes
 // dinp through the DGELU epilogue: dinp = (dout·W) ∘ GELU'(aux = dinp_gelu_pre).
@@ -25,9 +23,7 @@
 // (cuBLASLt's layouts are 64-bit; tests/cuda/test_cuda_int64.cu checks N·4C > 2^31).
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
 #include <cstring>
-#include <string>
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "src/cuda/device_context.h"
@@ -50,7 +46,6 @@ cublasLtEpilogue_t lt_epilogue(Epilogue e) {
     case Epilogue::gelu_aux: return CUBLASLT_EPILOGUE_GELU_AUX;
     case Epilogue::gelu_aux_bias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     case Epilogue::dgelu: return CUBLASLT_EPILOGUE_DGELU;
-    case Epilogue::bgradb: return CUBLASLT_EPILOGUE_BGRADB;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
@@ -59,16 +54,6 @@ cublasLtEpilogue_t lt_epilogue(Epilogue e) {
 // precision of cuBLASLt's epilogue GELU (tanh) is not documented: there the GEMM runs
 // with the plain (bias) epilogue and our exact elementwise GELU kernels follow.
 bool fuse_gelu(DType out) { return out == DType::bf16; }
-
-// The bias gradient from the weight-gradient GEMM's BGRADB epilogue (bf16 runs; fp32
-// runs keep the separate column-sum kernel, like the GELU above).
-// FLASHGPT_FUSED_BGRAD=0 turns it off (the separate kernel everywhere), for comparison.
-bool fuse_bias_grad(DType dout) {
-  const char* env = std::getenv("FLASHGPT_FUSED_BGRAD");
-  if (env && *env && std::string(env) != "0" && std::string(env) != "1")
-    fail_input("FLASHGPT_FUSED_BGRAD must be 0 or 1, got '", env, "'");
-  return dout == DType::bf16 && !(env && std::string(env) == "0");
-}
 
 // Largest power of two (≤ 256) dividing the address: part of the cache key, since the
 // algorithm chosen for aligned pointers may not run on less aligned ones.
@@ -103,8 +88,7 @@ Matmul::~Matmul() {
 
 bool Matmul::run(const Gemm& g, cudaStream_t stream, bool allow_fail) {
   FG_ASSERT(g.m > 0 && g.n > 0 && g.k > 0, "gemm sizes ", g.m, "x", g.n, "x", g.k);
-  bool has_bias = g.epilogue == Epilogue::bias || g.epilogue == Epilogue::gelu_aux_bias ||
-                  g.epilogue == Epilogue::bgradb;
+  bool has_bias = g.epilogue == Epilogue::bias || g.epilogue == Epilogue::gelu_aux_bias;
   bool has_aux = g.epilogue == Epilogue::gelu_aux || g.epilogue == Epilogue::gelu_aux_bias ||
                  g.epilogue == Epilogue::dgelu;
   FG_ASSERT(!has_bias || g.bias, "bias epilogue without a bias pointer");
@@ -254,7 +238,7 @@ void Matmul::backward(const MatmulBackward& a, void* scratch, cudaStream_t strea
     }
   }
   if (a.dweight.defined()) {
-    // dWᶜ(C,OC) += inpᶜ(C,N) · doutᶜ(OC,N)ᵀ  [bias partial(OC) = Σ_n dout(n, ·)]
+    // dWᶜ(C,OC) += inpᶜ(C,N) · doutᶜ(OC,N)ᵀ
     Gemm g;
     g.trans_a = false; g.trans_b = true;
     g.m = C; g.n = OC; g.k = int(N);
@@ -262,18 +246,6 @@ void Matmul::backward(const MatmulBackward& a, void* scratch, cudaStream_t strea
     g.B = a.dout.data; g.ldb = OC; g.b_type = a.dout.dtype;
     g.D = a.dweight.data; g.ldd = C; g.d_type = DType::f32;
     g.beta = 1.f;  // accumulate into dweight
-    if (a.dbias.defined() && fuse_bias_grad(a.dout.dtype)) {
-      // op(B)(N, OC) is dout, so the epilogue's column sums are the bias gradient: written
-      // to the first OC floats of scratch, then added into dbias.
-      g.epilogue = Epilogue::bgradb;
-      g.bias = scratch;
-      if (run(g, stream, /*allow_fail=*/true)) {
-        bias_grad_add(a.dbias, static_cast<const float*>(scratch), stream);
-        return;
-      }
-      g.epilogue = Epilogue::none;  // no fused algorithm: the plain GEMM, then the kernel
-      g.bias = nullptr;
-    }
     run(g, stream);
   }
   if (a.dbias.defined()) bias_grad(a.dbias, a.dout, scratch, stream);
