@@ -31,7 +31,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include "kernels/cuda/attention/flash_attention.h"
 #include "kernels/cuda/common.cuh"
 
@@ -40,7 +39,7 @@ namespace {
 
 constexpr int kThreads = 128;        // per block
 constexpr int kUnroll = 4;           // keys per thread group per tile (loads in flight)
-constexpr int64_t kMaxChunk = 2048;  // keys per block at most (FLASHGPT_DECODE_MAX_CHUNK overrides)
+constexpr int64_t kMaxChunk = 2048;  // keys per block at most
 constexpr int64_t kMaxSplits = 4096; // blocks per (b, h) the plan considers (the longest chunks win anyway)
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -225,16 +224,6 @@ struct Plan {
   int splits;
 };
 
-// Tuning knob: FLASHGPT_DECODE_MAX_CHUNK=N (keys, >= 1) replaces kMaxChunk.
-int64_t max_chunk_keys() {
-  const char* env = std::getenv("FLASHGPT_DECODE_MAX_CHUNK");
-  if (!env || !*env) return kMaxChunk;
-  char* end = nullptr;
-  const long long v = std::strtoll(env, &end, 10);
-  if (*end || v < 1) fail_input("FLASHGPT_DECODE_MAX_CHUNK must be a whole number of keys >= 1, got '", env, "'");
-  return v;
-}
-
 // Keys per block and the number of splits (see the file comment). want_splits > 0
 // forces about that many splits (tests, tuning). Otherwise the cheapest split count
 // under a simple model: blocks run in waves of `resident`, a wave lasts as long as its
@@ -246,12 +235,11 @@ Plan plan_decode(int64_t B, int64_t H, int64_t T, int tile, int64_t resident, in
     return {chunk, int(ceil_div(T, chunk))};
   }
   resident = std::max<int64_t>(1, resident);
-  const int64_t max_chunk = std::max<int64_t>(max_chunk_keys(), tile);
   // Every whole-tile chunk up to kMaxChunk (at most kMaxChunk / tile of them: cheap
   // enough for every decode step), longest first, so that ties keep fewer splits; no more
   // than kMaxSplits splits unless even kMaxChunk needs more.
   int64_t best_chunk = 0, best_cost = INT64_MAX;
-  for (int64_t chunk = std::min(ceil_div(T, tile) * tile, max_chunk / tile * tile); chunk >= tile; chunk -= tile) {
+  for (int64_t chunk = std::min(ceil_div(T, tile) * tile, kMaxChunk / tile * tile); chunk >= tile; chunk -= tile) {
     const int64_t splits = ceil_div(T, chunk);
     if (splits > kMaxSplits && best_chunk) break;  // shorter chunks only add splits
     const int64_t cost = ceil_div(B * H * splits, resident) * (chunk + 2 * tile);
