@@ -17,7 +17,7 @@
 //                   each warpgroup takes one 64×64 block of the BM×D tile of dQ
 //   dQ → fp32 atomics (8-byte red.global.add.v2.f32) into the (B,H,T,D) accumulator
 //        (dQ by a shared-memory tile and one cp.reduce.async.bulk per query tile was tried
-//        and measured 3-7% slower than these atomics on every shape; BENCHMARKS.md)
+//        and measured 2-8% slower than these atomics on every shape; BENCHMARKS.md)
 // Because Sᵀ is computed with keys as M, Pᵀ and dSᵀ come out of the accumulators in the
 // A-fragment layout of the register operand: neither goes through shared memory for
 // dV and dK. Not (yet) here: TMA, warp specialisation, overlap of one tile's softmax
