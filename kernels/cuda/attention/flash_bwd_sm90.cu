@@ -22,7 +22,11 @@
 // A-fragment layout of the register operand: neither goes through shared memory for
 // dV and dK. Not (yet) here: TMA, warp specialisation, overlap of one tile's softmax
 // with the next tile's matmuls (FlashAttention-3), a deterministic dQ (that mode runs
-// the sm80 kernels).
+// the sm80 kernels). A warp-specialised version of this loop (a TMA producer warpgroup
+// at 24 registers, these two warpgroups as consumers at 240 via setmaxnreg) was written
+// and dropped before it ran: ptxas spilled 600-970 bytes in its consumers, while this
+// kernel compiled with a 240-register cap (__maxnreg__) spills nothing; at 224 it spills
+// ~100 bytes. Warp specialisation here needs smaller consumer tiles first.
 #include <cmath>
 #include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/flash_params.h"
