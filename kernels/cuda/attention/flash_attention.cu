@@ -37,9 +37,10 @@ bool sm90_available() {
 
 enum class Pass { forward, backward };
 
-// Measured on an H200 (BENCHMARKS.md "## Attention", all 21 shapes of the sweep, in one
-// run): forward, the warp-specialised TMA kernel beats the other two everywhere (1.07-1.28x
-// the sm90 kernel, 1.13-1.29x the sm80 one); backward, the wgmma kernel beats the sm80
+// Measured on an H200 (BENCHMARKS.md "Fifth session", all 21 shapes of the attention
+// sweep in one run): forward, the warp-specialised TMA kernel beats the sm90 one
+// everywhere (1.08-1.28x) and the sm80 one where that was the previous choice (D = 64
+// below T = 4096: 1.13-1.25x); backward ("## Attention"), the wgmma kernel beats the sm80
 // one everywhere (1.2-1.5x). So auto is the Hopper kernels wherever they are built.
 // The code path of one pass (FLASHGPT_ATTENTION_PATH).
 Path choose_path(Pass pass) {

@@ -19,40 +19,21 @@
 #include <string>
 #include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/flash_fwd_parts.cuh"
-#include "kernels/cuda/attention/flash_fwd_sm90_consumer.cuh"  // sm90::issue_qk, sm90::issue_pv
+#include "kernels/cuda/attention/flash_fwd_sm90_consumer.cuh"  // Sm90FwdTileShape, sm90::issue_qk, issue_pv
 #include "kernels/cuda/attention/flash_params.h"
 #include "kernels/cuda/attention/wgmma_sm90.cuh"
 
 namespace flashgpt::cuda::attn {
 namespace {
 
-#if FLASHGPT_HAS_WGMMA
-// The block's first cp.async group: its Q tile (rows m0..) and K/V tile 0.
-template <class Tile>
-__device__ __forceinline__ void start_loads(const FlashParams& p, bf16* sQ, bf16* sK, bf16* sV, const bf16* q,
-                                            const bf16* k, const bf16* v, int m0, int tid) {
-  constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN;
-  sm90::load_tile_async<BM, D, Tile::kThreads>(sQ, q, p.qkv_row_stride, m0, p.T, tid);
-  sm90::load_tile_async<BN, D, Tile::kThreads>(sK, k, p.qkv_row_stride, 0, p.T, tid);
-  sm90::load_tile_async<BN, D, Tile::kThreads>(sV, v, p.qkv_row_stride, 0, p.T, tid);
-  cp_async_commit();
-}
-#endif
-
+// The tile shape shared with the warp-specialised forward, plus this kernel's threads and
+// shared memory.
 template <int kHeadDim_, int kBlockN_>
-struct Sm90FwdTile {
-  static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kWarpGroups = 2;
-  static constexpr int kThreads = kWarpGroups * 128;
-  static constexpr int kBlockM = kWarpGroups * 64;
-  static constexpr int kBlockN = kBlockN_;
-  static constexpr int kMTiles = 1;  // per warp: 16 rows (the m64 accumulator split over 4 warps)
-  static constexpr int kNTiles = kBlockN / 8;
-  static constexpr int kDTiles = kHeadDim / 8;
+struct Sm90FwdTile : Sm90FwdTileShape<kHeadDim_, kBlockN_> {
+  using Shape = Sm90FwdTileShape<kHeadDim_, kBlockN_>;
+  static constexpr int kThreads = 256;  // 2 warpgroups, 64 query rows each
   // Q + 2 × (K, V), and slack to align the base to 1024 bytes (the swizzle period).
-  static constexpr size_t kSmemBytes = size_t(kBlockM + 4 * kBlockN) * kHeadDim * sizeof(bf16) + 1024;
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim 64 or 128");
-  static_assert(kBlockN == 64 || kBlockN == 128, "wgmma wrappers exist for N = 64 and 128");
+  static constexpr size_t kSmemBytes = size_t(Shape::kBlockM + 4 * kBlockN_) * kHeadDim_ * sizeof(bf16) + 1024;
 };
 template <int kHeadDim> struct Sm90FwdConfig { using Tile = Sm90FwdTile<kHeadDim, /*kBlockN=*/128>; };
 
@@ -79,7 +60,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_fwd_sm90_kernel(const
   const bf16* v = k + int64_t(p.H) * D;
   const int n_end = kCausal ? min(p.T, m0 + BM) : p.T;
   const int n_blocks = (n_end + BN - 1) / BN;
-  start_loads<Tile>(p, sQ, sK, sV, q, k, v, m0, tid);
+  sm90::load_tile_async<BM, D, Tile::kThreads>(sQ, q, p.qkv_row_stride, m0, p.T, tid);
+  sm90::load_tile_async<BN, D, Tile::kThreads>(sK, k, p.qkv_row_stride, 0, p.T, tid);
+  sm90::load_tile_async<BN, D, Tile::kThreads>(sV, v, p.qkv_row_stride, 0, p.T, tid);
+  cp_async_commit();
 
   float o[1][Tile::kDTiles][4];
   float row_max[1][2] = {{-INFINITY, -INFINITY}}, row_sum[1][2] = {{0.f, 0.f}};
