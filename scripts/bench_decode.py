@@ -14,10 +14,15 @@ issue's yardstick) and as a share of the read bandwidth (a 2 GiB sum: what a rea
 kernel can reach). Goal (issue 11): faster than the best SDPA backend at every length,
 >= 80% of the copy bandwidth from T = 16K on.
 
-  python3 scripts/bench_decode.py --flashgpt build/flashgpt [--iters 10] [--warmup 3]
+--kernels registers,bulk4,... also times those decode kernels (FLASHGPT_DECODE_KERNEL and
+FLASHGPT_DECODE_STAGES) in the same run, each against the same SDPA figure; the main table
+is the default choice.
+
+  python3 scripts/bench_decode.py --flashgpt build/flashgpt [--iters 10] [--warmup 3] [--kernels LIST]
 """
 import argparse
 import json
+import os
 import subprocess
 import sys
 
@@ -89,31 +94,43 @@ def bench_sdpa(s, warmup, iters):
     return out
 
 
+def run_flashgpt(args, env):
+    """flashgpt bench decode --suite --json with extra environment: one dict per shape."""
+    cmd = [args.flashgpt, "bench", "decode", "--suite", "--json", "--iters", str(args.iters), "--warmup", str(args.warmup)]
+    print("$", *[f"{k}={v}" for k, v in env.items()], *cmd, flush=True)
+    res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env})
+    if res.returncode != 0:
+        print(f"flashgpt bench decode failed ({res.returncode}): {res.stderr.strip()[-800:]}", file=sys.stderr)
+        sys.exit(1)
+    return [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--flashgpt", default="build/flashgpt")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--kernels", default="", help="comma list of registers, bulk2, bulk4, bulk8 to compare")
     args = ap.parse_args()
 
-    cmd = [args.flashgpt, "bench", "decode", "--suite", "--json", "--iters", str(args.iters), "--warmup", str(args.warmup)]
-    print("$", *cmd, flush=True)
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    if res.returncode != 0:
-        print(f"flashgpt bench decode failed ({res.returncode}): {res.stderr.strip()[-800:]}", file=sys.stderr)
-        sys.exit(1)
-    ours = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    ours = run_flashgpt(args, {})
+    variants = {}
+    for name in filter(None, args.kernels.split(",")):
+        kernel, stages = ("registers", "") if name == "registers" else ("bulk", name[len("bulk"):])
+        variants[name] = run_flashgpt(args, {"FLASHGPT_DECODE_KERNEL": kernel, "FLASHGPT_DECODE_STAGES": stages})
     copy = copy_bandwidth_tbs()
     read = read_bandwidth_tbs()
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; bf16 KV cache, one query per sequence; "
           f"device copy bandwidth {copy:.2f} TB/s (read + write), read bandwidth {read:.2f} TB/s (a 2 GiB sum); "
           f"median of {args.iters}, L2 flushed before each call")
     print(f"{'B':>3} {'H':>3} {'D':>4} {'T':>7} | {'ours ms':>8} {'TB/s':>6} {'%copy':>6} {'%read':>6} {'splits':>6} | "
-          f"{'SDPA best':>9} {'backend':>9} {'TB/s':>6} | {'speedup':>7}")
+          f"{'SDPA best':>9} {'backend':>9} {'TB/s':>6} | {'speedup':>7} {'kernel':>9}")
     worst_speedup, worst_share_16k = float("inf"), float("inf")
+    sdpa_ms = []
     for s in ours:
         sd = bench_sdpa(s, args.warmup, args.iters)
         best_name, best_ms = min(sd.items(), key=lambda kv: kv[1]) if sd else ("-", float("nan"))
+        sdpa_ms.append(best_ms)
         tbs = s["bytes"] / (best_ms * 1e-3) / 1e12
         speedup = best_ms / s["ms"]
         share = s["tbs"] / copy
@@ -122,9 +139,15 @@ def main():
             worst_share_16k = min(worst_share_16k, share)
         print(f"{s['B']:>3} {s['H']:>3} {s['D']:>4} {s['T']:>7} | {s['ms']:8.4f} {s['tbs']:6.2f} {100 * share:5.1f}% "
               f"{100 * s['tbs'] / read:5.1f}% {s['splits']:>6} | {best_ms:9.4f} {best_name:>9} {tbs:6.2f} | "
-              f"{speedup:6.2f}x", flush=True)
+              f"{speedup:6.2f}x {s.get('kernel', '-'):>9}", flush=True)
     print(f"slowest relative to the best SDPA backend: {worst_speedup:.2f}x; "
           f"lowest share of the copy bandwidth from T=16K on: {100 * worst_share_16k:.1f}%")
+    if variants:
+        print("\nthe kernels compared (ms, and the best SDPA backend's time / ours):")
+        print(f"{'B':>3} {'H':>3} {'D':>4} {'T':>7} | {'SDPA ms':>8} | " + " | ".join(f"{n:>17}" for n in variants))
+        for i, s in enumerate(ours):
+            cells = [f"{v[i]['ms']:8.4f} {sdpa_ms[i] / v[i]['ms']:6.2f}x" for v in variants.values()]
+            print(f"{s['B']:>3} {s['H']:>3} {s['D']:>4} {s['T']:>7} | {sdpa_ms[i]:8.4f} | " + " | ".join(f"{c:>17}" for c in cells))
 
 
 if __name__ == "__main__":

@@ -59,11 +59,14 @@ void bench_one(int B, int H, int T, int D, const DecodeBenchOptions& opt, cudaSt
   const double bytes = 2.0 * double(cache) * 2.0;
   const double tbs = bytes / (med * 1e-3) / 1e12;
   const int splits = cuda::flash_decode_splits(a);
+  const std::string kernel = cuda::flash_decode_kernel();
   if (opt.json)
-    std::printf("{\"B\": %d, \"H\": %d, \"T\": %d, \"D\": %d, \"ms\": %.5f, \"bytes\": %.0f, \"tbs\": %.4f, \"splits\": %d}\n",
-                B, H, T, D, med, bytes, tbs, splits);
+    std::printf("{\"B\": %d, \"H\": %d, \"T\": %d, \"D\": %d, \"ms\": %.5f, \"bytes\": %.0f, \"tbs\": %.4f, \"splits\": %d, "
+                "\"kernel\": \"%s\"}\n",
+                B, H, T, D, med, bytes, tbs, splits, kernel.c_str());
   else
-    std::printf("B=%-3d H=%-3d T=%-8d D=%-4d %9.4f ms  KV read %7.3f TB/s  (%d splits)\n", B, H, T, D, med, tbs, splits);
+    std::printf("B=%-3d H=%-3d T=%-8d D=%-4d %9.4f ms  KV read %7.3f TB/s  (%d splits, %s)\n", B, H, T, D, med, tbs, splits,
+                kernel.c_str());
   std::fflush(stdout);
 }
 

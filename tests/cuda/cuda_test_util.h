@@ -31,6 +31,12 @@
 
 namespace flashgpt::test {
 
+// True when device 0 is a Hopper (the bulk-copy and wgmma kernels run there).
+inline bool is_hopper() {
+  int major = 0;
+  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess && major == 9;
+}
+
 // Skips (GTEST_SKIP) when no GPU is visible; otherwise owns a context and both op sets.
 class CudaTest : public ::testing::Test {
  protected:

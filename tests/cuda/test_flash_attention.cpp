@@ -48,6 +48,7 @@
 
 #include "kernels/cuda/attention/flash_attention.h"
 #include "src/errors.h"
+#include "tests/cuda/cuda_test_util.h"
 #include "tests/testing.h"
 
 namespace flashgpt {
@@ -350,6 +351,7 @@ std::string case_name(const testing::TestParamInfo<Case>& info) {
 
 class FlashAttentionVsReference : public testing::TestWithParam<Case> {};
 
+using test::is_hopper;
 using test::ScopedEnv;
 
 void check_against(const Problem& pb, const Result& ref, const Result& naive, const std::string& label) {
@@ -375,11 +377,6 @@ bool path_wanted(const char* path) {
   const char* env = std::getenv("FLASHGPT_TEST_ATTENTION_PATHS");
   const std::string paths = env && *env ? env : "sm80,sm90,sm90ws,auto";
   return ("," + paths + ",").find(std::string(",") + path + ",") != std::string::npos;
-}
-
-bool is_hopper() {
-  int major = 0;
-  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess && major == 9;
 }
 
 TEST_P(FlashAttentionVsReference, OutputsAndGradients) {

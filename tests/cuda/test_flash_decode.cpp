@@ -9,7 +9,9 @@
 // Cache positions at and past T hold NaN, and the outputs are NaN before the launch, so
 // a key read past the end or an element never written fails. Lengths are awkward on
 // purpose (1, 17, 4097, 65537, 1048583), the cache capacity exceeds T, and forced split
-// counts exercise uneven chunks and the single-split path at long T.
+// counts exercise uneven chunks and the single-split path at long T. Every case runs on
+// both kernels (FLASHGPT_DECODE_KERNEL): loads into registers, and bulk copies through
+// shared memory (Hopper only), the latter also at its other stage counts.
 #include <gtest/gtest.h>
 #include <cuda_runtime.h>
 #include <cmath>
@@ -28,15 +30,18 @@ namespace {
 
 struct DecodeCase {
   int B, H, T, D;
-  DType dtype;  // of the GPU run: bf16 or f32
-  int splits;   // 0: the launcher's choice
+  DType dtype;         // of the GPU run: bf16 or f32
+  int splits;          // 0: the launcher's choice
+  const char* kernel;  // FLASHGPT_DECODE_KERNEL: registers or bulk (Hopper only)
+  const char* stages;  // FLASHGPT_DECODE_STAGES of the bulk kernel; nullptr: its default
 };
 
 std::string case_name(const ::testing::TestParamInfo<DecodeCase>& i) {
   const DecodeCase& c = i.param;
   return "B" + std::to_string(c.B) + "_H" + std::to_string(c.H) + "_T" + std::to_string(c.T) + "_D" +
          std::to_string(c.D) + "_" + (c.dtype == DType::bf16 ? "bf16" : "fp32") +
-         (c.splits ? "_splits" + std::to_string(c.splits) : "");
+         (c.splits ? "_splits" + std::to_string(c.splits) : "") + "_" + c.kernel +
+         (c.stages ? std::string("_stages") + c.stages : "");
 }
 
 // Uniform in [-2, 2) from a hash of (seed, i): cheap enough for 10^9 values, parallel,
@@ -82,6 +87,8 @@ class FlashDecodeVsReference : public ::testing::TestWithParam<DecodeCase> {};
 TEST_P(FlashDecodeVsReference, OutputAndLse) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
   const DecodeCase c = GetParam();
+  if (std::string(c.kernel) == "bulk" && !is_hopper()) GTEST_SKIP() << "the bulk-copy decode kernel needs a Hopper GPU";
+  ScopedEnv kernel("FLASHGPT_DECODE_KERNEL", c.kernel), stages("FLASHGPT_DECODE_STAGES", c.stages);
   const int B = c.B, H = c.H, T = c.T, D = c.D, Tmax = c.T + 3;
   const int64_t HD = int64_t(H) * D, cache_n = int64_t(B) * H * Tmax * D;
   const uint64_t seed = std::hash<std::string>()(case_name({c, 0}));
@@ -155,14 +162,22 @@ TEST_P(FlashDecodeVsReference, OutputAndLse) {
 
 std::vector<DecodeCase> cases() {
   std::vector<DecodeCase> v;
-  for (int T : {1, 17, 4097, 65537})
+  for (const char* kernel : {"registers", "bulk"}) {
+    for (int T : {1, 17, 4097, 65537})
+      for (int D : {64, 128})
+        for (int B : {1, 16}) v.push_back({B, 3, T, D, DType::bf16, 0, kernel, nullptr});
+    for (int D : {64, 128}) v.push_back({1, 2, 1048583, D, DType::bf16, 0, kernel, nullptr});  // > 1M keys
     for (int D : {64, 128})
-      for (int B : {1, 16}) v.push_back({B, 3, T, D, DType::bf16, 0});
-  for (int D : {64, 128}) v.push_back({1, 2, 1048583, D, DType::bf16, 0});  // > 1M keys
-  for (int D : {64, 128})
-    for (int T : {17, 4097}) v.push_back({2, 3, T, D, DType::f32, 0});
-  for (int splits : {1, 3, 7}) v.push_back({2, 3, 4097, 64, DType::bf16, splits});
-  v.push_back({1, 2, 65537, 128, DType::f32, 1});  // one block per head over 65537 keys
+      for (int T : {17, 4097}) v.push_back({2, 3, T, D, DType::f32, 0, kernel, nullptr});
+    for (int splits : {1, 3, 7}) v.push_back({2, 3, 4097, 64, DType::bf16, splits, kernel, nullptr});
+    v.push_back({1, 2, 65537, 128, DType::f32, 1, kernel, nullptr});  // one block per head over 65537 keys
+  }
+  // The bulk kernel's other stage counts: a partial last tile, several stage wraps, fp32.
+  for (const char* stages : {"2", "8"})
+    for (int D : {64, 128}) {
+      v.push_back({3, 3, 65537, D, DType::bf16, 0, "bulk", stages});
+      v.push_back({2, 3, 4097, D, DType::f32, 1, "bulk", stages});
+    }
   return v;
 }
 

@@ -31,15 +31,20 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include "kernels/cuda/attention/flash_attention.h"
+#include "kernels/cuda/attention/flash_params.h"
+#include "kernels/cuda/attention/tma_sm90.cuh"
 #include "kernels/cuda/common.cuh"
 
 namespace flashgpt::cuda {
 namespace {
 
+namespace sm90 = attn::sm90;
+
 constexpr int kThreads = 128;        // per block
 constexpr int kUnroll = 4;           // keys per thread group per tile (loads in flight)
-constexpr int64_t kMaxChunk = 2048;  // keys per block at most
 constexpr int64_t kMaxSplits = 4096; // blocks per (b, h) the plan considers (the longest chunks win anyway)
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -143,41 +148,26 @@ __device__ __forceinline__ void consume(const Pack<T> (&kp)[kUnroll], const Pack
   m = mx;
 }
 
+// The start of every split's block: this lane's slice of q, pre-scaled to the log2
+// domain, and a zero accumulator.
 template <class T, int kD>
-__global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams<T> p) {
+__device__ __forceinline__ void start_split(const DecodeParams<T>& p, int h, int b, int lane,
+                                            float (&q)[Traits<T, kD>::kElems], float (&acc)[Traits<T, kD>::kElems]) {
+  constexpr int E = Traits<T, kD>::kElems;
+  const Pack<T> qp = load_pack(p.qkv + int64_t(b) * 3 * p.H * kD + h * kD + lane * E);
+#pragma unroll
+  for (int i = 0; i < E; ++i) q[i] = to_f(qp.v[i]) * p.scale_log2, acc[i] = 0.f;
+}
+
+// The end of every split's block: merges the block's groups (group 0 always saw a key:
+// t1 > t0), writes the split's partial O and log2-sum-exp (or, with one split, the
+// output), and the last split of (b, h) to finish combines them all.
+template <class T, int kD>
+__device__ void finish_split(const DecodeParams<T>& p, float m, float l, const float (&acc)[Traits<T, kD>::kElems],
+                             int split, int h, int b) {
   using Tr = Traits<T, kD>;
-  constexpr int E = Tr::kElems, kTile = Tr::kTile;
-  const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  constexpr int E = Tr::kElems;
   const int g = threadIdx.x / Tr::kGroup, lane = threadIdx.x % Tr::kGroup;
-  const int64_t t0 = int64_t(split) * p.chunk, t1 = min(t0 + p.chunk, int64_t(p.keys));
-  const int64_t head = (int64_t(b) * p.H + h) * p.Tmax * kD;
-  const T* const kh = p.k + head;
-  const T* const vh = p.v + head;
-
-  float q[E];
-  {
-    const Pack<T> qp = load_pack(p.qkv + int64_t(b) * 3 * p.H * kD + h * kD + lane * E);
-#pragma unroll
-    for (int i = 0; i < E; ++i) q[i] = to_f(qp.v[i]) * p.scale_log2;
-  }
-  float m = -INFINITY, l = 0.f, acc[E];
-#pragma unroll
-  for (int i = 0; i < E; ++i) acc[i] = 0.f;
-  Pack<T> kp[kUnroll], vp[kUnroll];
-
-  for (int64_t first = t0; first < t1; first += kTile) {
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {  // all loads first: 2·kUnroll in flight per thread
-      const int64_t j = first + u * Tr::kGroups + g;
-      if (j < t1) {
-        kp[u] = load_pack_cs(kh + j * kD + lane * E);
-        vp[u] = load_pack_cs(vh + j * kD + lane * E);
-      }
-    }
-    consume<T, kD>(kp, vp, q, first, g, t1, m, l, acc);
-  }
-
-  // Merge the groups of the block (group 0 always saw a key: t1 > t0).
   __shared__ float sm_m[Tr::kGroups], sm_l[Tr::kGroups];
   __shared__ float sm_acc[Tr::kGroups][kD];
   if (lane == 0) {
@@ -219,6 +209,94 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams<T> 
   if (threadIdx.x == 0) p.done[bh] = 0;  // ready for the next call
 }
 
+template <class T, int kD>
+__global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams<T> p) {
+  using Tr = Traits<T, kD>;
+  constexpr int E = Tr::kElems, kTile = Tr::kTile;
+  const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int g = threadIdx.x / Tr::kGroup, lane = threadIdx.x % Tr::kGroup;
+  const int64_t t0 = int64_t(split) * p.chunk, t1 = min(t0 + p.chunk, int64_t(p.keys));
+  const int64_t head = (int64_t(b) * p.H + h) * p.Tmax * kD;
+  const T* const kh = p.k + head;
+  const T* const vh = p.v + head;
+
+  float q[E], m = -INFINITY, l = 0.f, acc[E];
+  start_split<T, kD>(p, h, b, lane, q, acc);
+  Pack<T> kp[kUnroll], vp[kUnroll];
+
+  for (int64_t first = t0; first < t1; first += kTile) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {  // all loads first: 2·kUnroll in flight per thread
+      const int64_t j = first + u * Tr::kGroups + g;
+      if (j < t1) {
+        kp[u] = load_pack_cs(kh + j * kD + lane * E);
+        vp[u] = load_pack_cs(vh + j * kD + lane * E);
+      }
+    }
+    consume<T, kD>(kp, vp, q, first, g, t1, m, l, acc);
+  }
+
+  finish_split<T, kD>(p, m, l, acc, split, h, b);
+}
+
+// The same split with the chunk streamed through shared memory by bulk copies (Hopper):
+// thread 0 keeps kStages tiles of K and of V in flight (cp.async.bulk, one contiguous
+// copy of up to 8 KB each, completing on the stage's mbarrier), every thread computes
+// from the tile that has landed exactly as decode_kernel does from registers, and the
+// stage is refilled once the whole block has read it. A block's in-flight bytes no
+// longer depend on its thread count, so a chunk costs one memory latency instead of one
+// per tile.
+template <class T, int kD, int kStages>
+__global__ void __launch_bounds__(kThreads) decode_bulk_kernel(const DecodeParams<T> p) {
+#if FLASHGPT_HAS_WGMMA
+  using Tr = Traits<T, kD>;
+  constexpr int E = Tr::kElems, kTile = Tr::kTile, kTileElems = kTile * kD;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* const ks = reinterpret_cast<T*>(smem_raw);  // [kStages][kTile][kD]
+  T* const vs = ks + kStages * kTileElems;
+  __shared__ __align__(8) uint64_t full[kStages];
+  const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int g = threadIdx.x / Tr::kGroup, lane = threadIdx.x % Tr::kGroup;
+  const int64_t t0 = int64_t(split) * p.chunk, t1 = min(t0 + p.chunk, int64_t(p.keys));
+  const int64_t head = (int64_t(b) * p.H + h) * p.Tmax * kD;
+  const int tiles = int((t1 - t0 + kTile - 1) / kTile);
+
+  // Tile i (keys t0 + i·kTile on, at most kTile) into stage i % kStages.
+  auto issue = [&](int i) {
+    const int s = i % kStages;
+    const int64_t first = t0 + int64_t(i) * kTile;
+    const uint32_t bytes = uint32_t(min(int64_t(kTile), t1 - first) * kD * int64_t(sizeof(T)));
+    sm90::mbar_arrive_expect_tx(&full[s], 2 * bytes);
+    sm90::bulk_load(ks + s * kTileElems, p.k + head + first * kD, bytes, &full[s]);
+    sm90::bulk_load(vs + s * kTileElems, p.v + head + first * kD, bytes, &full[s]);
+  };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) sm90::mbar_init(&full[s], 1);
+    sm90::fence_mbar_init();
+    for (int i = 0; i < min(kStages, tiles); ++i) issue(i);
+  }
+  __syncthreads();
+
+  float q[E], m = -INFINITY, l = 0.f, acc[E];
+  start_split<T, kD>(p, h, b, lane, q, acc);
+  Pack<T> kp[kUnroll], vp[kUnroll];
+  for (int i = 0; i < tiles; ++i) {
+    const int s = i % kStages;
+    sm90::mbar_wait(&full[s], uint32_t(i / kStages) & 1u);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {  // past the chunk's end: stale or unset, masked in consume
+      const int key = u * Tr::kGroups + g;
+      kp[u] = *reinterpret_cast<const Pack<T>*>(ks + s * kTileElems + key * kD + lane * E);
+      vp[u] = *reinterpret_cast<const Pack<T>*>(vs + s * kTileElems + key * kD + lane * E);
+    }
+    __syncthreads();  // the stage is free
+    if (threadIdx.x == 0 && i + kStages < tiles) issue(i + kStages);
+    consume<T, kD>(kp, vp, q, t0 + int64_t(i) * kTile, g, t1, m, l, acc);
+  }
+  finish_split<T, kD>(p, m, l, acc, split, h, b);
+#endif
+}
+
 struct Plan {
   int64_t chunk;
   int splits;
@@ -227,19 +305,19 @@ struct Plan {
 // Keys per block and the number of splits (see the file comment). want_splits > 0
 // forces about that many splits (tests, tuning). Otherwise the cheapest split count
 // under a simple model: blocks run in waves of `resident`, a wave lasts as long as its
-// chunk plus a start-up of about two tiles, chunks are whole tiles of at most kMaxChunk
+// chunk plus a start-up of about two tiles, chunks are whole tiles of at most max_chunk
 // keys; ties go to fewer splits (less to combine).
-Plan plan_decode(int64_t B, int64_t H, int64_t T, int tile, int64_t resident, int want_splits) {
+Plan plan_decode(int64_t B, int64_t H, int64_t T, int tile, int64_t max_chunk, int64_t resident, int want_splits) {
   if (want_splits > 0) {
     const int64_t chunk = std::max<int64_t>(1, ceil_div(T, want_splits));
     return {chunk, int(ceil_div(T, chunk))};
   }
   resident = std::max<int64_t>(1, resident);
-  // Every whole-tile chunk up to kMaxChunk (at most kMaxChunk / tile of them: cheap
+  // Every whole-tile chunk up to max_chunk (at most max_chunk / tile of them: cheap
   // enough for every decode step), longest first, so that ties keep fewer splits; no more
-  // than kMaxSplits splits unless even kMaxChunk needs more.
+  // than kMaxSplits splits unless even max_chunk needs more.
   int64_t best_chunk = 0, best_cost = INT64_MAX;
-  for (int64_t chunk = std::min(ceil_div(T, tile) * tile, kMaxChunk / tile * tile); chunk >= tile; chunk -= tile) {
+  for (int64_t chunk = std::min(ceil_div(T, tile) * tile, max_chunk / tile * tile); chunk >= tile; chunk -= tile) {
     const int64_t splits = ceil_div(T, chunk);
     if (splits > kMaxSplits && best_chunk) break;  // shorter chunks only add splits
     const int64_t cost = ceil_div(B * H * splits, resident) * (chunk + 2 * tile);
@@ -248,22 +326,71 @@ Plan plan_decode(int64_t B, int64_t H, int64_t T, int tile, int64_t resident, in
   return {best_chunk, int(ceil_div(T, best_chunk))};
 }
 
-template <class T, int kD>
-int64_t resident_blocks() {
-  // One process drives one GPU (docs/ARCHITECTURE.md): computed once per instantiation.
-  static const int64_t n = [] {
-    int dev = 0, sms = 0, per_sm = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_kernel<T, kD>, kThreads, 0));
-    return int64_t(sms) * std::max(per_sm, 1);
-  }();
-  return n;
+// One kernel variant: kStages = 0 is decode_kernel (loads into registers), otherwise
+// decode_bulk_kernel with that many stages (Hopper builds only).
+template <class T, int kD, int kStages>
+struct Variant {
+  static constexpr size_t kSmemBytes = size_t(kStages) * 2 * Traits<T, kD>::kTile * kD * sizeof(T);
+  // Keys per block at most: the register kernel's chunks were measured no faster when
+  // longer (BENCHMARKS.md); a bulk block reads its chunk in one stream, so longer chunks
+  // only save blocks.
+  static constexpr int64_t kMaxChunk = kStages ? 16384 : 2048;
+  static constexpr auto kernel() {
+    if constexpr (kStages == 0) return decode_kernel<T, kD>;
+    else return decode_bulk_kernel<T, kD, kStages>;
+  }
+  // Blocks resident on the whole GPU. One process drives one GPU (docs/ARCHITECTURE.md):
+  // computed once, which also opts the kernel into its shared memory.
+  static int64_t resident() {
+    static const int64_t n = [] {
+      int dev = 0, sms = 0, per_sm = 0;
+      CUDA_CHECK(cudaGetDevice(&dev));
+      CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      if (kSmemBytes > 48 * 1024) attn::opt_in_dynamic_smem(kernel(), kSmemBytes);
+      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel(), kThreads, kSmemBytes));
+      return int64_t(sms) * std::max(per_sm, 1);
+    }();
+    return n;
+  }
+  static Plan plan(const AttentionDecode& a, int want_splits) {
+    return plan_decode(a.B, a.H, a.T, Traits<T, kD>::kTile, kMaxChunk, resident(), want_splits);
+  }
+};
+
+// The variant of this call (FLASHGPT_DECODE_KERNEL = auto | registers | bulk, and
+// FLASHGPT_DECODE_STAGES = 2 | 4 | 8 for bulk): the stage count, 0 for the register
+// kernel. auto is bulk with 4 stages wherever the Hopper kernels are built.
+int choose_stages() {
+  static const bool hopper = attn::sm90_kernels_built();
+  const char* env = std::getenv("FLASHGPT_DECODE_KERNEL");
+  const std::string want = env && *env ? env : "auto";
+  if (want == "registers") return 0;
+  if (want != "bulk" && want != "auto")
+    fail_input("FLASHGPT_DECODE_KERNEL must be auto, registers or bulk, got '", want, "'");
+  if (!hopper) {
+    if (want == "auto") return 0;
+    fail_input("FLASHGPT_DECODE_KERNEL=bulk needs a Hopper GPU and a build with the 90a architecture");
+  }
+  const char* st = std::getenv("FLASHGPT_DECODE_STAGES");
+  const int stages = st && *st ? std::atoi(st) : 4;
+  if (stages != 2 && stages != 4 && stages != 8) fail_input("FLASHGPT_DECODE_STAGES must be 2, 4 or 8, got '", st, "'");
+  return stages;
+}
+
+// Calls f(Variant<T, kD, kStages>{}) for the chosen variant.
+template <class T, int kD, class F>
+auto with_variant(F&& f) {
+  switch (choose_stages()) {
+    case 2: return f(Variant<T, kD, 2>{});
+    case 4: return f(Variant<T, kD, 4>{});
+    case 8: return f(Variant<T, kD, 8>{});
+    default: return f(Variant<T, kD, 0>{});
+  }
 }
 
 template <class T, int kD>
 Plan plan_for(const AttentionDecode& a, int want_splits) {
-  return plan_decode(a.B, a.H, a.T, Traits<T, kD>::kTile, resident_blocks<T, kD>(), want_splits);
+  return with_variant<T, kD>([&](auto v) { return decltype(v)::plan(a, want_splits); });
 }
 
 // Workspace: the partial outputs, their log2-sum-exps, then one counter per (b, h).
@@ -337,6 +464,11 @@ size_t flash_decode_workspace_bytes(const AttentionDecode& a, int splits) {
   return 0;  // not reached
 }
 
+std::string flash_decode_kernel() {
+  const int stages = choose_stages();
+  return stages ? "bulk" + std::to_string(stages) : "registers";
+}
+
 int flash_decode_splits(const AttentionDecode& a, int splits) {
   FG_DECODE_DISPATCH(a.qkv.dtype, a.D, { return plan_for<T, kD>(a, splits).splits; });
   return 0;  // not reached
@@ -375,7 +507,12 @@ void flash_decode(const AttentionDecode& a, void* workspace, size_t workspace_by
       p.lse_part = p.o_part + parts * kD;
       p.done = reinterpret_cast<unsigned*>(p.lse_part + parts);
     }
-    decode_kernel<T, kD><<<dim3(unsigned(plan.splits), unsigned(a.H), unsigned(a.B)), kThreads, 0, stream>>>(p);
+    with_variant<T, kD>([&](auto v) {
+      using V = decltype(v);
+      V::resident();  // opted in
+      const auto kernel = V::kernel();
+      kernel<<<dim3(unsigned(plan.splits), unsigned(a.H), unsigned(a.B)), kThreads, V::kSmemBytes, stream>>>(p);
+    });
     CUDA_CHECK_LAUNCH();
   });
 }

@@ -1,7 +1,8 @@
 // Hopper (sm_90a) asynchronous-copy building blocks for the warp-specialised forward
-// (flash_fwd_sm90_ws.cu): TMA tile loads (cp.async.bulk.tensor) that complete on an
-// mbarrier, the mbarrier operations, register reallocation between warpgroups
-// (setmaxnreg) and named barriers. Only compiled into sm_90a code (FLASHGPT_HAS_WGMMA).
+// (flash_fwd_sm90_ws.cu) and the bulk-copy decode (flash_decode.cu): TMA tile loads
+// (cp.async.bulk.tensor) and plain bulk copies that complete on an mbarrier, the
+// mbarrier operations, register reallocation between warpgroups (setmaxnreg) and named
+// barriers. Only compiled into sm_90a code (FLASHGPT_HAS_WGMMA).
 #pragma once
 #include <cuda.h>  // CUtensorMap (the type only: the map is encoded on the host)
 #include <cstdint>
@@ -51,6 +52,17 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, u
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
       "[%2];\n" ::"r"(smem_u32(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+
+// Bulk copy (no tensor map): `bytes` contiguous bytes (a multiple of 16, both addresses
+// 16-byte aligned) from global memory to shared memory at dst; completion is counted on
+// bar.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_u32(bar))
       : "memory");
 }
 
