@@ -99,9 +99,6 @@ class Matmul {
 
  private:
   struct Plan;
-  void launch(const Gemm& g, const Plan& plan, const cublasLtMatmulAlgo_t& algo, void* D, cudaStream_t stream);
-  cublasLtMatmulAlgo_t fastest(const Gemm& g, const Plan& plan, const cublasLtMatmulHeuristicResult_t* results,
-                               int count, cudaStream_t stream);
   DeviceContext& ctx_;
   std::unordered_map<std::string, Plan*> plans_;  // key: shapes, types, epilogue, alignment
 };

@@ -23,10 +23,7 @@
 // (cuBLASLt's layouts are 64-bit; tests/cuda/test_cuda_int64.cu checks N·4C > 2^31).
 #include <algorithm>
 #include <climits>
-#include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <string>
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "src/cuda/device_context.h"
@@ -57,24 +54,6 @@ cublasLtEpilogue_t lt_epilogue(Epilogue e) {
 // precision of cuBLASLt's epilogue GELU (tanh) is not documented: there the GEMM runs
 // with the plain (bias) epilogue and our exact elementwise GELU kernels follow.
 bool fuse_gelu(DType out) { return out == DType::bf16; }
-
-bool has_bias(Epilogue e) { return e == Epilogue::bias || e == Epilogue::gelu_aux_bias; }
-bool has_aux(Epilogue e) { return e == Epilogue::gelu_aux || e == Epilogue::gelu_aux_bias || e == Epilogue::dgelu; }
-
-// FLASHGPT_GEMM_AUTOTUNE=1: each new GEMM shape times up to kAutotuneCandidates of the
-// heuristic's algorithms and keeps the fastest (Matmul::fastest). Off by default: the
-// choice depends on timings, so two runs may pick different algorithms (and bits).
-constexpr int kAutotuneCandidates = 8;
-constexpr int kAutotuneRuns = 5;
-constexpr float kAutotuneMargin = 0.03f;
-constexpr size_t kFlushBytes = size_t(256) << 20;  // far above the L2 of any current GPU
-bool autotune_requested() {  // read when a plan is made (once per shape)
-  const char* env = std::getenv("FLASHGPT_GEMM_AUTOTUNE");
-  if (!env || !*env) return false;
-  const std::string v = env;
-  if (v != "0" && v != "1") fail_input("FLASHGPT_GEMM_AUTOTUNE must be 0 or 1, got '", v, "'");
-  return v == "1";
-}
 
 // Largest power of two (≤ 256) dividing the address: part of the cache key, since the
 // algorithm chosen for aligned pointers may not run on less aligned ones.
@@ -109,10 +88,13 @@ Matmul::~Matmul() {
 
 bool Matmul::run(const Gemm& g, cudaStream_t stream, bool allow_fail) {
   FG_ASSERT(g.m > 0 && g.n > 0 && g.k > 0, "gemm sizes ", g.m, "x", g.n, "x", g.k);
-  FG_ASSERT(!has_bias(g.epilogue) || g.bias, "bias epilogue without a bias pointer");
-  FG_ASSERT(!has_aux(g.epilogue) || g.aux, "gelu_aux epilogue without an aux pointer");
+  bool has_bias = g.epilogue == Epilogue::bias || g.epilogue == Epilogue::gelu_aux_bias;
+  bool has_aux = g.epilogue == Epilogue::gelu_aux || g.epilogue == Epilogue::gelu_aux_bias ||
+                 g.epilogue == Epilogue::dgelu;
+  FG_ASSERT(!has_bias || g.bias, "bias epilogue without a bias pointer");
+  FG_ASSERT(!has_aux || g.aux, "gelu_aux epilogue without an aux pointer");
   int al_a = alignment(g.A), al_b = alignment(g.B), al_d = alignment(g.D);
-  int al_e = std::min(alignment(has_bias(g.epilogue) ? g.bias : nullptr), alignment(has_aux(g.epilogue) ? g.aux : nullptr));
+  int al_e = std::min(alignment(has_bias ? g.bias : nullptr), alignment(has_aux ? g.aux : nullptr));
   std::string key = cat(g.trans_a, g.trans_b, ' ', g.m, ' ', g.n, ' ', g.k, ' ', g.lda, ' ', g.ldb,
                         ' ', g.ldd, ' ', int(g.a_type), int(g.b_type), int(g.d_type), ' ',
                         int(g.epilogue), ' ', g.beta != 0.f, ' ', al_a, ' ', al_b, ' ', al_d, ' ', al_e);
@@ -131,11 +113,11 @@ bool Matmul::run(const Gemm& g, cudaStream_t stream, bool allow_fail) {
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     cublasLtEpilogue_t epi = lt_epilogue(g.epilogue);
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-    if (has_bias(g.epilogue)) {
+    if (has_bias) {
       cudaDataType_t bt = cuda_type(g.d_type);
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
     }
-    if (has_aux(g.epilogue)) {
+    if (has_aux) {
       int64_t ld_aux = g.m;  // aux (m, n) column-major, like D with ldd = m
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld_aux, sizeof ld_aux));
     }
@@ -155,16 +137,14 @@ bool Matmul::run(const Gemm& g, cudaStream_t stream, bool allow_fail) {
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ad, sizeof ad));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, sizeof ad));
-    cublasLtMatmulHeuristicResult_t results[kAutotuneCandidates]{};
+    cublasLtMatmulHeuristicResult_t result{};
     int count = 0;
-    const int wanted = autotune_requested() ? kAutotuneCandidates : 1;
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx_.cublaslt(), plan->op, plan->a, plan->b,
-                                                       plan->d, plan->d, pref, wanted, results, &count);
+                                                       plan->d, plan->d, pref, 1, &result, &count);
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     if (st == CUBLAS_STATUS_SUCCESS && count > 0) {
-      plan->algo = results[0].algo;
+      plan->algo = result.algo;
       plan->found = true;
-      if (count > 1) plan->algo = fastest(g, *plan, results, count, stream);
     } else if (!allow_fail && st != CUBLAS_STATUS_NOT_SUPPORTED) {
       CUBLAS_CHECK(st);  // a real error (not just "no algorithm for this combination")
     }
@@ -173,63 +153,14 @@ bool Matmul::run(const Gemm& g, cudaStream_t stream, bool allow_fail) {
     if (allow_fail) return false;
     fail("cuBLASLt has no algorithm for gemm ", key);
   }
-  launch(g, *plan, plan->algo, g.D, stream);
+  if (has_bias)
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
+  if (has_aux)
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux));
+  CUBLAS_CHECK(cublasLtMatmul(ctx_.cublaslt(), plan->op, &g.alpha, g.A, plan->a, g.B, plan->b,
+                              &g.beta, g.D, plan->d, g.D, plan->d, &plan->algo, ctx_.workspace(),
+                              ctx_.workspace_bytes(), stream));
   return true;
-}
-
-void Matmul::launch(const Gemm& g, const Plan& plan, const cublasLtMatmulAlgo_t& algo, void* D,
-                    cudaStream_t stream) {
-  if (has_bias(g.epilogue))
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
-  if (has_aux(g.epilogue))
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux));
-  CUBLAS_CHECK(cublasLtMatmul(ctx_.cublaslt(), plan.op, &g.alpha, g.A, plan.a, g.B, plan.b, &g.beta, D, plan.d, D,
-                              plan.d, &algo, ctx_.workspace(), ctx_.workspace_bytes(), stream));
-}
-
-// The heuristic's candidates timed on this GEMM's own operands: each run after the L2 is
-// overwritten (kFlushBytes written), as inside a training step where the operands were
-// written long before; CUDA events, the median of kAutotuneRuns after one warm-up each.
-// The heuristic's first choice is kept unless another is kAutotuneMargin faster: a
-// near-tie alone is not worth a choice that depends on timing noise. With beta != 0 the
-// runs write a scratch D, so the accumulator is not touched; otherwise D and the GELU
-// pre-activation are written, and the real call that follows writes them again.
-cublasLtMatmulAlgo_t Matmul::fastest(const Gemm& g, const Plan& plan, const cublasLtMatmulHeuristicResult_t* results,
-                                     int count, cudaStream_t stream) {
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
-  if (capturing != cudaStreamCaptureStatusNone) return results[0].algo;
-  void* D = g.D;
-  if (g.beta != 0.f) CUDA_CHECK(cudaMallocAsync(&D, size_t(g.ldd) * g.n * dtype_size(g.d_type), stream));
-  void* flush = nullptr;
-  CUDA_CHECK(cudaMallocAsync(&flush, kFlushBytes, stream));
-  cudaEvent_t start, stop;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  int best = 0;
-  float best_ms = INFINITY, first_ms = INFINITY;
-  for (int i = 0; i < count; ++i) {
-    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
-    launch(g, plan, results[i].algo, D, stream);  // warm-up
-    float runs[kAutotuneRuns];
-    for (float& ms : runs) {
-      CUDA_CHECK(cudaMemsetAsync(flush, 0, kFlushBytes, stream));
-      CUDA_CHECK(cudaEventRecord(start, stream));
-      launch(g, plan, results[i].algo, D, stream);
-      CUDA_CHECK(cudaEventRecord(stop, stream));
-      CUDA_CHECK(cudaEventSynchronize(stop));
-      CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    }
-    std::sort(runs, runs + kAutotuneRuns);
-    const float median = runs[kAutotuneRuns / 2];
-    if (i == 0) first_ms = median;
-    if (median < best_ms) best_ms = median, best = i;
-  }
-  CUDA_CHECK(cudaEventDestroy(start));
-  CUDA_CHECK(cudaEventDestroy(stop));
-  CUDA_CHECK(cudaFreeAsync(flush, stream));
-  if (D != g.D) CUDA_CHECK(cudaFreeAsync(D, stream));
-  return best_ms < first_ms * (1.f - kAutotuneMargin) ? results[best].algo : results[0].algo;
 }
 
 void Matmul::forward(const MatmulForward& a, cudaStream_t stream) {

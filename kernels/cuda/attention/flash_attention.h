@@ -24,7 +24,7 @@ size_t flash_attention_workspace_bytes(int B, int T, int H, int D);
 // splits > 0 forces about that many splits (tests, tuning); 0 chooses.
 size_t flash_decode_workspace_bytes(const AttentionDecode& a, int splits = 0);
 int flash_decode_splits(const AttentionDecode& a, int splits = 0);
-// The kernel a call would run now: "registers" or "bulk<stages>" (FLASHGPT_DECODE_KERNEL).
+// The kernel a call would run now: "registers" or "bulk<stages>x<threads>" (FLASHGPT_DECODE_KERNEL).
 std::string flash_decode_kernel();
 void flash_decode(const AttentionDecode& a, void* workspace, size_t workspace_bytes, cudaStream_t stream,
                   int splits = 0);

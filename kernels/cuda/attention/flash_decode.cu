@@ -43,13 +43,15 @@ namespace {
 
 namespace sm90 = attn::sm90;
 
-constexpr int kThreads = 128;        // per block
-constexpr int kUnroll = 4;           // keys per thread group per tile (loads in flight)
 constexpr int64_t kMaxSplits = 4096; // blocks per (b, h) the plan considers (the longest chunks win anyway)
 constexpr float kLn2 = 0.6931471805599453f;
 
-template <class T, int kD>
+// A kernel's shape: element type, head dim, threads per block and keys per thread group
+// per tile (the register kernel's loads in flight). A tile is always 8 KB of K.
+template <class T, int kD, int kBlockThreads = 128, int kKeysPerGroup = 4>
 struct Traits {
+  using Elem = T;
+  static constexpr int kHeadDim = kD, kThreads = kBlockThreads, kUnroll = kKeysPerGroup;
   static constexpr int kElems = kPackBytes / int(sizeof(T));  // per 16-byte pack
   static constexpr int kGroup = kD / kElems;                   // threads per key
   static constexpr int kGroups = kThreads / kGroup;            // keys side by side in a block
@@ -77,8 +79,9 @@ struct DecodeParams {
 // from L2, __ldcg). Every load is independent: a thread takes one 16-byte column of the
 // partials and every (kThreads / columns)-th split, so a whole (b, h)'s partials are
 // read in a few rounds of latency; the column sums are then added in a fixed order.
-template <class T, int kD>
+template <class Tr, class T = typename Tr::Elem>
 __device__ void combine_splits(const DecodeParams<T>& p, int64_t bh) {
+  constexpr int kD = Tr::kHeadDim, kThreads = Tr::kThreads;
   constexpr int kCols = kD / 4, kRows = kThreads / kCols;  // float4 columns; splits side by side
   const int S = p.splits;
   const float* lp = p.lse_part + bh * S;
@@ -113,12 +116,11 @@ __device__ void combine_splits(const DecodeParams<T>& p, int64_t bh) {
 
 // One group's step over kUnroll keys (their K and V packs in registers; keys from t1 on
 // are masked): scores, online-softmax update, O += p·V.
-template <class T, int kD>
-__device__ __forceinline__ void consume(const Pack<T> (&kp)[kUnroll], const Pack<T> (&vp)[kUnroll],
-                                        const float (&q)[Traits<T, kD>::kElems], int64_t first, int g,
-                                        int64_t t1, float& m, float& l, float (&acc)[Traits<T, kD>::kElems]) {
-  using Tr = Traits<T, kD>;
-  constexpr int E = Tr::kElems;
+template <class Tr, class T = typename Tr::Elem>
+__device__ __forceinline__ void consume(const Pack<T> (&kp)[Tr::kUnroll], const Pack<T> (&vp)[Tr::kUnroll],
+                                        const float (&q)[Tr::kElems], int64_t first, int g, int64_t t1, float& m,
+                                        float& l, float (&acc)[Tr::kElems]) {
+  constexpr int E = Tr::kElems, kUnroll = Tr::kUnroll;
   float s[kUnroll];
   float mx = m;
 #pragma unroll
@@ -150,10 +152,10 @@ __device__ __forceinline__ void consume(const Pack<T> (&kp)[kUnroll], const Pack
 
 // The start of every split's block: this lane's slice of q, pre-scaled to the log2
 // domain, and a zero accumulator.
-template <class T, int kD>
-__device__ __forceinline__ void start_split(const DecodeParams<T>& p, int h, int b, int lane,
-                                            float (&q)[Traits<T, kD>::kElems], float (&acc)[Traits<T, kD>::kElems]) {
-  constexpr int E = Traits<T, kD>::kElems;
+template <class Tr, class T = typename Tr::Elem>
+__device__ __forceinline__ void start_split(const DecodeParams<T>& p, int h, int b, int lane, float (&q)[Tr::kElems],
+                                            float (&acc)[Tr::kElems]) {
+  constexpr int E = Tr::kElems, kD = Tr::kHeadDim;
   const Pack<T> qp = load_pack(p.qkv + int64_t(b) * 3 * p.H * kD + h * kD + lane * E);
 #pragma unroll
   for (int i = 0; i < E; ++i) q[i] = to_f(qp.v[i]) * p.scale_log2, acc[i] = 0.f;
@@ -162,11 +164,10 @@ __device__ __forceinline__ void start_split(const DecodeParams<T>& p, int h, int
 // The end of every split's block: merges the block's groups (group 0 always saw a key:
 // t1 > t0), writes the split's partial O and log2-sum-exp (or, with one split, the
 // output), and the last split of (b, h) to finish combines them all.
-template <class T, int kD>
-__device__ void finish_split(const DecodeParams<T>& p, float m, float l, const float (&acc)[Traits<T, kD>::kElems],
-                             int split, int h, int b) {
-  using Tr = Traits<T, kD>;
-  constexpr int E = Tr::kElems;
+template <class Tr, class T = typename Tr::Elem>
+__device__ void finish_split(const DecodeParams<T>& p, float m, float l, const float (&acc)[Tr::kElems], int split,
+                             int h, int b) {
+  constexpr int E = Tr::kElems, kD = Tr::kHeadDim, kThreads = Tr::kThreads;
   const int g = threadIdx.x / Tr::kGroup, lane = threadIdx.x % Tr::kGroup;
   __shared__ float sm_m[Tr::kGroups], sm_l[Tr::kGroups];
   __shared__ float sm_acc[Tr::kGroups][kD];
@@ -205,14 +206,13 @@ __device__ void finish_split(const DecodeParams<T>& p, float m, float l, const f
   __syncthreads();
   if (!last) return;
   __threadfence();
-  combine_splits<T, kD>(p, bh);
+  combine_splits<Tr>(p, bh);
   if (threadIdx.x == 0) p.done[bh] = 0;  // ready for the next call
 }
 
-template <class T, int kD>
-__global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams<T> p) {
-  using Tr = Traits<T, kD>;
-  constexpr int E = Tr::kElems, kTile = Tr::kTile;
+template <class Tr, class T = typename Tr::Elem>
+__global__ void __launch_bounds__(Tr::kThreads) decode_kernel(const DecodeParams<T> p) {
+  constexpr int E = Tr::kElems, kTile = Tr::kTile, kD = Tr::kHeadDim, kUnroll = Tr::kUnroll;
   const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int g = threadIdx.x / Tr::kGroup, lane = threadIdx.x % Tr::kGroup;
   const int64_t t0 = int64_t(split) * p.chunk, t1 = min(t0 + p.chunk, int64_t(p.keys));
@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams<T> 
   const T* const vh = p.v + head;
 
   float q[E], m = -INFINITY, l = 0.f, acc[E];
-  start_split<T, kD>(p, h, b, lane, q, acc);
+  start_split<Tr>(p, h, b, lane, q, acc);
   Pack<T> kp[kUnroll], vp[kUnroll];
 
   for (int64_t first = t0; first < t1; first += kTile) {
@@ -233,10 +233,10 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams<T> 
         vp[u] = load_pack_cs(vh + j * kD + lane * E);
       }
     }
-    consume<T, kD>(kp, vp, q, first, g, t1, m, l, acc);
+    consume<Tr>(kp, vp, q, first, g, t1, m, l, acc);
   }
 
-  finish_split<T, kD>(p, m, l, acc, split, h, b);
+  finish_split<Tr>(p, m, l, acc, split, h, b);
 }
 
 // The same split with the chunk streamed through shared memory by bulk copies (Hopper):
@@ -246,11 +246,11 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams<T> 
 // stage is refilled once the whole block has read it. A block's in-flight bytes no
 // longer depend on its thread count, so a chunk costs one memory latency instead of one
 // per tile.
-template <class T, int kD, int kStages>
-__global__ void __launch_bounds__(kThreads) decode_bulk_kernel(const DecodeParams<T> p) {
+template <class Tr, int kStages, class T = typename Tr::Elem>
+__global__ void __launch_bounds__(Tr::kThreads) decode_bulk_kernel(const DecodeParams<T> p) {
 #if FLASHGPT_HAS_WGMMA
-  using Tr = Traits<T, kD>;
-  constexpr int E = Tr::kElems, kTile = Tr::kTile, kTileElems = kTile * kD;
+  constexpr int E = Tr::kElems, kTile = Tr::kTile, kD = Tr::kHeadDim, kUnroll = Tr::kUnroll;
+  constexpr int kTileElems = kTile * kD;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* const ks = reinterpret_cast<T*>(smem_raw);  // [kStages][kTile][kD]
   T* const vs = ks + kStages * kTileElems;
@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(kThreads) decode_bulk_kernel(const DecodeParam
   __syncthreads();
 
   float q[E], m = -INFINITY, l = 0.f, acc[E];
-  start_split<T, kD>(p, h, b, lane, q, acc);
+  start_split<Tr>(p, h, b, lane, q, acc);
   Pack<T> kp[kUnroll], vp[kUnroll];
   for (int i = 0; i < tiles; ++i) {
     const int s = i % kStages;
@@ -291,9 +291,9 @@ __global__ void __launch_bounds__(kThreads) decode_bulk_kernel(const DecodeParam
     }
     __syncthreads();  // the stage is free
     if (threadIdx.x == 0 && i + kStages < tiles) issue(i + kStages);
-    consume<T, kD>(kp, vp, q, t0 + int64_t(i) * kTile, g, t1, m, l, acc);
+    consume<Tr>(kp, vp, q, t0 + int64_t(i) * kTile, g, t1, m, l, acc);
   }
-  finish_split<T, kD>(p, m, l, acc, split, h, b);
+  finish_split<Tr>(p, m, l, acc, split, h, b);
 #endif
 }
 
@@ -326,18 +326,20 @@ Plan plan_decode(int64_t B, int64_t H, int64_t T, int tile, int64_t max_chunk, i
   return {best_chunk, int(ceil_div(T, best_chunk))};
 }
 
-// One kernel variant: kStages = 0 is decode_kernel (loads into registers), otherwise
-// decode_bulk_kernel with that many stages (Hopper builds only).
-template <class T, int kD, int kStages>
+// One kernel variant: kStages = 0 is decode_kernel (loads into registers, 128 threads),
+// otherwise decode_bulk_kernel with that many stages and kThreads threads a block (Hopper
+// builds only). Every variant's tile is 8 KB of K (threads × keys per group = 512).
+template <class T, int kD, int kStages, int kThreads>
 struct Variant {
-  static constexpr size_t kSmemBytes = size_t(kStages) * 2 * Traits<T, kD>::kTile * kD * sizeof(T);
+  using Tr = Traits<T, kD, kThreads, 512 / kThreads>;
+  static constexpr size_t kSmemBytes = size_t(kStages) * 2 * Tr::kTile * kD * sizeof(T);
   // Keys per block at most: the register kernel's chunks were measured no faster when
   // longer (BENCHMARKS.md); a bulk block reads its chunk in one stream, so longer chunks
   // only save blocks.
   static constexpr int64_t kMaxChunk = kStages ? 16384 : 2048;
   static constexpr auto kernel() {
-    if constexpr (kStages == 0) return decode_kernel<T, kD>;
-    else return decode_bulk_kernel<T, kD, kStages>;
+    if constexpr (kStages == 0) return decode_kernel<Tr>;
+    else return decode_bulk_kernel<Tr, kStages>;
   }
   // Blocks resident on the whole GPU. One process drives one GPU (docs/ARCHITECTURE.md):
   // computed once, which also opts the kernel into its shared memory.
@@ -353,39 +355,45 @@ struct Variant {
     return n;
   }
   static Plan plan(const AttentionDecode& a, int want_splits) {
-    return plan_decode(a.B, a.H, a.T, Traits<T, kD>::kTile, kMaxChunk, resident(), want_splits);
+    return plan_decode(a.B, a.H, a.T, Tr::kTile, kMaxChunk, resident(), want_splits);
   }
 };
 
-// The variant of this call (FLASHGPT_DECODE_KERNEL = auto | registers | bulk, and
-// FLASHGPT_DECODE_STAGES = 2 | 4 | 8 for bulk): the stage count, 0 for the register
-// kernel. auto is bulk with 4 stages wherever the Hopper kernels are built.
-int choose_stages() {
+struct VariantChoice {
+  int stages = 0;     // 0: the register kernel
+  int threads = 128;  // per block
+};
+
+// The variant of this call: FLASHGPT_DECODE_KERNEL = auto | registers | bulk, and for
+// bulk FLASHGPT_DECODE_STAGES = 2 | 4 and FLASHGPT_DECODE_THREADS = 128 | 256. auto is
+// bulk with 4 stages and 128 threads wherever the Hopper kernels are built.
+VariantChoice choose_variant() {
   static const bool hopper = attn::sm90_kernels_built();
   const char* env = std::getenv("FLASHGPT_DECODE_KERNEL");
   const std::string want = env && *env ? env : "auto";
-  if (want == "registers") return 0;
+  if (want == "registers") return {};
   if (want != "bulk" && want != "auto")
     fail_input("FLASHGPT_DECODE_KERNEL must be auto, registers or bulk, got '", want, "'");
   if (!hopper) {
-    if (want == "auto") return 0;
+    if (want == "auto") return {};
     fail_input("FLASHGPT_DECODE_KERNEL=bulk needs a Hopper GPU and a build with the 90a architecture");
   }
-  const char* st = std::getenv("FLASHGPT_DECODE_STAGES");
-  const int stages = st && *st ? std::atoi(st) : 4;
-  if (stages != 2 && stages != 4 && stages != 8) fail_input("FLASHGPT_DECODE_STAGES must be 2, 4 or 8, got '", st, "'");
-  return stages;
+  auto knob = [](const char* name, int fallback, int a, int b) {
+    const char* v = std::getenv(name);
+    const int x = v && *v ? std::atoi(v) : fallback;
+    if (x != a && x != b) fail_input(name, " must be ", a, " or ", b, ", got '", v, "'");
+    return x;
+  };
+  return {knob("FLASHGPT_DECODE_STAGES", 4, 2, 4), knob("FLASHGPT_DECODE_THREADS", 128, 128, 256)};
 }
 
-// Calls f(Variant<T, kD, kStages>{}) for the chosen variant.
+// Calls f(Variant<T, kD, ...>{}) for the chosen variant.
 template <class T, int kD, class F>
 auto with_variant(F&& f) {
-  switch (choose_stages()) {
-    case 2: return f(Variant<T, kD, 2>{});
-    case 4: return f(Variant<T, kD, 4>{});
-    case 8: return f(Variant<T, kD, 8>{});
-    default: return f(Variant<T, kD, 0>{});
-  }
+  const VariantChoice c = choose_variant();
+  if (c.stages == 2) return c.threads == 256 ? f(Variant<T, kD, 2, 256>{}) : f(Variant<T, kD, 2, 128>{});
+  if (c.stages == 4) return c.threads == 256 ? f(Variant<T, kD, 4, 256>{}) : f(Variant<T, kD, 4, 128>{});
+  return f(Variant<T, kD, 0, 128>{});
 }
 
 template <class T, int kD>
@@ -465,8 +473,8 @@ size_t flash_decode_workspace_bytes(const AttentionDecode& a, int splits) {
 }
 
 std::string flash_decode_kernel() {
-  const int stages = choose_stages();
-  return stages ? "bulk" + std::to_string(stages) : "registers";
+  const VariantChoice c = choose_variant();
+  return c.stages ? "bulk" + std::to_string(c.stages) + "x" + std::to_string(c.threads) : "registers";
 }
 
 int flash_decode_splits(const AttentionDecode& a, int splits) {
@@ -511,7 +519,7 @@ void flash_decode(const AttentionDecode& a, void* workspace, size_t workspace_by
       using V = decltype(v);
       V::resident();  // opted in
       const auto kernel = V::kernel();
-      kernel<<<dim3(unsigned(plan.splits), unsigned(a.H), unsigned(a.B)), kThreads, V::kSmemBytes, stream>>>(p);
+      kernel<<<dim3(unsigned(plan.splits), unsigned(a.H), unsigned(a.B)), V::Tr::kThreads, V::kSmemBytes, stream>>>(p);
     });
     CUDA_CHECK_LAUNCH();
   });
