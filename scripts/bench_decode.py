@@ -14,8 +14,8 @@ issue's yardstick) and as a share of the read bandwidth (a 2 GiB sum: what a rea
 kernel can reach). Goal (issue 11): faster than the best SDPA backend at every length,
 >= 80% of the copy bandwidth from T = 16K on.
 
---kernels registers,bulk4x128,... also times those decode kernels (FLASHGPT_DECODE_KERNEL,
-FLASHGPT_DECODE_STAGES and FLASHGPT_DECODE_THREADS) in the same run, each against the same SDPA figure; the main table
+--kernels registers,bulk128,bulk256 also times those decode kernels (FLASHGPT_DECODE_KERNEL
+and FLASHGPT_DECODE_THREADS) in the same run, each against the same SDPA figure; the main table
 is the default choice.
 
   python3 scripts/bench_decode.py --flashgpt build/flashgpt [--iters 10] [--warmup 3] [--kernels LIST]
@@ -110,16 +110,15 @@ def main():
     ap.add_argument("--flashgpt", default="build/flashgpt")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--kernels", default="", help="comma list of registers, bulk<2|4>x<128|256> to compare")
+    ap.add_argument("--kernels", default="", help="comma list of registers, bulk128, bulk256 to compare")
     args = ap.parse_args()
 
     ours = run_flashgpt(args, {})
     variants = {}
     for name in filter(None, args.kernels.split(",")):
         env = {"FLASHGPT_DECODE_KERNEL": "registers"}
-        if name != "registers":  # bulk<stages>x<threads>
-            stages, threads = name[len("bulk"):].split("x")
-            env = {"FLASHGPT_DECODE_KERNEL": "bulk", "FLASHGPT_DECODE_STAGES": stages, "FLASHGPT_DECODE_THREADS": threads}
+        if name != "registers":  # bulk<threads>
+            env = {"FLASHGPT_DECODE_KERNEL": "bulk", "FLASHGPT_DECODE_THREADS": name[len("bulk"):]}
         variants[name] = run_flashgpt(args, env)
     copy = copy_bandwidth_tbs()
     read = read_bandwidth_tbs()

@@ -59,7 +59,7 @@ void bench_one(int B, int H, int T, int D, const DecodeBenchOptions& opt, cudaSt
   const double bytes = 2.0 * double(cache) * 2.0;
   const double tbs = bytes / (med * 1e-3) / 1e12;
   const int splits = cuda::flash_decode_splits(a);
-  const std::string kernel = cuda::flash_decode_kernel();
+  const std::string kernel = cuda::flash_decode_kernel(D);
   if (opt.json)
     std::printf("{\"B\": %d, \"H\": %d, \"T\": %d, \"D\": %d, \"ms\": %.5f, \"bytes\": %.0f, \"tbs\": %.4f, \"splits\": %d, "
                 "\"kernel\": \"%s\"}\n",

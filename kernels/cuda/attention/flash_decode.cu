@@ -5,17 +5,23 @@
 // B·H = 12. The cache of each (b, h) is split along the sequence into chunks handled by
 // different thread blocks (grid = splits × H × B), one kernel in all:
 //
-//   read      block (s, h, b) reads keys [s·chunk, (s+1)·chunk). A key's D values are
-//             read by a group of D/8 (bf16) or D/4 (fp32) threads, one 16-byte load
-//             each, straight into registers; a block's groups take consecutive keys, so
-//             a warp reads contiguous memory, and each group keeps kUnroll keys' K and V
-//             loads in flight. Occupancy (several blocks per SM) hides the latency.
-//             (A cp.async ring of shared-memory tiles was measured slower: 3.45–3.99
-//             TB/s against 3.67–4.29 at T = 256K, BENCHMARKS.md.)
-//   compute   per group: scores by a shuffle reduction within the group, online softmax
-//             (running max m and sum l, in the log2 domain: q is pre-scaled by
-//             scale·log2 e so exp is exp2), unnormalised O in fp32 registers. The groups
-//             are merged through shared memory.
+//   read      block (s, h, b) reads keys [s·chunk, (s+1)·chunk) in tiles of 8 KB of K
+//             (and as much V). Two kernels (choose_variant):
+//             decode_bulk_kernel (Hopper, the default there): thread 0 streams the
+//             chunk through kBulkStages shared-memory stages with bulk copies
+//             (cp.async.bulk, one per tile of K and of V, completing on the stage's
+//             mbarrier): a block keeps 64 KB in flight whatever its thread count, so a
+//             chunk costs one memory latency, not one per tile.
+//             decode_kernel (any GPU): each thread loads straight into registers, one
+//             16-byte load per key and tensor, kUnroll keys in flight; occupancy hides
+//             the latency. (A cp.async ring of shared-memory tiles was measured slower:
+//             3.45–3.99 TB/s against 3.67–4.29 at T = 256K, BENCHMARKS.md.)
+//   compute   a key's D values are taken by a group of D/8 (bf16) or D/4 (fp32) threads,
+//             one 16-byte pack each, and a block's groups take consecutive keys (a warp
+//             reads contiguous memory). Per group: scores by a shuffle reduction within
+//             the group, online softmax (running max m and sum l, in the log2 domain: q
+//             is pre-scaled by scale·log2 e so exp is exp2), unnormalised O in fp32
+//             registers. The groups are merged through shared memory.
 //   combine   each block writes its partial O / l (fp32) and its log2-sum-exp m + log2 l,
 //             then counts itself done on a per-(b, h) counter; the last block of a
 //             (b, h) merges every split with the logsumexp rescaling, in split order
@@ -26,7 +32,7 @@
 //             block writes O and lse itself.
 //
 // Split choice (plan_decode): the split count that a model of waves of resident blocks
-// says is cheapest, with chunks of whole tiles and at most kMaxChunk keys.
+// says is cheapest, with chunks of whole tiles and at most Variant::kMaxChunk keys.
 #include <cuda_bf16.h>
 #include <algorithm>
 #include <cmath>
@@ -43,6 +49,7 @@ namespace {
 
 namespace sm90 = attn::sm90;
 
+constexpr int kBulkStages = 4;      // tiles in flight per block in the bulk kernel
 constexpr int64_t kMaxSplits = 4096; // blocks per (b, h) the plan considers (the longest chunks win anyway)
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -359,41 +366,40 @@ struct Variant {
   }
 };
 
-struct VariantChoice {
-  int stages = 0;     // 0: the register kernel
-  int threads = 128;  // per block
-};
-
 // The variant of this call: FLASHGPT_DECODE_KERNEL = auto | registers | bulk, and for
-// bulk FLASHGPT_DECODE_STAGES = 2 | 4 and FLASHGPT_DECODE_THREADS = 128 | 256. auto is
-// bulk with 4 stages and 128 threads wherever the Hopper kernels are built.
-VariantChoice choose_variant() {
+// bulk FLASHGPT_DECODE_THREADS = 128 | 256 (threads a block). Measured on an H200
+// (BENCHMARKS.md, "Sixth session", the 36 shapes of the suite): the bulk kernel beat the
+// register one on 28 (up to 1.10x; the register kernel stays up to 6% ahead at B = 1 with
+// 2K-32K keys and at B = 16 with 1K-2K keys, D = 64), 256 threads beat 128 at D = 128
+// with B = 16 (0.97-1.01x of SDPA against 0.89-0.98x) but not at D = 64, and 2 stages
+// against 4 was a wash. So auto is bulk, 128 threads at D = 64 and 256 at D = 128,
+// wherever the Hopper kernels are built. Returns the bulk kernel's threads, 0 for the
+// register kernel.
+int choose_variant(int D) {
   static const bool hopper = attn::sm90_kernels_built();
   const char* env = std::getenv("FLASHGPT_DECODE_KERNEL");
   const std::string want = env && *env ? env : "auto";
-  if (want == "registers") return {};
+  if (want == "registers") return 0;
   if (want != "bulk" && want != "auto")
     fail_input("FLASHGPT_DECODE_KERNEL must be auto, registers or bulk, got '", want, "'");
   if (!hopper) {
-    if (want == "auto") return {};
+    if (want == "auto") return 0;
     fail_input("FLASHGPT_DECODE_KERNEL=bulk needs a Hopper GPU and a build with the 90a architecture");
   }
-  auto knob = [](const char* name, int fallback, int a, int b) {
-    const char* v = std::getenv(name);
-    const int x = v && *v ? std::atoi(v) : fallback;
-    if (x != a && x != b) fail_input(name, " must be ", a, " or ", b, ", got '", v, "'");
-    return x;
-  };
-  return {knob("FLASHGPT_DECODE_STAGES", 4, 2, 4), knob("FLASHGPT_DECODE_THREADS", 128, 128, 256)};
+  const char* t = std::getenv("FLASHGPT_DECODE_THREADS");
+  const int threads = t && *t ? std::atoi(t) : D == 128 ? 256 : 128;
+  if (threads != 128 && threads != 256) fail_input("FLASHGPT_DECODE_THREADS must be 128 or 256, got '", t, "'");
+  return threads;
 }
 
 // Calls f(Variant<T, kD, ...>{}) for the chosen variant.
 template <class T, int kD, class F>
 auto with_variant(F&& f) {
-  const VariantChoice c = choose_variant();
-  if (c.stages == 2) return c.threads == 256 ? f(Variant<T, kD, 2, 256>{}) : f(Variant<T, kD, 2, 128>{});
-  if (c.stages == 4) return c.threads == 256 ? f(Variant<T, kD, 4, 256>{}) : f(Variant<T, kD, 4, 128>{});
-  return f(Variant<T, kD, 0, 128>{});
+  switch (choose_variant(kD)) {
+    case 128: return f(Variant<T, kD, kBulkStages, 128>{});
+    case 256: return f(Variant<T, kD, kBulkStages, 256>{});
+    default: return f(Variant<T, kD, 0, 128>{});
+  }
 }
 
 template <class T, int kD>
@@ -472,9 +478,9 @@ size_t flash_decode_workspace_bytes(const AttentionDecode& a, int splits) {
   return 0;  // not reached
 }
 
-std::string flash_decode_kernel() {
-  const VariantChoice c = choose_variant();
-  return c.stages ? "bulk" + std::to_string(c.stages) + "x" + std::to_string(c.threads) : "registers";
+std::string flash_decode_kernel(int D) {
+  const int threads = choose_variant(D);
+  return threads ? "bulk" + std::to_string(kBulkStages) + "x" + std::to_string(threads) : "registers";
 }
 
 int flash_decode_splits(const AttentionDecode& a, int splits) {
