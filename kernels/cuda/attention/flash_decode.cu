@@ -368,13 +368,13 @@ struct Variant {
 
 // The variant of this call: FLASHGPT_DECODE_KERNEL = auto | registers | bulk, and for
 // bulk FLASHGPT_DECODE_THREADS = 128 | 256 (threads a block). Measured on an H200
-// (BENCHMARKS.md, "Sixth session", the 36 shapes of the suite): the bulk kernel beat the
-// register one on 28 (up to 1.10x; the register kernel stays up to 6% ahead at B = 1 with
-// 2K-32K keys and at B = 16 with 1K-2K keys, D = 64), 256 threads beat 128 at D = 128
-// with B = 16 (0.97-1.01x of SDPA against 0.89-0.98x) but not at D = 64, and 2 stages
-// against 4 was a wash. So auto is bulk, 128 threads at D = 64 and 256 at D = 128,
-// wherever the Hopper kernels are built. Returns the bulk kernel's threads, 0 for the
-// register kernel.
+// (BENCHMARKS.md, "Decoding", sixth session; the 36 shapes of the suite): the bulk kernel
+// beat the register one on 28 (the register kernel stays 2-6% ahead at B = 1 with
+// 16K-32K keys at D = 64 and 1K-8K at D = 128, and at B = 16 with 1K-2K keys at D = 64);
+// 256 threads beat 128 at D = 128 with B = 16 (0.97-1.01x of SDPA against 0.89-0.98x)
+// but not at D = 64; 2 stages against 4 was a wash. So auto is bulk, 128 threads at
+// D = 64 and 256 at D = 128, wherever the Hopper kernels are built. Returns the bulk
+// kernel's threads, 0 for the register kernel.
 int choose_variant(int D) {
   static const bool hopper = attn::sm90_kernels_built();
   const char* env = std::getenv("FLASHGPT_DECODE_KERNEL");
