@@ -5,6 +5,7 @@
 // AdamW's stochastic rounding, cuBLASLt plan caching. Skips without a GPU.
 #include <cmath>
 #include "kernels/cuda/cuda_kernels.h"
+#include "src/errors.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace flashgpt::test {
@@ -169,31 +170,60 @@ TEST_F(CudaOps, MatmulForwardBackward) {
     }
 }
 
-// With dloss = 0 only the losses are computed and the logits must come back unchanged:
-// naive leaves them exact, so the bound is equality there. Three vocabularies: GPT-2's,
-// a small one and one above 2^16 (a thread's loop runs 1, 3 and 4 rounds of loads).
+// Softmax-CE over N rows against the CPU, junk in the padding columns, an ignored row and
+// targets at both ends of the vocabulary. With dloss = 0 only the losses are computed and
+// the logits must come back unchanged: naive leaves them exact, so the bound is equality.
+void check_softmax_ce(Ops& cpu, Ops& gpu, int V, DType dt, float dloss, int64_t N, const std::string& what) {
+  const int Vp = (V + 63) / 64 * 64;
+  auto rng = test_rng(int(dt) + 2 * (dloss != 0) + V + int(N));
+  OpCase c;
+  auto logits = uniform(N * Vp, rng, -4, 4);
+  for (int64_t n = 0; n < N; ++n)  // junk in the padding must be ignored
+    for (int j = V; j < Vp; ++j) logits[size_t(n * Vp + j)] = 100.0;
+  auto targets = ints(N, rng, 0, V);
+  targets[3] = -1;  // ignored row
+  targets[5] = V - 1;
+  targets[6] = 0;
+  targets[size_t(N - 1)] = V - 1;
+  c.add("logits", {N, Vp}, Kind::act, logits, true);
+  c.add("targets", {N}, Kind::i32, targets);
+  c.add("losses", {N}, Kind::stat, {}, true);
+  c.compare(cpu, gpu, dt, [&](Ops& ops, OpCase& a) {
+    ops.softmax_cross_entropy(a["losses"], a["logits"], a["targets"], V, dloss);
+  }, what + " V=" + std::to_string(V) + " N=" + std::to_string(N) + " dloss=" + std::to_string(dloss));
+}
+
+// Three vocabularies: GPT-2's, a small one and one above 2^16 (a thread's loop runs 1, 3
+// and 4 rounds of loads). The default kernel (two reads).
 TEST_F(CudaOps, SoftmaxCrossEntropyPaddedVocab) {
   for (int V : {50257, 1001, 119993})
     for (DType dt : kDtypes)
-      for (float dloss : {0.f, 1.f / 37}) {
-        const int Vp = (V + 63) / 64 * 64;
-        auto rng = test_rng(int(dt) + 2 * (dloss != 0) + V);
-        const int64_t N = kT;
-        OpCase c;
-        auto logits = uniform(N * Vp, rng, -4, 4);
-        for (int64_t n = 0; n < N; ++n)  // junk in the padding must be ignored
-          for (int j = V; j < Vp; ++j) logits[size_t(n * Vp + j)] = 100.0;
-        auto targets = ints(N, rng, 0, V);
-        targets[3] = -1;  // ignored row
-        targets[5] = V - 1;
-        targets[6] = 0;
-        c.add("logits", {N, Vp}, Kind::act, logits, true);
-        c.add("targets", {N}, Kind::i32, targets);
-        c.add("losses", {N}, Kind::stat, {}, true);
-        c.compare(*cpu_, *gpu_, dt, [&](Ops& ops, OpCase& a) {
-          ops.softmax_cross_entropy(a["losses"], a["logits"], a["targets"], V, dloss);
-        }, "softmax_ce V=" + std::to_string(V) + " dloss=" + std::to_string(dloss));
-      }
+      for (float dloss : {0.f, 1.f / 37}) check_softmax_ce(*cpu_, *gpu_, V, dt, dloss, kT, "softmax_ce");
+}
+
+// The opt-in Hopper kernel (FLASHGPT_CE_KERNEL=persistent): one block per SM, two row
+// buffers, so N = 401 rows (over 3 per block on 132 SMs) wraps both buffers more than once;
+// a vocabulary whose two rows do not fit in shared memory is an InputError, not a crash.
+TEST_F(CudaOps, SoftmaxCrossEntropyPersistentKernel) {
+  if (!is_hopper()) GTEST_SKIP() << "the persistent softmax-CE kernel needs a Hopper GPU";
+  ScopedEnv env("FLASHGPT_CE_KERNEL", "persistent");
+  struct S { int V; DType dt; };
+  for (S s : {S{50257, DType::bf16}, S{1001, DType::bf16}, S{1001, DType::f32}})
+    for (float dloss : {0.f, 1.f / 37}) check_softmax_ce(*cpu_, *gpu_, s.V, s.dt, dloss, 401, "softmax_ce persistent");
+  const int V = 119993, Vp = 120000, N = 3;
+  OpCase c;
+  c.add("logits", {N, Vp}, Kind::act);
+  c.add("targets", {N}, Kind::i32, {0, 1, 2});
+  c.add("losses", {N}, Kind::stat);
+  bool refused = false;
+  c.run(*gpu_, DType::bf16, [&](Ops& ops, OpCase& a) {
+    try {
+      ops.softmax_cross_entropy(a["losses"], a["logits"], a["targets"], V, 1.f);
+    } catch (const InputError&) {
+      refused = true;
+    }
+  });
+  EXPECT_TRUE(refused) << "V = " << V << " bf16: two rows do not fit in shared memory";
 }
 
 // The bound rejects a deliberately wrong kernel: the GPU's dlogits with every non-target
