@@ -72,30 +72,6 @@ __device__ __forceinline__ void add_pack(MaxSum& a, const Pack<T>& p, int col0, 
   for (int k = 0; k < P; ++k) a.s += ex2(fmaf(x[k], kLog2e, neg_m));
 }
 
-// The block's (max, sum) merged across its kBlock threads → the row's lse (returned to
-// every thread; the block synchronises twice) and its loss (written by thread 0):
-// lse − x[target], 0 for an ignored row.
-template <int kBlock>
-__device__ __forceinline__ float row_lse(MaxSum ms, float* loss, int target, float x_target) {
-  __shared__ MaxSum warp_parts[kBlock / kWarpSize];
-  __shared__ float shared_lse;
-  for (int o = kWarpSize / 2; o > 0; o /= 2) {
-    MaxSum other{__shfl_xor_sync(0xffffffffu, ms.m, o), __shfl_xor_sync(0xffffffffu, ms.s, o)};
-    ms = merge(ms, other);
-  }
-  if (threadIdx.x % kWarpSize == 0) warp_parts[threadIdx.x / kWarpSize] = ms;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    MaxSum all = warp_parts[0];
-    for (int w = 1; w < kBlock / kWarpSize; ++w) all = merge(all, warp_parts[w]);
-    const float lse = all.m + logf(all.s);
-    shared_lse = lse;
-    *loss = target >= 0 ? lse - x_target : 0.f;
-  }
-  __syncthreads();
-  return shared_lse;
-}
-
 // ---------------------------------------------------------------- kernels
 
 template <class T>
@@ -103,6 +79,8 @@ __global__ void __launch_bounds__(kThreads) softmax_cross_entropy_kernel(
     float* __restrict__ losses, T* __restrict__ logits, const int* __restrict__ targets, int V,
     int Vp, float dloss) {
   constexpr int P = Pack<T>::N;
+  __shared__ MaxSum warp_parts[kThreads / kWarpSize];
+  __shared__ float shared_lse;
   const int64_t row = blockIdx.x;
   T* x = logits + row * Vp;
   const int target = targets[row];
@@ -125,8 +103,22 @@ __global__ void __launch_bounds__(kThreads) softmax_cross_entropy_kernel(
       if (c < valid_packs) add_pack(ms, p[u], c * P, V);
     }
   }
-  const float neg_lse = -row_lse<kThreads>(ms, losses + row, target, x_target) * kLog2e;
+  for (int o = kWarpSize / 2; o > 0; o /= 2) {
+    MaxSum other{__shfl_xor_sync(0xffffffffu, ms.m, o), __shfl_xor_sync(0xffffffffu, ms.s, o)};
+    ms = merge(ms, other);
+  }
+  if (threadIdx.x % kWarpSize == 0) warp_parts[threadIdx.x / kWarpSize] = ms;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    MaxSum all = warp_parts[0];
+    for (int w = 1; w < kThreads / kWarpSize; ++w) all = merge(all, warp_parts[w]);
+    const float lse = all.m + logf(all.s);
+    shared_lse = lse;
+    losses[row] = target >= 0 ? lse - x_target : 0.f;
+  }
+  __syncthreads();
   if (dloss == 0.f) return;
+  const float neg_lse = -shared_lse * kLog2e;
   for (int c = threadIdx.x; c < packs; c += kThreads) {
     Pack<T> p = load_pack(x + int64_t(c) * P);
 #pragma unroll
@@ -138,6 +130,31 @@ __global__ void __launch_bounds__(kThreads) softmax_cross_entropy_kernel(
     }
     store_pack(x + int64_t(c) * P, p);
   }
+}
+
+// The block's (max, sum) merged across its kBlock threads → the row's lse (returned to
+// every thread; the block synchronises twice) and its loss (written by thread 0):
+// lse − x[target], 0 for an ignored row. The same steps as the two-read kernel's, which
+// keeps them inline: that kernel's machine code is the one measured and GPU-tested.
+template <int kBlock>
+__device__ __forceinline__ float row_lse(MaxSum ms, float* loss, int target, float x_target) {
+  __shared__ MaxSum warp_parts[kBlock / kWarpSize];
+  __shared__ float shared_lse;
+  for (int o = kWarpSize / 2; o > 0; o /= 2) {
+    MaxSum other{__shfl_xor_sync(0xffffffffu, ms.m, o), __shfl_xor_sync(0xffffffffu, ms.s, o)};
+    ms = merge(ms, other);
+  }
+  if (threadIdx.x % kWarpSize == 0) warp_parts[threadIdx.x / kWarpSize] = ms;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    MaxSum all = warp_parts[0];
+    for (int w = 1; w < kBlock / kWarpSize; ++w) all = merge(all, warp_parts[w]);
+    const float lse = all.m + logf(all.s);
+    shared_lse = lse;
+    *loss = target >= 0 ? lse - x_target : 0.f;
+  }
+  __syncthreads();
+  return shared_lse;
 }
 
 // The Hopper kernel (see the file comment). Block b takes rows b, b + grid, ...; row k of
