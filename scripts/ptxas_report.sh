@@ -37,7 +37,7 @@ for line in lines:
                     kernel = ident
         ints = re.findall(r"Li(\d+)E", mangled)   # head dim, then tile rows (if any)
         bools = re.findall(r"Lb([01])E", mangled)  # in template order
-        types = ["bf16" if "__nv_bfloat16" in mangled else "f32"] if re.search(r"_kernelI(13__nv_bfloat16|f)(E|L)", mangled) else []
+        types = ["bf16" if "__nv_bfloat16" in mangled else "f32"] if re.search(r"_kernelI(NS\d*_\d+TraitsI)?(13__nv_bfloat16|f)(E|L)", mangled) else []
         name = "%s<%s>" % (kernel or mangled, ",".join(types + ints + ["b" + b for b in bools]))
     m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
     if m:

@@ -136,10 +136,10 @@ __global__ void __launch_bounds__(kThreads) softmax_cross_entropy_kernel(
 // every thread; the block synchronises twice) and its loss (written by thread 0):
 // lse − x[target], 0 for an ignored row. The same steps as the two-read kernel's, which
 // keeps them inline: that kernel's machine code is the one measured and GPU-tested.
+// warp_parts (kBlock / 32 entries) and shared_lse are the caller's shared memory.
 template <int kBlock>
-__device__ __forceinline__ float row_lse(MaxSum ms, float* loss, int target, float x_target) {
-  __shared__ MaxSum warp_parts[kBlock / kWarpSize];
-  __shared__ float shared_lse;
+__device__ __forceinline__ float row_lse(MaxSum ms, float* loss, int target, float x_target, MaxSum* warp_parts,
+                                         float& shared_lse) {
   for (int o = kWarpSize / 2; o > 0; o /= 2) {
     MaxSum other{__shfl_xor_sync(0xffffffffu, ms.m, o), __shfl_xor_sync(0xffffffffu, ms.s, o)};
     ms = merge(ms, other);
@@ -172,6 +172,8 @@ __global__ void __launch_bounds__(kPersistentThreads) softmax_cross_entropy_pers
   constexpr uint32_t kBulkPiece = 32 * 1024;  // bytes per bulk copy
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full[2];
+  __shared__ MaxSum warp_parts[kPersistentThreads / kWarpSize];
+  __shared__ float shared_lse;
   const int packs = Vp / P, valid_packs = (V + P - 1) / P;
   const uint32_t row_bytes = uint32_t(valid_packs) * kPackBytes;
   auto issue = [&](int64_t row, int b) {  // thread 0: row → buffer b
@@ -199,7 +201,7 @@ __global__ void __launch_bounds__(kPersistentThreads) softmax_cross_entropy_pers
     MaxSum ms{-INFINITY, 0.f};
     for (int c = threadIdx.x; c < valid_packs; c += kPersistentThreads) add_pack(ms, xs[c], c * P, V);
     const float x_target = target >= 0 ? to_f(xs[target / P].v[target % P]) : 0.f;
-    const float neg_lse = -row_lse<kPersistentThreads>(ms, losses + row, target, x_target) * kLog2e;
+    const float neg_lse = -row_lse<kPersistentThreads>(ms, losses + row, target, x_target, warp_parts, shared_lse) * kLog2e;
     if (dloss != 0.f) {
       T* x = logits + row * Vp;
       for (int c = threadIdx.x; c < packs; c += kPersistentThreads) {
