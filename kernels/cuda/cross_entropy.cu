@@ -224,12 +224,7 @@ __global__ void __launch_bounds__(kPersistentThreads) softmax_cross_entropy_pers
 // Shared memory the persistent kernel may have (the device's opt-in limit less a margin
 // for its static shared memory; one process drives one GPU: computed once).
 size_t persistent_smem_limit() {
-  static const size_t bytes = [] {
-    int dev = 0, optin = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    return size_t(optin) - 1024;
-  }();
+  static const size_t bytes = size_t(current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)) - 1024;
   return bytes;
 }
 
@@ -271,9 +266,7 @@ void softmax_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int V, 
       static const bool opted_in =
           attn::opt_in_dynamic_smem(softmax_cross_entropy_persistent_kernel<T>, persistent_smem_limit());
       (void)opted_in;
-      int dev = 0, sms = 0;
-      CUDA_CHECK(cudaGetDevice(&dev));
-      CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      static const int sms = current_device_attribute(cudaDevAttrMultiProcessorCount);  // one GPU a process
       softmax_cross_entropy_persistent_kernel<T><<<unsigned(std::min<int64_t>(N, sms)), kPersistentThreads, smem, stream>>>(
           losses.as<float>(), logits.as<T>(), targets.as<int>(), N, V, Vp, dloss);
     } else {

@@ -247,15 +247,16 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_kernel(const DecodeParams
 }
 
 // The same split with the chunk streamed through shared memory by bulk copies (Hopper):
-// thread 0 keeps kStages tiles of K and of V in flight (cp.async.bulk, one contiguous
+// thread 0 keeps kBulkStages tiles of K and of V in flight (cp.async.bulk, one contiguous
 // copy of up to 8 KB each, completing on the stage's mbarrier), every thread computes
 // from the tile that has landed exactly as decode_kernel does from registers, and the
 // stage is refilled once the whole block has read it. A block's in-flight bytes no
 // longer depend on its thread count, so a chunk costs one memory latency instead of one
 // per tile.
-template <class Tr, int kStages, class T = typename Tr::Elem>
+template <class Tr, class T = typename Tr::Elem>
 __global__ void __launch_bounds__(Tr::kThreads) decode_bulk_kernel(const DecodeParams<T> p) {
 #if FLASHGPT_HAS_WGMMA
+  constexpr int kStages = kBulkStages;
   constexpr int E = Tr::kElems, kTile = Tr::kTile, kD = Tr::kHeadDim, kUnroll = Tr::kUnroll;
   constexpr int kTileElems = kTile * kD;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -301,6 +302,8 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_bulk_kernel(const DecodeP
     consume<Tr>(kp, vp, q, t0 + int64_t(i) * kTile, g, t1, m, l, acc);
   }
   finish_split<Tr>(p, m, l, acc, split, h, b);
+#else
+  static_assert(Tr::kHeadDim % Tr::kElems == 0, "never launched: the dispatcher checks that sm_90a code was built");
 #endif
 }
 
@@ -333,31 +336,29 @@ Plan plan_decode(int64_t B, int64_t H, int64_t T, int tile, int64_t max_chunk, i
   return {best_chunk, int(ceil_div(T, best_chunk))};
 }
 
-// One kernel variant: kStages = 0 is decode_kernel (loads into registers, 128 threads),
-// otherwise decode_bulk_kernel with that many stages and kThreads threads a block (Hopper
-// builds only). Every variant's tile is 8 KB of K (threads × keys per group = 512).
-template <class T, int kD, int kStages, int kThreads>
+// One kernel variant: decode_kernel (loads into registers, 128 threads) or, kBulk,
+// decode_bulk_kernel with kThreads threads a block (Hopper builds only). Every variant's
+// tile is 8 KB of K (threads × keys per group = 512).
+template <class T, int kD, bool kBulk, int kThreads>
 struct Variant {
   using Tr = Traits<T, kD, kThreads, 512 / kThreads>;
-  static constexpr size_t kSmemBytes = size_t(kStages) * 2 * Tr::kTile * kD * sizeof(T);
+  static constexpr size_t kSmemBytes = kBulk ? size_t(kBulkStages) * 2 * Tr::kTile * kD * sizeof(T) : 0;
   // Keys per block at most: the register kernel's chunks were measured no faster when
   // longer (BENCHMARKS.md); a bulk block reads its chunk in one stream, so longer chunks
   // only save blocks.
-  static constexpr int64_t kMaxChunk = kStages ? 16384 : 2048;
+  static constexpr int64_t kMaxChunk = kBulk ? 16384 : 2048;
   static constexpr auto kernel() {
-    if constexpr (kStages == 0) return decode_kernel<Tr>;
-    else return decode_bulk_kernel<Tr, kStages>;
+    if constexpr (kBulk) return decode_bulk_kernel<Tr>;
+    else return decode_kernel<Tr>;
   }
   // Blocks resident on the whole GPU. One process drives one GPU (docs/ARCHITECTURE.md):
   // computed once, which also opts the kernel into its shared memory.
   static int64_t resident() {
     static const int64_t n = [] {
-      int dev = 0, sms = 0, per_sm = 0;
-      CUDA_CHECK(cudaGetDevice(&dev));
-      CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      int per_sm = 0;
       if (kSmemBytes > 48 * 1024) attn::opt_in_dynamic_smem(kernel(), kSmemBytes);
       CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel(), kThreads, kSmemBytes));
-      return int64_t(sms) * std::max(per_sm, 1);
+      return int64_t(current_device_attribute(cudaDevAttrMultiProcessorCount)) * std::max(per_sm, 1);
     }();
     return n;
   }
@@ -396,9 +397,9 @@ int choose_variant(int D) {
 template <class T, int kD, class F>
 auto with_variant(F&& f) {
   switch (choose_variant(kD)) {
-    case 128: return f(Variant<T, kD, kBulkStages, 128>{});
-    case 256: return f(Variant<T, kD, kBulkStages, 256>{});
-    default: return f(Variant<T, kD, 0, 128>{});
+    case 128: return f(Variant<T, kD, /*kBulk=*/true, 128>{});
+    case 256: return f(Variant<T, kD, /*kBulk=*/true, 256>{});
+    default: return f(Variant<T, kD, /*kBulk=*/false, 128>{});
   }
 }
 
@@ -500,30 +501,29 @@ void flash_decode(const AttentionDecode& a, void* workspace, size_t workspace_by
   check_tensor(a.out, "out", dt, int64_t(a.B) * a.H * a.D);
   if (a.lse.defined()) check_tensor(a.lse, "lse", DType::f32, int64_t(a.B) * a.H);
   FG_DECODE_DISPATCH(dt, a.D, {
-    const Plan plan = plan_for<T, kD>(a, splits);
-    DecodeParams<T> p{};
-    p.qkv = a.qkv.as<T>();
-    p.k = a.k_cache.as<T>();
-    p.v = a.v_cache.as<T>();
-    p.out = a.out.as<T>();
-    p.lse = a.lse.defined() ? a.lse.as<float>() : nullptr;
-    p.H = a.H;
-    p.keys = a.T;
-    p.splits = plan.splits;
-    p.Tmax = a.k_cache.shape[2];
-    p.chunk = plan.chunk;
-    p.scale_log2 = kLog2e / std::sqrt(float(kD));
-    if (plan.splits > 1) {
-      const size_t parts = size_t(a.B) * a.H * plan.splits, need = workspace_for(a.B, a.H, kD, plan.splits);
-      FG_ASSERT(workspace && workspace_bytes >= need, "flash decode: workspace of ", workspace_bytes, " bytes, needs ",
-                need);
-      p.o_part = static_cast<float*>(workspace);
-      p.lse_part = p.o_part + parts * kD;
-      p.done = reinterpret_cast<unsigned*>(p.lse_part + parts);
-    }
     with_variant<T, kD>([&](auto v) {
       using V = decltype(v);
-      V::resident();  // opted in
+      const Plan plan = V::plan(a, splits);  // also opts the kernel into its shared memory
+      DecodeParams<T> p{};
+      p.qkv = a.qkv.as<T>();
+      p.k = a.k_cache.as<T>();
+      p.v = a.v_cache.as<T>();
+      p.out = a.out.as<T>();
+      p.lse = a.lse.defined() ? a.lse.as<float>() : nullptr;
+      p.H = a.H;
+      p.keys = a.T;
+      p.splits = plan.splits;
+      p.Tmax = a.k_cache.shape[2];
+      p.chunk = plan.chunk;
+      p.scale_log2 = kLog2e / std::sqrt(float(kD));
+      if (plan.splits > 1) {
+        const size_t parts = size_t(a.B) * a.H * plan.splits, need = workspace_for(a.B, a.H, kD, plan.splits);
+        FG_ASSERT(workspace && workspace_bytes >= need, "flash decode: workspace of ", workspace_bytes,
+                  " bytes, needs ", need);
+        p.o_part = static_cast<float*>(workspace);
+        p.lse_part = p.o_part + parts * kD;
+        p.done = reinterpret_cast<unsigned*>(p.lse_part + parts);
+      }
       const auto kernel = V::kernel();
       kernel<<<dim3(unsigned(plan.splits), unsigned(a.H), unsigned(a.B)), V::Tr::kThreads, V::kSmemBytes, stream>>>(p);
     });
