@@ -398,7 +398,16 @@ TEST_P(FlashAttentionVsReference, OutputsAndGradients) {
   }
   if (path_wanted("sm90") && is_hopper()) {
     ScopedEnv path("FLASHGPT_ATTENTION_PATH", "sm90");
-    check_against(pb, ref, naive, "sm90 atomic-dQ");
+    // Every backward schedule: one block per item; persistent on every SM (an item or
+    // fewer per block at these sizes); persistent on 7 blocks, so that each block walks
+    // through items of different key tiles, heads and batches (both K/V buffers, the
+    // hand-over from one item to the next, uneven shares).
+    for (const char* schedule : {"grid", "persistent", "persistent:7"}) {
+      const std::string s = schedule;
+      ScopedEnv sched("FLASHGPT_ATTENTION_BWD_SCHEDULE", s.substr(0, s.find(':')).c_str());
+      ScopedEnv blocks("FLASHGPT_ATTENTION_BWD_BLOCKS", s.find(':') == std::string::npos ? nullptr : "7");
+      check_against(pb, ref, naive, "sm90 atomic-dQ " + s);
+    }
     // The sm90 backward has no deterministic dQ: this mode must fall back to sm80's.
     ScopedEnv det("FLASHGPT_DETERMINISTIC", "1");
     check_against(pb, ref, naive, "sm90 deterministic");
@@ -623,6 +632,32 @@ TEST(FlashAttention, RejectsFp32) {
 
 TEST(FlashAttention, RejectsMisalignedPointer) {
   EXPECT_THROW(cuda::flash_attention_forward(fake_forward(64, DType::bf16, 8), nullptr), InputError);
+}
+
+AttentionBackward fake_backward() {
+  alignas(256) static unsigned char dummy[4096];  // never dereferenced
+  AttentionBackward a;
+  a.B = 1, a.T = 4, a.H = 2, a.D = 64;
+  a.qkv = a.dqkv = Tensor(dummy, DType::bf16, Device::cuda, {4, 3 * 2 * 64});
+  a.out = a.dout = Tensor(dummy, DType::bf16, Device::cuda, {4, 2 * 64});
+  a.lse = a.delta = Tensor(dummy, DType::f32, Device::cuda, {2, 4});
+  return a;
+}
+
+TEST(FlashAttention, RejectsBadBackwardSchedule) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (!is_hopper()) GTEST_SKIP() << "the schedule belongs to the sm90 backward";
+  ScopedEnv path("FLASHGPT_ATTENTION_PATH", "sm90");
+  alignas(16) static unsigned char workspace[16];  // never dereferenced
+  for (const char* bad : {"dynamic", "Persistent"}) {
+    ScopedEnv sched("FLASHGPT_ATTENTION_BWD_SCHEDULE", bad);
+    EXPECT_THROW(cuda::flash_attention_backward(fake_backward(), workspace, nullptr), InputError) << bad;
+  }
+  ScopedEnv sched("FLASHGPT_ATTENTION_BWD_SCHEDULE", "persistent");
+  for (const char* bad : {"0", "-3", "7x"}) {
+    ScopedEnv blocks("FLASHGPT_ATTENTION_BWD_BLOCKS", bad);
+    EXPECT_THROW(cuda::flash_attention_backward(fake_backward(), workspace, nullptr), InputError) << bad;
+  }
 }
 
 TEST(FlashAttention, RejectsUnknownPath) {

@@ -10,11 +10,17 @@
 //       sm80 on non-Hopper GPUs or builds without 90a.
 //   FLASHGPT_DETERMINISTIC=1  backward computes dQ without float atomics (a separate
 //       kernel looping over key tiles; sm80 kernels on every path). Default: atomics.
+//   FLASHGPT_ATTENTION_BWD_SCHEDULE=persistent|grid  the sm90 backward's grid: one block
+//       per SM looping over its share of the (key tile, head) items, each prefetching the
+//       next item's K and V (persistent, the default), or one block per item (grid).
+//       FLASHGPT_ATTENTION_BWD_BLOCKS=N caps the persistent grid at N blocks (tests use
+//       it to give each block many items on small problems).
 //   FLASHGPT_ATTENTION_FWD_TILE, FLASHGPT_ATTENTION_BWD_TILE = 0|1  tuning knobs: the
 //       tile shape of each sm80 kernel (flash_fwd_sm80.cu, flash_bwd_sm80.cu); 0 is the
 //       default. The Hopper kernels ignore them.
 #include "kernels/cuda/attention/flash_attention.h"
 
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -73,6 +79,31 @@ int tile_choice(const char* var) {
   return v == "1" ? 1 : 0;
 }
 
+// The sm90 backward's grid cap (FLASHGPT_ATTENTION_BWD_SCHEDULE): the SM count when
+// persistent (FLASHGPT_ATTENTION_BWD_BLOCKS=N, a test knob, sets N instead), 0 for a
+// block per item.
+int backward_max_blocks() {
+  const char* env = std::getenv("FLASHGPT_ATTENTION_BWD_SCHEDULE");
+  const std::string v = env && *env ? env : "persistent";
+  if (v == "grid") return 0;
+  if (v != "persistent")
+    fail_input("FLASHGPT_ATTENTION_BWD_SCHEDULE must be persistent or grid, got '", v, "'");
+  if (const char* n = std::getenv("FLASHGPT_ATTENTION_BWD_BLOCKS"); n && *n) {
+    char* end = nullptr;
+    const long blocks = std::strtol(n, &end, 10);
+    if (*end != '\0' || blocks < 1 || blocks > INT32_MAX)
+      fail_input("FLASHGPT_ATTENTION_BWD_BLOCKS must be a positive integer, got '", n, "'");
+    return int(blocks);
+  }
+  static const int sms = [] {  // one process drives one GPU
+    int device = 0, count = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    return count;
+  }();
+  return sms;
+}
+
 void check_tensor(const Tensor& t, const char* name, DType dtype, int64_t numel) {
   if (!t.defined()) fail_input("flash attention: ", name, " is not set");
   if (t.device != Device::cuda) fail_input("flash attention: ", name, " must be on the GPU");
@@ -92,6 +123,9 @@ void check_sizes(int B, int T, int H, int D) {
     fail_input("flash attention needs B, T, H >= 1, got B=", B, " T=", T, " H=", H);
   // Grid dimensions y and z hold H and B.
   if (B > 65535 || H > 65535) fail_input("flash attention: B and H must be <= 65535");
+  // The sm90 backward numbers its (64-key tile, batch, head) items with an int.
+  if (int64_t(B) * H * ((T + 63) / 64) > INT32_MAX)
+    fail_input("flash attention: B * H * ceil(T / 64) must be below 2^31, got B=", B, " T=", T, " H=", H);
 }
 
 FlashParams make_params(int B, int T, int H, int D) {
@@ -177,12 +211,13 @@ void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaS
   const Path path = choose_path(Pass::backward);
   // The sm90 backward has atomic dQ only: the deterministic mode runs the sm80 kernels.
   if (path == Path::sm90 && !deterministic) {
+    const int max_blocks = backward_max_blocks();
     if (a.D == 64)
-      a.causal ? attn::launch_bwd_sm90<64, /*kCausal=*/true>(p, stream)
-               : attn::launch_bwd_sm90<64, /*kCausal=*/false>(p, stream);
+      a.causal ? attn::launch_bwd_sm90<64, /*kCausal=*/true>(p, max_blocks, stream)
+               : attn::launch_bwd_sm90<64, /*kCausal=*/false>(p, max_blocks, stream);
     else
-      a.causal ? attn::launch_bwd_sm90<128, /*kCausal=*/true>(p, stream)
-               : attn::launch_bwd_sm90<128, /*kCausal=*/false>(p, stream);
+      a.causal ? attn::launch_bwd_sm90<128, /*kCausal=*/true>(p, max_blocks, stream)
+               : attn::launch_bwd_sm90<128, /*kCausal=*/false>(p, max_blocks, stream);
     return;
   }
   if (a.D == 64)

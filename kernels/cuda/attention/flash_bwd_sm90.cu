@@ -27,7 +27,9 @@
 // and dropped before it ran: ptxas spilled 600-970 bytes in its consumers, while this
 // kernel compiled with a 240-register cap (__maxnreg__) spills nothing; at 224 it spills
 // ~100 bytes. Warp specialisation here needs smaller consumer tiles first.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/flash_params.h"
 #include "kernels/cuda/attention/wgmma_sm90.cuh"
@@ -47,8 +49,8 @@ struct Sm90BwdTile {
   // dQ (kBlockM × kHeadDim) in 64×64 blocks, one per warpgroup: split along the queries
   // when kBlockM = 128 (D = 64), along the head dim when kHeadDim = 128 (kBlockM = 64).
   static constexpr bool kDqSplitsD = kHeadDim == 128;
-  // K, V; 2 × (Q, dO); dSᵀ; 2 × (LSE, D); slack to align the base to 1024 bytes.
-  static constexpr size_t kSmemBytes = size_t(2 * kBlockN + 4 * kBlockM) * kHeadDim * sizeof(bf16) +
+  // 2 × (K, V); 2 × (Q, dO); dSᵀ; 2 × (LSE, D); slack to align the base to 1024 bytes.
+  static constexpr size_t kSmemBytes = size_t(4 * kBlockN + 4 * kBlockM) * kHeadDim * sizeof(bf16) +
                                        size_t(kBlockN) * kBlockM * sizeof(bf16) +
                                        4 * kBlockM * sizeof(float) + 1024;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim 64 or 128");
@@ -77,44 +79,58 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
   // The hardware applies the 128B swizzle from address bits: tiles start 1024-aligned.
   unsigned char* smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  bf16* sK = reinterpret_cast<bf16*>(smem);  // [BN][D]      wgmma layout
-  bf16* sV = sK + BN * D;                    // [BN][D]
-  bf16* sQ = sV + BN * D;                    // [2][BM][D]
+  bf16* sK = reinterpret_cast<bf16*>(smem);  // [2][BN][D]   wgmma layout, by item parity
+  bf16* sV = sK + 2 * BN * D;                // [2][BN][D]
+  bf16* sQ = sV + 2 * BN * D;                // [2][BM][D]   by step parity
   bf16* sdO = sQ + 2 * BM * D;               // [2][BM][D]
   bf16* sdSt = sdO + 2 * BM * D;             // [BN][BM]  dSᵀ, keys × queries
-  float* sLse = reinterpret_cast<float*>(sdSt + BN * BM);  // [2][BM]  LSE·log2(e)
+  float* sLse = reinterpret_cast<float*>(sdSt + BN * BM);  // [2][BM]  natural-log LSE
   float* sDelta = sLse + 2 * BM;                            // [2][BM]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wg = warp / 4, g = lane >> 2, t = lane & 3;
-  const int n_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;  // causal: longest first
-  const int n0 = n_block * BN;
-  const int64_t bh = int64_t(b) * p.H + h;
   const int warp_key0 = wg * 64 + (warp % 4) * 16;  // this warp's first key within the tile
 
-  const bf16* q = p.qkv + int64_t(b) * p.T * p.qkv_row_stride + h * D;
-  const bf16* k = q + int64_t(p.H) * D;
-  const bf16* v = k + int64_t(p.H) * D;
-  const bf16* dout = p.dout + int64_t(b) * p.T * p.o_row_stride + h * D;
-  const float* lse = p.lse + bh * p.T;
-  const float* delta = p.delta + bh * p.T;
+  // Work items: one per (key tile, batch·head), numbered key tile major, so that under a
+  // causal mask the items with the most query tiles come first. Block x takes items x,
+  // x + gridDim.x, ...: one each when the grid has an item per block, a share each when
+  // the grid is one block per SM (persistent).
+  const int heads = p.B * p.H;
+  const int n_blocks = (p.T + BN - 1) / BN, m_blocks = (p.T + BM - 1) / BM;
+  const int items = n_blocks * heads;
+  // Causal: queries before an item's first key see none of it.
+  auto first_m = [&](int it) { return kCausal ? (it / heads) * BN / BM : 0; };
 
-  // Causal: queries before this tile's first key see none of it.
-  const int m_begin = kCausal ? n0 / BM : 0;
-  const int m_blocks = (p.T + BM - 1) / BM;
-
-  auto load_q_tile = [&](int m, int buf) {
-    sm90::load_tile_async<BM, D, Tile::kThreads>(sQ + buf * BM * D, q, p.qkv_row_stride, m * BM, p.T, tid);
-    sm90::load_tile_async<BM, D, Tile::kThreads>(sdO + buf * BM * D, dout, p.o_row_stride, m * BM, p.T, tid);
-    if (tid < BM) {  // plain loads: visible after the next __syncthreads
+  auto load_kv = [&](int it, int kv_buf) {
+    const int bh = it % heads;
+    const bf16* k = p.qkv + int64_t(bh / p.H) * p.T * p.qkv_row_stride + int64_t(p.H + bh % p.H) * D;
+    const int n0 = (it / heads) * BN;
+    sm90::load_tile_async<BN, D, Tile::kThreads>(sK + kv_buf * BN * D, k, p.qkv_row_stride, n0, p.T, tid);
+    sm90::load_tile_async<BN, D, Tile::kThreads>(sV + kv_buf * BN * D, k + int64_t(p.H) * D, p.qkv_row_stride,
+                                                 n0, p.T, tid);
+  };
+  // Q, dO, LSE and D of query tile m of item it, all by cp.async (rows >= T: zeros).
+  auto load_q_tile = [&](int it, int m, int buf) {
+    const int bh = it % heads;
+    const int64_t b = bh / p.H;
+    const int h = bh % p.H;
+    sm90::load_tile_async<BM, D, Tile::kThreads>(sQ + buf * BM * D, p.qkv + b * p.T * p.qkv_row_stride + h * D,
+                                                 p.qkv_row_stride, m * BM, p.T, tid);
+    sm90::load_tile_async<BM, D, Tile::kThreads>(sdO + buf * BM * D, p.dout + b * p.T * p.o_row_stride + h * D,
+                                                 p.o_row_stride, m * BM, p.T, tid);
+    if (tid < BM) {
       const int row = m * BM + tid;
-      sLse[buf * BM + tid] = row < p.T ? lse[row] * kLog2e : 0.f;
-      sDelta[buf * BM + tid] = row < p.T ? delta[row] : 0.f;
+      const int64_t at = int64_t(bh) * p.T + (row < p.T ? row : 0);
+      cp_async_4(smem_u32(sLse + buf * BM + tid), p.lse + at, row < p.T);
+      cp_async_4(smem_u32(sDelta + buf * BM + tid), p.delta + at, row < p.T);
     }
   };
-  sm90::load_tile_async<BN, D, Tile::kThreads>(sK, k, p.qkv_row_stride, n0, p.T, tid);
-  sm90::load_tile_async<BN, D, Tile::kThreads>(sV, v, p.qkv_row_stride, n0, p.T, tid);
-  load_q_tile(m_begin, 0);
+
+  int item = blockIdx.x;
+  if (item >= items) return;
+  int m = first_m(item);
+  load_kv(item, 0);
+  load_q_tile(item, m, 0);
   cp_async_commit();
 
   float dk[Tile::kDTiles][4], dv[Tile::kDTiles][4];
@@ -123,28 +139,42 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
 #pragma unroll
     for (int i = 0; i < 4; ++i) dk[dt][i] = dv[dt][i] = 0.f;
 
-  const uint32_t k_base0 = smem_u32(sK), v_base0 = smem_u32(sV), dst_base0 = smem_u32(sdSt);
-  // This warpgroup's 64 keys as the A operand: rows 64·wg.. of column block 0.
-  const uint32_t k_rows0 = k_base0 + wg * 64 * 128, v_rows0 = v_base0 + wg * 64 * 128;
   // This warpgroup's 64×64 block of dQ: queries from dq_q0, head-dim columns from dq_d0.
   const int dq_q0 = Tile::kDqSplitsD ? 0 : wg * 64;
   const int dq_d0 = Tile::kDqSplitsD ? wg * 64 : 0;
 
-  for (int m = m_begin; m < m_blocks; ++m) {
-    const int buf = (m - m_begin) & 1;
-    // Tile m has landed, every warp is done with the other buffer and with sdSt, and the
-    // cp.async writes are visible to the async proxy that wgmma reads through.
-    cp_async_wait<0>();
+  // One step = one query tile m of one item. Each step commits two cp.async groups: the
+  // next step's Q tile, then (at an item's first step) the next item's K and V, else
+  // nothing. So a step waits for all but the newest group, and an item's first step for
+  // all: the next item's K and V load during the whole of this item.
+  int buf = 0, kv_buf = 0;
+  for (;;) {
+    const bool first_step = m == first_m(item);
+    // The step's tiles have landed, every warp is done with the other buffers and with
+    // sdSt, and the cp.async writes are visible to the async proxy that wgmma reads through.
+    if (first_step) cp_async_wait<0>();
+    else cp_async_wait<1>();
     sm90::fence_proxy_async();
     __syncthreads();
-    if (m + 1 < m_blocks) {
-      load_q_tile(m + 1, buf ^ 1);
+    {
+      const int next_item = item + int(gridDim.x);
+      const bool same_item = m + 1 < m_blocks;  // else the next item's first query tile
+      const int q_item = same_item ? item : next_item;
+      if (q_item < items) load_q_tile(q_item, same_item ? m + 1 : first_m(next_item), buf ^ 1);
+      cp_async_commit();
+      if (first_step && next_item < items) load_kv(next_item, kv_buf ^ 1);
       cp_async_commit();
     }
+
+    const int n0 = (item / heads) * BN;
+    const int64_t bh = item % heads;
     const uint32_t q_base = smem_u32(sQ + buf * BM * D), do_base = smem_u32(sdO + buf * BM * D);
-    // Rebuilt each iteration rather than kept live across the loop (no spills at D = 128).
-    const uint32_t k_rows = sm90::opaque(k_rows0), v_rows = sm90::opaque(v_rows0);
-    const uint32_t k_base = sm90::opaque(k_base0), dst_base = sm90::opaque(dst_base0);
+    // Rebuilt each step rather than kept live across the loop (no spills at D = 128).
+    const uint32_t k_base = sm90::opaque(smem_u32(sK) + kv_buf * (BN * D * 2));
+    const uint32_t v_base = sm90::opaque(smem_u32(sV) + kv_buf * (BN * D * 2));
+    const uint32_t dst_base = sm90::opaque(smem_u32(sdSt));
+    // This warpgroup's 64 keys as the A operand: rows 64·wg.. of column block 0.
+    const uint32_t k_rows = k_base + wg * 64 * 128, v_rows = v_base + wg * 64 * 128;
     const float* cLse = sLse + buf * BM;
     const float* cDelta = sDelta + buf * BM;
     const int q0 = m * BM;
@@ -186,7 +216,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
           const int key = n0 + warp_key0 + g + (i >> 1) * 8, qry = q0 + col;
           if (qry >= p.T || key >= p.T || (kCausal && key > qry)) x = -INFINITY;
         }
-        s[nt][i] = fast_exp2(fmaf(x, p.scale_log2, -cLse[col]));
+        s[nt][i] = fast_exp2(fmaf(x, p.scale_log2, -cLse[col] * kLog2e));
       }
     sm90::wgmma_wait<0>();
     sm90::fence_accumulators(dp);
@@ -251,21 +281,33 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
 #pragma unroll
       for (int dt = 0; dt < 8; ++dt) atomic_add_pair(dst + dt * 8, dq[dt][2 * half], dq[dt][2 * half + 1]);
     }
-  }
 
-  // Epilogue: dK·scale and dV → bf16 into the K and V slots of dqkv (B,T,3,H,D).
+    buf ^= 1;
+    if (++m < m_blocks) continue;
+
+    // The item's last step: dK·scale and dV → bf16 into the K and V slots of dqkv
+    // (B,T,3,H,D), and the accumulators start again for the next item.
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int key = n0 + warp_key0 + g + 8 * half;
-    if (key >= p.T) continue;
-    bf16* dk_dst = p.dqkv + (int64_t(b) * p.T + key) * p.qkv_row_stride + int64_t(p.H) * D + h * D + 2 * t;
-    bf16* dv_dst = dk_dst + int64_t(p.H) * D;
+    for (int half = 0; half < 2; ++half) {
+      const int key = n0 + warp_key0 + g + 8 * half;
+      if (key >= p.T) continue;
+      bf16* dk_dst = p.dqkv + (bh / p.H * p.T + key) * p.qkv_row_stride + int64_t(p.H + bh % p.H) * D + 2 * t;
+      bf16* dv_dst = dk_dst + int64_t(p.H) * D;
 #pragma unroll
-    for (int dt = 0; dt < Tile::kDTiles; ++dt) {
-      *reinterpret_cast<uint32_t*>(dk_dst + dt * 8) =
-          pack_bf16(dk[dt][2 * half] * p.scale, dk[dt][2 * half + 1] * p.scale);
-      *reinterpret_cast<uint32_t*>(dv_dst + dt * 8) = pack_bf16(dv[dt][2 * half], dv[dt][2 * half + 1]);
+      for (int dt = 0; dt < Tile::kDTiles; ++dt) {
+        *reinterpret_cast<uint32_t*>(dk_dst + dt * 8) =
+            pack_bf16(dk[dt][2 * half] * p.scale, dk[dt][2 * half + 1] * p.scale);
+        *reinterpret_cast<uint32_t*>(dv_dst + dt * 8) = pack_bf16(dv[dt][2 * half], dv[dt][2 * half + 1]);
+      }
     }
+    item += int(gridDim.x);
+    if (item >= items) break;
+#pragma unroll
+    for (int dt = 0; dt < Tile::kDTiles; ++dt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) dk[dt][i] = dv[dt][i] = 0.f;
+    m = first_m(item);
+    kv_buf ^= 1;
   }
 #else
   static_assert(Tile::kMTiles > 0 && Tile::kDTiles > 0, "tile shape");
@@ -276,21 +318,23 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
 }  // namespace
 
 template <int kHeadDim, bool kCausal>
-void launch_bwd_sm90(const FlashParams& p, cudaStream_t stream) {
+void launch_bwd_sm90(const FlashParams& p, int max_blocks, cudaStream_t stream) {
   using Tile = typename Sm90BwdConfig<kHeadDim>::Tile;
   auto kernel = flash_bwd_sm90_kernel<Tile, kCausal>;
   static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::kSmemBytes);  // once
   (void)opted_in;
   launch_bwd_preprocess<kHeadDim>(p, /*zero_dq_accum=*/true, stream);
-  const dim3 grid((p.T + Tile::kBlockN - 1) / Tile::kBlockN, p.H, p.B);
-  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
+  // flash_attention.cu checks that the item count fits in an int.
+  const int64_t items = int64_t((p.T + Tile::kBlockN - 1) / Tile::kBlockN) * p.B * p.H;
+  const int64_t grid = max_blocks > 0 ? std::min<int64_t>(items, max_blocks) : items;
+  kernel<<<unsigned(grid), Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
   CUDA_CHECK_LAUNCH();
   launch_bwd_postprocess<kHeadDim>(p, stream);
 }
 
-template void launch_bwd_sm90<64, /*kCausal=*/true>(const FlashParams&, cudaStream_t);
-template void launch_bwd_sm90<64, /*kCausal=*/false>(const FlashParams&, cudaStream_t);
-template void launch_bwd_sm90<128, /*kCausal=*/true>(const FlashParams&, cudaStream_t);
-template void launch_bwd_sm90<128, /*kCausal=*/false>(const FlashParams&, cudaStream_t);
+template void launch_bwd_sm90<64, /*kCausal=*/true>(const FlashParams&, int, cudaStream_t);
+template void launch_bwd_sm90<64, /*kCausal=*/false>(const FlashParams&, int, cudaStream_t);
+template void launch_bwd_sm90<128, /*kCausal=*/true>(const FlashParams&, int, cudaStream_t);
+template void launch_bwd_sm90<128, /*kCausal=*/false>(const FlashParams&, int, cudaStream_t);
 
 }  // namespace flashgpt::cuda::attn

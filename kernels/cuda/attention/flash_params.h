@@ -45,8 +45,10 @@ void launch_fwd_sm80(const FlashParams& p, int tile, cudaStream_t stream);
 // dQ only; the deterministic mode runs the sm80 kernels.
 template <int kHeadDim, bool kCausal>
 void launch_fwd_sm90(const FlashParams& p, cudaStream_t stream);
+// The backward's work items (key tile × batch·head) go to at most max_blocks blocks,
+// each looping over its share (persistent: max_blocks = the SM count); 0: one per item.
 template <int kHeadDim, bool kCausal>
-void launch_bwd_sm90(const FlashParams& p, cudaStream_t stream);
+void launch_bwd_sm90(const FlashParams& p, int max_blocks, cudaStream_t stream);
 // Warp-specialised Hopper forward (TMA producer, two consumer warpgroups in ping-pong;
 // flash_fwd_sm90_ws.cu).
 template <int kHeadDim, bool kCausal>
