@@ -13,7 +13,9 @@ bwd 2.5x fwd. Timing: CUDA events, warm-up, median of --iters.
 --paths runs our suite once per entry and shows a forward and a backward column for
 each. An entry is a FLASHGPT_ATTENTION_PATH value (sm80, sm90, sm90ws, auto), optionally
 with the sm80 kernels' tile knobs: "sm80/bt1" adds FLASHGPT_ATTENTION_BWD_TILE=1, "/ft1"
-FLASHGPT_ATTENTION_FWD_TILE=1 (the sm90 kernels ignore them).
+FLASHGPT_ATTENTION_FWD_TILE=1 (the sm90 kernels ignore them); "/grid" runs the sm90
+backward with one block per work item (FLASHGPT_ATTENTION_BWD_SCHEDULE=grid) instead of
+the persistent default.
 --flashgpt may be given more than once, as LABEL=BINARY: every binary runs every path,
 so two builds (before and after a change) are compared in the same run.
 The /FA2 and /cuDNN columns divide the best of our columns by FA2 and by cuDNN.
@@ -110,13 +112,14 @@ def main():
     ap.add_argument("--flashgpt", action="append", help="the flashgpt binary, or LABEL=BINARY (repeatable; default build/flashgpt)")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--paths", default="auto", help="comma-separated FLASHGPT_ATTENTION_PATH values, each optionally /bt1 or /ft1 (sm80 tile knobs)")
+    ap.add_argument("--paths", default="auto", help="comma-separated FLASHGPT_ATTENTION_PATH values, each optionally /bt1, /ft1 (sm80 tile knobs) or /grid")
     args = ap.parse_args()
     paths = args.paths.split(",")
     binaries = parse_binaries(args.flashgpt or ["build/flashgpt"])
 
     runs = {}  # column -> {(B,H,T,D,causal): result}
-    knobs = {"bt1": ("FLASHGPT_ATTENTION_BWD_TILE", "1"), "ft1": ("FLASHGPT_ATTENTION_FWD_TILE", "1")}
+    knobs = {"bt1": ("FLASHGPT_ATTENTION_BWD_TILE", "1"), "ft1": ("FLASHGPT_ATTENTION_FWD_TILE", "1"),
+             "grid": ("FLASHGPT_ATTENTION_BWD_SCHEDULE", "grid")}
     for label, binary in binaries:
         for entry in paths:
             path, *extra = entry.split("/")
@@ -124,7 +127,8 @@ def main():
             env.update(dict(knobs[x] for x in extra))
             cmd = [binary, "bench", "attention", "--suite", "--json", "--iters", str(args.iters),
                    "--warmup", str(args.warmup)]
-            print("$", *[f"FLASHGPT_ATTENTION_PATH={path}"] + [f"{knobs[x][0]}=1" for x in extra] + cmd, flush=True)
+            print("$", *[f"FLASHGPT_ATTENTION_PATH={path}"] + [f"{knobs[x][0]}={knobs[x][1]}" for x in extra] + cmd,
+                  flush=True)
             res = subprocess.run(cmd, capture_output=True, text=True, env=env)
             column = f"{label}:{entry}" if label else entry
             if res.returncode != 0:

@@ -99,9 +99,10 @@ MemoryPlan plan_memory(const Config& c, const PlanTarget& target) {
   const int64_t N = int64_t(p.B) * p.T, C = c.model.n_embd, H = c.model.n_head;
   const bool naive = c.model.attention == "naive";
   if (cuda) {
-    // flash_attention.cu: the fp32 dQ accumulator of the bf16 FlashAttention backward.
+    // flash_attention.cu: the fp32 dQ accumulator of the bf16 FlashAttention backward,
+    // and 16 bytes for its work counter.
     if (!naive && target.dtype == DType::bf16)
-      add("op scratch", "attention dQ accumulator (fp32)", size_t(N) * size_t(C) * 4);
+      add("op scratch", "attention dQ accumulator (fp32)", size_t(N) * size_t(C) * 4 + 16);
     add("op scratch", naive ? "reductions, token sort, naive dP (largest)" : "reductions, token sort (largest)",
         cuda_scratch_bytes(N, C, H, p.T, target.dtype, naive));
     add("workspace", "cuBLASLt workspace", kCublasWorkspaceBytes);

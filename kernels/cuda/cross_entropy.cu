@@ -13,19 +13,12 @@
 // Why not read the row once: kept in shared memory it measured slower (softmax-CE 7.997
 // against 6.938 ms a step), and kept in registers (13 packs a thread, 127 registers, one
 // 512-thread block per SM) too (7.165 against 5.481 ms; BENCHMARKS.md): the blocks per SM
-// drop, and the second read was already coming from L2. So was a Hopper kernel that
-// bulk-copied the row into shared memory, two blocks per SM (5.842 against 5.602 ms,
-// BENCHMARKS.md, sixth session): a block could not load its next row while writing the
-// gradient of this one.
-// softmax_cross_entropy_persistent_kernel (Hopper, opt-in: FLASHGPT_CE_KERNEL=persistent,
-// not yet measured) is that overlap: one block per SM walks its rows with two row
-// buffers in shared memory, bulk-copying row k+1 while it computes row k, so each row is
-// read from memory once and the loads run under the exp2 and the gradient stores.
+// drop, and the second read was already coming from L2. So were two Hopper kernels that
+// bulk-copied the row into shared memory (BENCHMARKS.md, sixth and seventh sessions):
+// two blocks per SM, 5.842 against 5.602 ms (a block could not load its next row while
+// writing this one's gradient), and one 1024-thread block per SM double-buffering rows,
+// the next row's copy running under this one's work, 7.016 against 5.609 ms.
 #include <cfloat>
-#include <cstdlib>
-#include <string>
-#include "kernels/cuda/attention/flash_params.h"
-#include "kernels/cuda/attention/tma_sm90.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -132,119 +125,6 @@ __global__ void __launch_bounds__(kThreads) softmax_cross_entropy_kernel(
   }
 }
 
-// The block's (max, sum) merged across its kBlock threads → the row's lse (returned to
-// every thread; the block synchronises twice) and its loss (written by thread 0):
-// lse − x[target], 0 for an ignored row. The same steps as the two-read kernel's, which
-// keeps them inline: that kernel's machine code is the one measured and GPU-tested.
-// warp_parts (kBlock / 32 entries) and shared_lse are the caller's shared memory.
-template <int kBlock>
-__device__ __forceinline__ float row_lse(MaxSum ms, float* loss, int target, float x_target, MaxSum* warp_parts,
-                                         float& shared_lse) {
-  for (int o = kWarpSize / 2; o > 0; o /= 2) {
-    MaxSum other{__shfl_xor_sync(0xffffffffu, ms.m, o), __shfl_xor_sync(0xffffffffu, ms.s, o)};
-    ms = merge(ms, other);
-  }
-  if (threadIdx.x % kWarpSize == 0) warp_parts[threadIdx.x / kWarpSize] = ms;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    MaxSum all = warp_parts[0];
-    for (int w = 1; w < kBlock / kWarpSize; ++w) all = merge(all, warp_parts[w]);
-    const float lse = all.m + logf(all.s);
-    shared_lse = lse;
-    *loss = target >= 0 ? lse - x_target : 0.f;
-  }
-  __syncthreads();
-  return shared_lse;
-}
-
-// The Hopper kernel (see the file comment). Block b takes rows b, b + grid, ...; row k of
-// the block lands in buffer k % 2 (valid packs only, dynamic shared memory 2 × row_bytes)
-// on barrier full[k % 2], whose phase k / 2 it completes.
-constexpr int kPersistentThreads = 1024;
-
-template <class T>
-__global__ void __launch_bounds__(kPersistentThreads) softmax_cross_entropy_persistent_kernel(
-    float* __restrict__ losses, T* __restrict__ logits, const int* __restrict__ targets, int64_t N, int V,
-    int Vp, float dloss) {
-#if FLASHGPT_HAS_WGMMA
-  namespace sm90 = attn::sm90;
-  constexpr int P = Pack<T>::N;
-  constexpr uint32_t kBulkPiece = 32 * 1024;  // bytes per bulk copy
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  __shared__ __align__(8) uint64_t full[2];
-  __shared__ MaxSum warp_parts[kPersistentThreads / kWarpSize];
-  __shared__ float shared_lse;
-  const int packs = Vp / P, valid_packs = (V + P - 1) / P;
-  const uint32_t row_bytes = uint32_t(valid_packs) * kPackBytes;
-  auto issue = [&](int64_t row, int b) {  // thread 0: row → buffer b
-    sm90::mbar_arrive_expect_tx(&full[b], row_bytes);
-    const unsigned char* src = reinterpret_cast<const unsigned char*>(logits + row * Vp);
-    for (uint32_t off = 0; off < row_bytes; off += kBulkPiece)
-      sm90::bulk_load(smem_raw + b * size_t(row_bytes) + off, src + off, min(kBulkPiece, row_bytes - off), &full[b]);
-  };
-  if (threadIdx.x == 0) {
-    sm90::mbar_init(&full[0], 1);
-    sm90::mbar_init(&full[1], 1);
-    sm90::fence_mbar_init();
-    if (blockIdx.x < N) issue(blockIdx.x, 0);
-  }
-  __syncthreads();
-
-  int k = 0;
-  for (int64_t row = blockIdx.x; row < N; row += gridDim.x, ++k) {
-    const int b = k & 1;
-    // The other buffer was last read in iteration k − 1, which every thread has left.
-    if (threadIdx.x == 0 && row + gridDim.x < N) issue(row + gridDim.x, b ^ 1);
-    sm90::mbar_wait(&full[b], uint32_t(k >> 1) & 1u);
-    const Pack<T>* xs = reinterpret_cast<const Pack<T>*>(smem_raw + b * size_t(row_bytes));
-    const int target = targets[row];
-    MaxSum ms{-INFINITY, 0.f};
-    for (int c = threadIdx.x; c < valid_packs; c += kPersistentThreads) add_pack(ms, xs[c], c * P, V);
-    const float x_target = target >= 0 ? to_f(xs[target / P].v[target % P]) : 0.f;
-    const float neg_lse = -row_lse<kPersistentThreads>(ms, losses + row, target, x_target, warp_parts, shared_lse) * kLog2e;
-    if (dloss != 0.f) {
-      T* x = logits + row * Vp;
-      for (int c = threadIdx.x; c < packs; c += kPersistentThreads) {
-        Pack<T> p;
-#pragma unroll
-        for (int e = 0; e < P; ++e) {
-          const int j = c * P + e;
-          float g = 0.f;
-          if (target >= 0 && j < V) g = dloss * (ex2(fmaf(to_f(xs[c].v[e]), kLog2e, neg_lse)) - (j == target ? 1.f : 0.f));
-          p.v[e] = from_f<T>(g);
-        }
-        store_pack(x + int64_t(c) * P, p);
-      }
-    }
-    __syncthreads();  // buffer b is free
-  }
-#endif
-}
-
-// Shared memory the persistent kernel may have (the device's opt-in limit less a margin
-// for its static shared memory; one process drives one GPU: computed once).
-size_t persistent_smem_limit() {
-  static const size_t bytes = size_t(current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)) - 1024;
-  return bytes;
-}
-
-// FLASHGPT_CE_KERNEL = auto | two-read | persistent. auto is two-read until the persistent
-// kernel is measured faster; persistent needs a Hopper build and two rows in shared memory
-// (bf16 up to V ≈ 56K), otherwise the call is an InputError.
-bool use_persistent_kernel(size_t smem_bytes) {
-  const char* env = std::getenv("FLASHGPT_CE_KERNEL");
-  const std::string want = env && *env ? env : "auto";
-  if (want == "auto" || want == "two-read") return false;
-  if (want != "persistent")
-    fail_input("FLASHGPT_CE_KERNEL must be auto, two-read or persistent, got '", want, "'");
-  static const bool hopper = attn::sm90_kernels_built();
-  if (!hopper) fail_input("FLASHGPT_CE_KERNEL=persistent needs a Hopper GPU and a build with the 90a architecture");
-  if (smem_bytes > persistent_smem_limit())
-    fail_input("FLASHGPT_CE_KERNEL=persistent: two rows of logits need ", smem_bytes, " bytes of shared memory, over the ",
-               persistent_smem_limit(), " a block may have");
-  return true;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------- launchers
@@ -261,18 +141,8 @@ void softmax_cross_entropy(Tensor losses, Tensor logits, Tensor targets, int V, 
   if (N == 0) return;
   FG_DISPATCH_FLOAT(logits.dtype, T, {
     FG_ASSERT(Vp % Pack<T>::N == 0, "Vp=", Vp, " must be a multiple of ", Pack<T>::N);
-    const size_t smem = 2 * size_t((V + Pack<T>::N - 1) / Pack<T>::N) * kPackBytes;
-    if (use_persistent_kernel(smem)) {
-      static const bool opted_in =
-          attn::opt_in_dynamic_smem(softmax_cross_entropy_persistent_kernel<T>, persistent_smem_limit());
-      (void)opted_in;
-      static const int sms = current_device_attribute(cudaDevAttrMultiProcessorCount);  // one GPU a process
-      softmax_cross_entropy_persistent_kernel<T><<<unsigned(std::min<int64_t>(N, sms)), kPersistentThreads, smem, stream>>>(
-          losses.as<float>(), logits.as<T>(), targets.as<int>(), N, V, Vp, dloss);
-    } else {
-      softmax_cross_entropy_kernel<T><<<unsigned(N), kThreads, 0, stream>>>(
-          losses.as<float>(), logits.as<T>(), targets.as<int>(), V, Vp, dloss);
-    }
+    softmax_cross_entropy_kernel<T><<<unsigned(N), kThreads, 0, stream>>>(
+        losses.as<float>(), logits.as<T>(), targets.as<int>(), V, Vp, dloss);
     CUDA_CHECK_LAUNCH();
   });
 }

@@ -144,7 +144,9 @@ FlashParams make_params(int B, int T, int H, int D) {
 }  // namespace
 
 size_t flash_attention_workspace_bytes(int B, int T, int H, int D) {
-  return size_t(B) * H * T * D * sizeof(float);  // the fp32 dQ accumulator
+  // The fp32 dQ accumulator, then the sm90 backward's work counter (16 bytes, so that
+  // the size stays a multiple of 16).
+  return size_t(B) * H * T * D * sizeof(float) + 16;
 }
 
 void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
@@ -207,6 +209,7 @@ void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaS
   p.dqkv = a.dqkv.as<__nv_bfloat16>();
   p.delta = a.delta.as<float>();
   p.dq_accum = static_cast<float*>(workspace);
+  if (workspace) p.item_counter = reinterpret_cast<int*>(p.dq_accum + size_t(a.B) * a.H * a.T * a.D);
   const int bwd_tile = tile_choice("FLASHGPT_ATTENTION_BWD_TILE");
   const Path path = choose_path(Pass::backward);
   // The sm90 backward has atomic dQ only: the deterministic mode runs the sm80 kernels.

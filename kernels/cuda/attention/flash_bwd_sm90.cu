@@ -86,15 +86,20 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
   bf16* sdSt = sdO + 2 * BM * D;             // [BN][BM]  dSᵀ, keys × queries
   float* sLse = reinterpret_cast<float*>(sdSt + BN * BM);  // [2][BM]  natural-log LSE
   float* sDelta = sLse + 2 * BM;                            // [2][BM]
+  __shared__ int sItem[2];  // items ahead, by ordinal parity (static: no base register)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wg = warp / 4, g = lane >> 2, t = lane & 3;
   const int warp_key0 = wg * 64 + (warp % 4) * 16;  // this warp's first key within the tile
 
   // Work items: one per (key tile, batch·head), numbered key tile major, so that under a
-  // causal mask the items with the most query tiles come first. Block x takes items x,
-  // x + gridDim.x, ...: one each when the grid has an item per block, a share each when
-  // the grid is one block per SM (persistent).
+  // causal mask the items with the most query tiles come first. Block x starts with item
+  // x; every further item comes from the counter p.item_counter (zeroed before the
+  // launch), in order, to whichever block asks first: the longest items first, and no
+  // block left with more than its share. With a block per item, each block's one claim
+  // comes back past the end. A block claims the item after next at the first step of
+  // each item (thread 0; the answer lands in sItem a step later), so it always knows its
+  // next item one item ahead, in time to prefetch that item's K and V.
   const int heads = p.B * p.H;
   const int n_blocks = (p.T + BN - 1) / BN, m_blocks = (p.T + BM - 1) / BM;
   const int items = n_blocks * heads;
@@ -132,6 +137,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
   load_kv(item, 0);
   load_q_tile(item, m, 0);
   cp_async_commit();
+  if (tid == 0) sItem[1] = int(gridDim.x) + atomicAdd(p.item_counter, 1);  // ordinal 1
 
   float dk[Tile::kDTiles][4], dv[Tile::kDTiles][4];
 #pragma unroll
@@ -147,9 +153,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
   // next step's Q tile, then (at an item's first step) the next item's K and V, else
   // nothing. So a step waits for all but the newest group, and an item's first step for
   // all: the next item's K and V load during the whole of this item.
-  int buf = 0, kv_buf = 0;
+  int buf = 0, ordinal = 0;  // this block's item count so far; K/V buffer = its parity
   for (;;) {
     const bool first_step = m == first_m(item);
+    const int kv_buf = ordinal & 1;
     // The step's tiles have landed, every warp is done with the other buffers and with
     // sdSt, and the cp.async writes are visible to the async proxy that wgmma reads through.
     if (first_step) cp_async_wait<0>();
@@ -157,7 +164,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
     sm90::fence_proxy_async();
     __syncthreads();
     {
-      const int next_item = item + int(gridDim.x);
+      const int next_item = sItem[(ordinal + 1) & 1];
       const bool same_item = m + 1 < m_blocks;  // else the next item's first query tile
       const int q_item = same_item ? item : next_item;
       if (q_item < items) load_q_tile(q_item, same_item ? m + 1 : first_m(next_item), buf ^ 1);
@@ -200,6 +207,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
                          /*accumulate=*/kk > 0);
     }
     sm90::wgmma_commit();
+    // The claim of the item after next (ordinal + 2), while the tensor cores work on Sᵀ
+    // and dPᵀ: the atomic's round trip stalls only warp 0, and the number lands in the
+    // slot read after the next step's barrier (thread 0 wrote the other slot).
+    if (tid == 0 && m == first_m(item) && sItem[(ordinal + 1) & 1] < items)
+      sItem[ordinal & 1] = int(gridDim.x) + atomicAdd(p.item_counter, 1);
     sm90::wgmma_wait<1>();
     sm90::fence_accumulators(s);
 
@@ -300,14 +312,14 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
         *reinterpret_cast<uint32_t*>(dv_dst + dt * 8) = pack_bf16(dv[dt][2 * half], dv[dt][2 * half + 1]);
       }
     }
-    item += int(gridDim.x);
+    item = sItem[(ordinal + 1) & 1];  // not written this step (thread 0 wrote the other)
     if (item >= items) break;
 #pragma unroll
     for (int dt = 0; dt < Tile::kDTiles; ++dt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) dk[dt][i] = dv[dt][i] = 0.f;
     m = first_m(item);
-    kv_buf ^= 1;
+    ++ordinal;
   }
 #else
   static_assert(Tile::kMTiles > 0 && Tile::kDTiles > 0, "tile shape");
@@ -324,6 +336,7 @@ void launch_bwd_sm90(const FlashParams& p, int max_blocks, cudaStream_t stream) 
   static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::kSmemBytes);  // once
   (void)opted_in;
   launch_bwd_preprocess<kHeadDim>(p, /*zero_dq_accum=*/true, stream);
+  CUDA_CHECK(cudaMemsetAsync(p.item_counter, 0, sizeof(int), stream));
   // flash_attention.cu checks that the item count fits in an int.
   const int64_t items = int64_t((p.T + Tile::kBlockN - 1) / Tile::kBlockN) * p.B * p.H;
   const int64_t grid = max_blocks > 0 ? std::min<int64_t>(items, max_blocks) : items;

@@ -29,6 +29,7 @@ struct FlashParams {
   __nv_bfloat16* dqkv = nullptr;        // (B, T, 3, H, D)
   float* delta = nullptr;               // (B, H, T): rowsum(dO ∘ O)
   float* dq_accum = nullptr;            // (B, H, T, D) fp32 workspace (atomic mode)
+  int* item_counter = nullptr;          // sm90 backward's work counter (after dq_accum)
 
   int B = 0, T = 0, H = 0, D = 0;
   int64_t qkv_row_stride = 0;  // 3*H*D
@@ -46,7 +47,8 @@ void launch_fwd_sm80(const FlashParams& p, int tile, cudaStream_t stream);
 template <int kHeadDim, bool kCausal>
 void launch_fwd_sm90(const FlashParams& p, cudaStream_t stream);
 // The backward's work items (key tile × batch·head) go to at most max_blocks blocks,
-// each looping over its share (persistent: max_blocks = the SM count); 0: one per item.
+// each looping over items it claims from p.item_counter (persistent: max_blocks = the SM
+// count); 0: one block per item.
 template <int kHeadDim, bool kCausal>
 void launch_bwd_sm90(const FlashParams& p, int max_blocks, cudaStream_t stream);
 // Warp-specialised Hopper forward (TMA producer, two consumer warpgroups in ping-pong;
