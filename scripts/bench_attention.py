@@ -15,7 +15,8 @@ each. An entry is a FLASHGPT_ATTENTION_PATH value (sm80, sm90, sm90ws, auto), op
 with the sm80 kernels' tile knobs: "sm80/bt1" adds FLASHGPT_ATTENTION_BWD_TILE=1, "/ft1"
 FLASHGPT_ATTENTION_FWD_TILE=1 (the sm90 kernels ignore them); "/grid" runs the sm90
 backward with one block per work item (FLASHGPT_ATTENTION_BWD_SCHEDULE=grid) instead of
-the persistent default.
+the persistent default; "/atomic" and "/owner" force its dQ mode (FLASHGPT_ATTENTION_BWD_DQ;
+owner applies at D = 64 only).
 --flashgpt may be given more than once, as LABEL=BINARY: every binary runs every path,
 so two builds (before and after a change) are compared in the same run.
 The /FA2 and /cuDNN columns divide the best of our columns by FA2 and by cuDNN.
@@ -112,14 +113,15 @@ def main():
     ap.add_argument("--flashgpt", action="append", help="the flashgpt binary, or LABEL=BINARY (repeatable; default build/flashgpt)")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--paths", default="auto", help="comma-separated FLASHGPT_ATTENTION_PATH values, each optionally /bt1, /ft1 (sm80 tile knobs) or /grid")
+    ap.add_argument("--paths", default="auto", help="comma-separated FLASHGPT_ATTENTION_PATH values, each optionally /bt1, /ft1 (sm80 tile knobs), /grid, /atomic or /owner")
     args = ap.parse_args()
     paths = args.paths.split(",")
     binaries = parse_binaries(args.flashgpt or ["build/flashgpt"])
 
     runs = {}  # column -> {(B,H,T,D,causal): result}
     knobs = {"bt1": ("FLASHGPT_ATTENTION_BWD_TILE", "1"), "ft1": ("FLASHGPT_ATTENTION_FWD_TILE", "1"),
-             "grid": ("FLASHGPT_ATTENTION_BWD_SCHEDULE", "grid")}
+             "grid": ("FLASHGPT_ATTENTION_BWD_SCHEDULE", "grid"),
+             "atomic": ("FLASHGPT_ATTENTION_BWD_DQ", "atomic"), "owner": ("FLASHGPT_ATTENTION_BWD_DQ", "owner")}
     for label, binary in binaries:
         for entry in paths:
             path, *extra = entry.split("/")

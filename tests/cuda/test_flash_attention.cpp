@@ -401,12 +401,17 @@ TEST_P(FlashAttentionVsReference, OutputsAndGradients) {
     // Every backward schedule: one block per item; persistent on every SM (an item or
     // fewer per block at these sizes); persistent on 7 blocks, so that each block walks
     // through items of different key tiles, heads and batches (both K/V buffers, the
-    // hand-over from one item to the next, uneven shares).
-    for (const char* schedule : {"grid", "persistent", "persistent:7"}) {
-      const std::string s = schedule;
-      ScopedEnv sched("FLASHGPT_ATTENTION_BWD_SCHEDULE", s.substr(0, s.find(':')).c_str());
-      ScopedEnv blocks("FLASHGPT_ATTENTION_BWD_BLOCKS", s.find(':') == std::string::npos ? nullptr : "7");
-      check_against(pb, ref, naive, "sm90 atomic-dQ " + s);
+    // hand-over from one item to the next, uneven shares). At D = 64 also the owner-mode
+    // dQ, with a block per (batch, head) and with 2 blocks claiming several each.
+    struct Config { const char* schedule; const char* blocks; const char* dq; };
+    for (const Config& k : {Config{"grid", nullptr, "atomic"}, Config{"persistent", nullptr, "atomic"},
+                            Config{"persistent", "7", "atomic"}, Config{"grid", nullptr, "owner"},
+                            Config{"persistent", "2", "owner"}}) {
+      if (std::string(k.dq) == "owner" && c.D != 64) continue;
+      ScopedEnv sched("FLASHGPT_ATTENTION_BWD_SCHEDULE", k.schedule), blocks("FLASHGPT_ATTENTION_BWD_BLOCKS", k.blocks),
+          dq("FLASHGPT_ATTENTION_BWD_DQ", k.dq);
+      check_against(pb, ref, naive, std::string("sm90 ") + k.schedule + (k.blocks ? std::string(":") + k.blocks : "") +
+                                        " " + k.dq + "-dQ");
     }
     // The sm90 backward has no deterministic dQ: this mode must fall back to sm80's.
     ScopedEnv det("FLASHGPT_DETERMINISTIC", "1");
@@ -658,6 +663,8 @@ TEST(FlashAttention, RejectsBadBackwardSchedule) {
     ScopedEnv blocks("FLASHGPT_ATTENTION_BWD_BLOCKS", bad);
     EXPECT_THROW(cuda::flash_attention_backward(fake_backward(), workspace, nullptr), InputError) << bad;
   }
+  ScopedEnv dq("FLASHGPT_ATTENTION_BWD_DQ", "owners");
+  EXPECT_THROW(cuda::flash_attention_backward(fake_backward(), workspace, nullptr), InputError);
 }
 
 TEST(FlashAttention, RejectsUnknownPath) {

@@ -15,6 +15,11 @@
 //       next item's K and V (persistent, the default), or one block per item (grid).
 //       FLASHGPT_ATTENTION_BWD_BLOCKS=N caps the persistent grid at N blocks (tests use
 //       it to give each block many items on small problems).
+//   FLASHGPT_ATTENTION_BWD_DQ=auto|atomic|owner  the sm90 backward's dQ: fp32 atomics into
+//       a zeroed accumulator, converted to bf16 by a last pass (atomic), or one block per
+//       (batch, head) walking its key tiles in order, which stores the first contribution,
+//       adds the middle ones atomically and writes the last in bf16 (owner; head dim 64,
+//       D = 128 takes atomics). auto: owner at D = 64 with >= 4 (batch, head) pairs per SM.
 //   FLASHGPT_ATTENTION_FWD_TILE, FLASHGPT_ATTENTION_BWD_TILE = 0|1  tuning knobs: the
 //       tile shape of each sm80 kernel (flash_fwd_sm80.cu, flash_bwd_sm80.cu); 0 is the
 //       default. The Hopper kernels ignore them.
@@ -79,6 +84,16 @@ int tile_choice(const char* var) {
   return v == "1" ? 1 : 0;
 }
 
+int device_sms() {
+  static const int sms = [] {  // one process drives one GPU
+    int device = 0, count = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    return count;
+  }();
+  return sms;
+}
+
 // The sm90 backward's grid cap (FLASHGPT_ATTENTION_BWD_SCHEDULE): the SM count when
 // persistent (FLASHGPT_ATTENTION_BWD_BLOCKS=N, a test knob, sets N instead), 0 for a
 // block per item.
@@ -95,13 +110,22 @@ int backward_max_blocks() {
       fail_input("FLASHGPT_ATTENTION_BWD_BLOCKS must be a positive integer, got '", n, "'");
     return int(blocks);
   }
-  static const int sms = [] {  // one process drives one GPU
-    int device = 0, count = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-    return count;
-  }();
-  return sms;
+  return device_sms();
+}
+
+// The sm90 backward's dQ (FLASHGPT_ATTENTION_BWD_DQ=auto|atomic|owner): true for owner
+// mode, where one block owns each (batch, head) and writes its dQ without a zeroed
+// accumulator or a conversion pass. Head dim 64 only (D = 128 always takes atomics).
+// auto: owner when there are at least kOwnerUnitsPerSm (batch, head) units per SM, so
+// that whole units still balance over the SMs.
+constexpr int kOwnerUnitsPerSm = 4;
+bool owner_dq(int B, int H, int D) {
+  const char* env = std::getenv("FLASHGPT_ATTENTION_BWD_DQ");
+  const std::string v = env && *env ? env : "auto";
+  if (v != "auto" && v != "atomic" && v != "owner")
+    fail_input("FLASHGPT_ATTENTION_BWD_DQ must be auto, atomic or owner, got '", v, "'");
+  if (D != 64 || v == "atomic") return false;
+  return v == "owner" || int64_t(B) * H >= int64_t(kOwnerUnitsPerSm) * device_sms();
 }
 
 void check_tensor(const Tensor& t, const char* name, DType dtype, int64_t numel) {
@@ -215,12 +239,13 @@ void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaS
   // The sm90 backward has atomic dQ only: the deterministic mode runs the sm80 kernels.
   if (path == Path::sm90 && !deterministic) {
     const int max_blocks = backward_max_blocks();
+    const bool owner = owner_dq(a.B, a.H, a.D);
     if (a.D == 64)
-      a.causal ? attn::launch_bwd_sm90<64, /*kCausal=*/true>(p, max_blocks, stream)
-               : attn::launch_bwd_sm90<64, /*kCausal=*/false>(p, max_blocks, stream);
+      a.causal ? attn::launch_bwd_sm90<64, /*kCausal=*/true>(p, max_blocks, owner, stream)
+               : attn::launch_bwd_sm90<64, /*kCausal=*/false>(p, max_blocks, owner, stream);
     else
-      a.causal ? attn::launch_bwd_sm90<128, /*kCausal=*/true>(p, max_blocks, stream)
-               : attn::launch_bwd_sm90<128, /*kCausal=*/false>(p, max_blocks, stream);
+      a.causal ? attn::launch_bwd_sm90<128, /*kCausal=*/true>(p, max_blocks, owner, stream)
+               : attn::launch_bwd_sm90<128, /*kCausal=*/false>(p, max_blocks, owner, stream);
     return;
   }
   if (a.D == 64)

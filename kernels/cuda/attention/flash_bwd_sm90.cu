@@ -49,10 +49,15 @@ struct Sm90BwdTile {
   // dQ (kBlockM × kHeadDim) in 64×64 blocks, one per warpgroup: split along the queries
   // when kBlockM = 128 (D = 64), along the head dim when kHeadDim = 128 (kBlockM = 64).
   static constexpr bool kDqSplitsD = kHeadDim == 128;
-  // 2 × (K, V); 2 × (Q, dO); dSᵀ; 2 × (LSE, D); slack to align the base to 1024 bytes.
-  static constexpr size_t kSmemBytes = size_t(4 * kBlockN + 4 * kBlockM) * kHeadDim * sizeof(bf16) +
-                                       size_t(kBlockN) * kBlockM * sizeof(bf16) +
-                                       4 * kBlockM * sizeof(float) + 1024;
+  // Owner mode (below): the dQ partial of one query tile, fp32, rows padded by 4 floats
+  // (16 bytes, so rows stay cp.async-aligned and the fragment reads spread over banks).
+  static constexpr int kAccStride = kHeadDim + 4;
+  // 2 × (K, V); 2 × (Q, dO); dSᵀ; 2 × (LSE, D); [owner: the dQ partial]; slack to align
+  // the base to 1024 bytes.
+  static constexpr size_t smem_bytes(bool owner) {
+    return size_t(4 * kBlockN + 4 * kBlockM) * kHeadDim * sizeof(bf16) + size_t(kBlockN) * kBlockM * sizeof(bf16) +
+           4 * kBlockM * sizeof(float) + (owner ? size_t(kBlockM) * kAccStride * sizeof(float) : 0) + 1024;
+  }
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim 64 or 128");
   static_assert(kBlockM == 64 || kBlockM == 128, "wgmma wrappers exist for N = 64 and 128");
   static_assert(kBlockM * kHeadDim == 2 * 64 * 64 && kBlockM == (kDqSplitsD ? 64 : 128),
@@ -71,10 +76,13 @@ __device__ __forceinline__ void atomic_add_pair(float* dst, float x, float y) {
 }
 #endif
 
-template <class Tile, bool kCausal>
+// kOwner: one block owns all the key tiles of a (batch, head) and so is the only writer
+// of its dQ (D = 64 only; see launch_bwd_sm90).
+template <class Tile, bool kCausal, bool kOwner>
 __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const FlashParams p) {
 #if FLASHGPT_HAS_WGMMA
   constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN;
+  static_assert(!kOwner || (BM == BN && !Tile::kDqSplitsD), "owner mode: 128-query tiles (D = 64)");
   extern __shared__ unsigned char smem_raw[];
   // The hardware applies the 128B swizzle from address bits: tiles start 1024-aligned.
   unsigned char* smem = reinterpret_cast<unsigned char*>(
@@ -86,37 +94,49 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
   bf16* sdSt = sdO + 2 * BM * D;             // [BN][BM]  dSᵀ, keys × queries
   float* sLse = reinterpret_cast<float*>(sdSt + BN * BM);  // [2][BM]  natural-log LSE
   float* sDelta = sLse + 2 * BM;                            // [2][BM]
+  float* sAcc = sDelta + 2 * BM;                            // owner: [BM][kAccStride]
   __shared__ int sItem[2];  // items ahead, by ordinal parity (static: no base register)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wg = warp / 4, g = lane >> 2, t = lane & 3;
   const int warp_key0 = wg * 64 + (warp % 4) * 16;  // this warp's first key within the tile
 
-  // Work items: one per (key tile, batch·head), numbered key tile major, so that under a
-  // causal mask the items with the most query tiles come first. Block x starts with item
-  // x; every further item comes from the counter p.item_counter (zeroed before the
-  // launch), in order, to whichever block asks first: the longest items first, and no
-  // block left with more than its share. With a block per item, each block's one claim
-  // comes back past the end. A block claims the item after next at the first step of
-  // each item (thread 0; the answer lands in sItem a step later), so it always knows its
-  // next item one item ahead, in time to prefetch that item's K and V.
+  // Work items: one per (key tile, batch·head). Atomic mode numbers them key tile major,
+  // so that under a causal mask the items with the most query tiles come first. Block x
+  // starts with item x; every further item comes from the counter p.item_counter (zeroed
+  // before the launch), in order, to whichever block asks first: the longest items
+  // first, and no block left with more than its share. With a block per item, each
+  // block's one claim comes back past the end. A block claims the item after next at the
+  // first step of each item (thread 0; the answer lands in sItem a step later), so it
+  // always knows its next item one item ahead, in time to prefetch that item's K and V.
+  // Owner mode numbers them (batch·head) major and hands out whole (batch, head) units
+  // the same way (claimed at each unit's first step); a block walks a unit's key tiles in
+  // order, so every query tile's first dQ contribution (key tile 0) comes before the
+  // others, and its last (causal: the diagonal; else the last key tile) after them.
   const int heads = p.B * p.H;
   const int n_blocks = (p.T + BN - 1) / BN, m_blocks = (p.T + BM - 1) / BM;
   const int items = n_blocks * heads;
+  auto item_n = [&](int it) { return kOwner ? it % n_blocks : it / heads; };  // key tile
+  auto item_bh = [&](int it) { return kOwner ? it / n_blocks : it % heads; };
   // Causal: queries before an item's first key see none of it.
-  auto first_m = [&](int it) { return kCausal ? (it / heads) * BN / BM : 0; };
+  auto first_m = [&](int it) { return kCausal ? item_n(it) * BN / BM : 0; };
+  // The first item of the unit claimed now (past the end: items).
+  auto claim = [&]() {
+    const int u = int(gridDim.x) + atomicAdd(p.item_counter, 1);
+    return kOwner ? (u < heads ? u * n_blocks : items) : u;
+  };
 
   auto load_kv = [&](int it, int kv_buf) {
-    const int bh = it % heads;
+    const int bh = item_bh(it);
     const bf16* k = p.qkv + int64_t(bh / p.H) * p.T * p.qkv_row_stride + int64_t(p.H + bh % p.H) * D;
-    const int n0 = (it / heads) * BN;
+    const int n0 = item_n(it) * BN;
     sm90::load_tile_async<BN, D, Tile::kThreads>(sK + kv_buf * BN * D, k, p.qkv_row_stride, n0, p.T, tid);
     sm90::load_tile_async<BN, D, Tile::kThreads>(sV + kv_buf * BN * D, k + int64_t(p.H) * D, p.qkv_row_stride,
                                                  n0, p.T, tid);
   };
   // Q, dO, LSE and D of query tile m of item it, all by cp.async (rows >= T: zeros).
   auto load_q_tile = [&](int it, int m, int buf) {
-    const int bh = it % heads;
+    const int bh = item_bh(it);
     const int64_t b = bh / p.H;
     const int h = bh % p.H;
     sm90::load_tile_async<BM, D, Tile::kThreads>(sQ + buf * BM * D, p.qkv + b * p.T * p.qkv_row_stride + h * D,
@@ -131,13 +151,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
     }
   };
 
-  int item = blockIdx.x;
+  int item = int(blockIdx.x) * (kOwner ? n_blocks : 1);
   if (item >= items) return;
   int m = first_m(item);
   load_kv(item, 0);
   load_q_tile(item, m, 0);
   cp_async_commit();
-  if (tid == 0) sItem[1] = int(gridDim.x) + atomicAdd(p.item_counter, 1);  // ordinal 1
+  if (tid == 0) sItem[1] = claim();  // ordinal 1
 
   float dk[Tile::kDTiles][4], dv[Tile::kDTiles][4];
 #pragma unroll
@@ -149,22 +169,43 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
   const int dq_q0 = Tile::kDqSplitsD ? 0 : wg * 64;
   const int dq_d0 = Tile::kDqSplitsD ? wg * 64 : 0;
 
-  // One step = one query tile m of one item. Each step commits two cp.async groups: the
-  // next step's Q tile, then (at an item's first step) the next item's K and V, else
-  // nothing. So a step waits for all but the newest group, and an item's first step for
-  // all: the next item's K and V load during the whole of this item.
-  int buf = 0, ordinal = 0;  // this block's item count so far; K/V buffer = its parity
+  // One step = one query tile m of one item. Each step commits two cp.async groups (owner
+  // mode: three, the first this step's dQ partial when it is the tile's last
+  // contribution): the next step's Q tile, then (at an item's first step) the next item's
+  // K and V, else nothing. So a step waits for all but the newest group, and an item's
+  // first step for all: the next item's K and V load during the whole of this item.
+  int buf = 0;
+  int ordinal = 0;  // units begun before this one (atomic mode: a unit is an item)
   for (;;) {
     const bool first_step = m == first_m(item);
-    const int kv_buf = ordinal & 1;
+    const int n_block = item_n(item);
+    // K/V buffer: the parity of the items begun before this one.
+    const int kv_buf = (kOwner ? ordinal * n_blocks + n_block : ordinal) & 1;
+    // Owner mode: this step's dQ contribution is the query tile's first (a plain store)
+    // or its last (added to the partial, scaled, rounded to bf16 into dqkv).
+    const bool dq_first = n_block == 0;
+    const bool dq_last = kCausal ? n_block == m : n_block == n_blocks - 1;
     // The step's tiles have landed, every warp is done with the other buffers and with
     // sdSt, and the cp.async writes are visible to the async proxy that wgmma reads through.
     if (first_step) cp_async_wait<0>();
     else cp_async_wait<1>();
     sm90::fence_proxy_async();
     __syncthreads();
+    if constexpr (kOwner) {
+      if (dq_last && !dq_first) {  // the partial of query tile m, by the other contributions
+        const int64_t bh = item_bh(item);
+        constexpr int kChunks = BM * D / 4;  // 16 bytes each
+#pragma unroll
+        for (int i = tid; i < kChunks; i += Tile::kThreads) {
+          const int r = i / (D / 4), c = (i % (D / 4)) * 4, row = m * BM + r;
+          cp_async_16(smem_u32(sAcc + r * Tile::kAccStride + c),
+                      p.dq_accum + (bh * p.T + (row < p.T ? row : 0)) * D + c, row < p.T);
+        }
+      }
+      cp_async_commit();
+    }
     {
-      const int next_item = sItem[(ordinal + 1) & 1];
+      const int next_item = kOwner && n_block + 1 < n_blocks ? item + 1 : sItem[(ordinal + 1) & 1];
       const bool same_item = m + 1 < m_blocks;  // else the next item's first query tile
       const int q_item = same_item ? item : next_item;
       if (q_item < items) load_q_tile(q_item, same_item ? m + 1 : first_m(next_item), buf ^ 1);
@@ -173,8 +214,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
       cp_async_commit();
     }
 
-    const int n0 = (item / heads) * BN;
-    const int64_t bh = item % heads;
+    const int n0 = n_block * BN;
+    const int64_t bh = item_bh(item);
     const uint32_t q_base = smem_u32(sQ + buf * BM * D), do_base = smem_u32(sdO + buf * BM * D);
     // Rebuilt each step rather than kept live across the loop (no spills at D = 128).
     const uint32_t k_base = sm90::opaque(smem_u32(sK) + kv_buf * (BN * D * 2));
@@ -210,8 +251,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
     // The claim of the item after next (ordinal + 2), while the tensor cores work on Sᵀ
     // and dPᵀ: the atomic's round trip stalls only warp 0, and the number lands in the
     // slot read after the next step's barrier (thread 0 wrote the other slot).
-    if (tid == 0 && m == first_m(item) && sItem[(ordinal + 1) & 1] < items)
-      sItem[ordinal & 1] = int(gridDim.x) + atomicAdd(p.item_counter, 1);
+    if (tid == 0 && m == first_m(item) && (!kOwner || item_n(item) == 0) && sItem[(ordinal + 1) & 1] < items)
+      sItem[ordinal & 1] = claim();
     sm90::wgmma_wait<1>();
     sm90::fence_accumulators(s);
 
@@ -265,8 +306,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
         const int row = warp_key0 + g + 8 * (r & 1), col = kk * 16 + 8 * (r >> 1) + 2 * t;
         *reinterpret_cast<uint32_t*>(sdSt + sm90::tile_offset<BN>(row, col)) = dsa[kk][r];
       }
+    if constexpr (kOwner) cp_async_wait<2>();  // this step's dQ partial (if any) has landed
     sm90::fence_proxy_async();  // st.shared above, read next by wgmma (async proxy)
-    __syncthreads();            // dQ needs the dSᵀ of both warpgroups
+    __syncthreads();            // dQ needs the dSᵀ of both warpgroups (owner: and sAcc)
 
     // dQ (this warpgroup's 64×64 block) = dS·K over all BN keys: k-step kk is keys
     // 16kk.. = 16 rows of 128 bytes of both dSᵀ (column block dq_q0/64) and K (column
@@ -287,11 +329,38 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
 
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int qry = q0 + dq_q0 + (warp % 4) * 16 + g + 8 * half;
+      const int r = dq_q0 + (warp % 4) * 16 + g + 8 * half, qry = q0 + r;
       if (qry >= p.T) continue;
       float* dst = p.dq_accum + (bh * p.T + qry) * D + dq_d0 + 2 * t;
+      if constexpr (kOwner) {
+        // This thread holds the same elements of dQ at every contribution, so its own
+        // program order puts the first store before the atomics; the last contribution
+        // reads the partial that the other threads copied in after the step's barrier.
+        if (dq_last) {
+          bf16* out = p.dqkv + (bh / p.H * p.T + qry) * p.qkv_row_stride + int64_t(bh % p.H) * D + dq_d0 + 2 * t;
+          const float* part = sAcc + r * Tile::kAccStride + dq_d0 + 2 * t;
 #pragma unroll
-      for (int dt = 0; dt < 8; ++dt) atomic_add_pair(dst + dt * 8, dq[dt][2 * half], dq[dt][2 * half + 1]);
+          for (int dt = 0; dt < 8; ++dt) {
+            float x = dq[dt][2 * half], y = dq[dt][2 * half + 1];
+            if (!dq_first) {
+              const float2 a = *reinterpret_cast<const float2*>(part + dt * 8);
+              x += a.x;
+              y += a.y;
+            }
+            *reinterpret_cast<uint32_t*>(out + dt * 8) = pack_bf16(x * p.scale, y * p.scale);
+          }
+        } else if (dq_first) {
+#pragma unroll
+          for (int dt = 0; dt < 8; ++dt)
+            *reinterpret_cast<float2*>(dst + dt * 8) = make_float2(dq[dt][2 * half], dq[dt][2 * half + 1]);
+        } else {
+#pragma unroll
+          for (int dt = 0; dt < 8; ++dt) atomic_add_pair(dst + dt * 8, dq[dt][2 * half], dq[dt][2 * half + 1]);
+        }
+      } else {
+#pragma unroll
+        for (int dt = 0; dt < 8; ++dt) atomic_add_pair(dst + dt * 8, dq[dt][2 * half], dq[dt][2 * half + 1]);
+      }
     }
 
     buf ^= 1;
@@ -312,14 +381,18 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
         *reinterpret_cast<uint32_t*>(dv_dst + dt * 8) = pack_bf16(dv[dt][2 * half], dv[dt][2 * half + 1]);
       }
     }
-    item = sItem[(ordinal + 1) & 1];  // not written this step (thread 0 wrote the other)
+    if (kOwner && n_block + 1 < n_blocks) {
+      ++item;  // the unit's next key tile
+    } else {
+      item = sItem[(ordinal + 1) & 1];  // not written this step (thread 0 wrote the other)
+      ++ordinal;
+    }
     if (item >= items) break;
 #pragma unroll
     for (int dt = 0; dt < Tile::kDTiles; ++dt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) dk[dt][i] = dv[dt][i] = 0.f;
     m = first_m(item);
-    ++ordinal;
   }
 #else
   static_assert(Tile::kMTiles > 0 && Tile::kDTiles > 0, "tile shape");
@@ -327,27 +400,39 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
 #endif
 }
 
+template <class Tile, bool kCausal, bool kOwner>
+void launch_main(const FlashParams& p, int64_t grid, cudaStream_t stream) {
+  auto kernel = flash_bwd_sm90_kernel<Tile, kCausal, kOwner>;
+  static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::smem_bytes(kOwner));  // once
+  (void)opted_in;
+  kernel<<<unsigned(grid), Tile::kThreads, Tile::smem_bytes(kOwner), stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 template <int kHeadDim, bool kCausal>
-void launch_bwd_sm90(const FlashParams& p, int max_blocks, cudaStream_t stream) {
+void launch_bwd_sm90(const FlashParams& p, int max_blocks, bool owner, cudaStream_t stream) {
   using Tile = typename Sm90BwdConfig<kHeadDim>::Tile;
-  auto kernel = flash_bwd_sm90_kernel<Tile, kCausal>;
-  static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::kSmemBytes);  // once
-  (void)opted_in;
-  launch_bwd_preprocess<kHeadDim>(p, /*zero_dq_accum=*/true, stream);
-  CUDA_CHECK(cudaMemsetAsync(p.item_counter, 0, sizeof(int), stream));
+  FG_ASSERT(!owner || kHeadDim == 64, "owner-mode dQ is for head dim 64");  // the dispatcher's rule
   // flash_attention.cu checks that the item count fits in an int.
-  const int64_t items = int64_t((p.T + Tile::kBlockN - 1) / Tile::kBlockN) * p.B * p.H;
-  const int64_t grid = max_blocks > 0 ? std::min<int64_t>(items, max_blocks) : items;
-  kernel<<<unsigned(grid), Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
-  CUDA_CHECK_LAUNCH();
+  const int64_t units = owner ? int64_t(p.B) * p.H : int64_t((p.T + Tile::kBlockN - 1) / Tile::kBlockN) * p.B * p.H;
+  const int64_t grid = max_blocks > 0 ? std::min<int64_t>(units, max_blocks) : units;
+  launch_bwd_preprocess<kHeadDim>(p, /*zero_dq_accum=*/!owner, stream);
+  CUDA_CHECK(cudaMemsetAsync(p.item_counter, 0, sizeof(int), stream));
+  if constexpr (kHeadDim == 64) {
+    if (owner) {
+      launch_main<Tile, kCausal, /*kOwner=*/true>(p, grid, stream);
+      return;  // dQ is written in bf16 by the kernel: no postprocess
+    }
+  }
+  launch_main<Tile, kCausal, /*kOwner=*/false>(p, grid, stream);
   launch_bwd_postprocess<kHeadDim>(p, stream);
 }
 
-template void launch_bwd_sm90<64, /*kCausal=*/true>(const FlashParams&, int, cudaStream_t);
-template void launch_bwd_sm90<64, /*kCausal=*/false>(const FlashParams&, int, cudaStream_t);
-template void launch_bwd_sm90<128, /*kCausal=*/true>(const FlashParams&, int, cudaStream_t);
-template void launch_bwd_sm90<128, /*kCausal=*/false>(const FlashParams&, int, cudaStream_t);
+template void launch_bwd_sm90<64, /*kCausal=*/true>(const FlashParams&, int, bool, cudaStream_t);
+template void launch_bwd_sm90<64, /*kCausal=*/false>(const FlashParams&, int, bool, cudaStream_t);
+template void launch_bwd_sm90<128, /*kCausal=*/true>(const FlashParams&, int, bool, cudaStream_t);
+template void launch_bwd_sm90<128, /*kCausal=*/false>(const FlashParams&, int, bool, cudaStream_t);
 
 }  // namespace flashgpt::cuda::attn

@@ -48,9 +48,10 @@ template <int kHeadDim, bool kCausal>
 void launch_fwd_sm90(const FlashParams& p, cudaStream_t stream);
 // The backward's work items (key tile × batch·head) go to at most max_blocks blocks,
 // each looping over items it claims from p.item_counter (persistent: max_blocks = the SM
-// count); 0: one block per item.
+// count); 0: one block per item. owner (head dim 64): whole (batch, head) units per
+// claim, dQ written by the kernel (no zeroed accumulator, no postprocess).
 template <int kHeadDim, bool kCausal>
-void launch_bwd_sm90(const FlashParams& p, int max_blocks, cudaStream_t stream);
+void launch_bwd_sm90(const FlashParams& p, int max_blocks, bool owner, cudaStream_t stream);
 // Warp-specialised Hopper forward (TMA producer, two consumer warpgroups in ping-pong;
 // flash_fwd_sm90_ws.cu).
 template <int kHeadDim, bool kCausal>
