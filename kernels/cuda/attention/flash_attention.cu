@@ -19,7 +19,8 @@
 //       a zeroed accumulator, converted to bf16 by a last pass (atomic), or one block per
 //       (batch, head) walking its key tiles in order, which stores the first contribution,
 //       adds the middle ones atomically and writes the last in bf16 (owner; head dim 64,
-//       D = 128 takes atomics). auto: owner at D = 64 with >= 4 (batch, head) pairs per SM.
+//       D = 128 takes atomics). auto: owner at D = 64 when the (batch, head) pairs fill
+//       the last wave of one-block-per-SM to >= 90% (see owner_dq).
 //   FLASHGPT_ATTENTION_FWD_TILE, FLASHGPT_ATTENTION_BWD_TILE = 0|1  tuning knobs: the
 //       tile shape of each sm80 kernel (flash_fwd_sm80.cu, flash_bwd_sm80.cu); 0 is the
 //       default. The Hopper kernels ignore them.
@@ -116,16 +117,20 @@ int backward_max_blocks() {
 // The sm90 backward's dQ (FLASHGPT_ATTENTION_BWD_DQ=auto|atomic|owner): true for owner
 // mode, where one block owns each (batch, head) and writes its dQ without a zeroed
 // accumulator or a conversion pass. Head dim 64 only (D = 128 always takes atomics).
-// auto: owner when there are at least kOwnerUnitsPerSm (batch, head) units per SM, so
-// that whole units still balance over the SMs.
-constexpr int kOwnerUnitsPerSm = 4;
+// auto: owner when the (batch, head) units fill the last wave of blocks to at least
+// kOwnerWaveFill (one block per SM). Measured on an H200 (BENCHMARKS.md, seventh
+// session): owner won at 128, 256, 512 and 768 units (97% fill; +1 to +9%) and lost at
+// 32, 64 and 192 (24%, 48%, 73%).
+constexpr double kOwnerWaveFill = 0.9;
 bool owner_dq(int B, int H, int D) {
   const char* env = std::getenv("FLASHGPT_ATTENTION_BWD_DQ");
   const std::string v = env && *env ? env : "auto";
   if (v != "auto" && v != "atomic" && v != "owner")
     fail_input("FLASHGPT_ATTENTION_BWD_DQ must be auto, atomic or owner, got '", v, "'");
   if (D != 64 || v == "atomic") return false;
-  return v == "owner" || int64_t(B) * H >= int64_t(kOwnerUnitsPerSm) * device_sms();
+  if (v == "owner") return true;
+  const int64_t units = int64_t(B) * H, sms = device_sms();
+  return double(units) / double((units + sms - 1) / sms * sms) >= kOwnerWaveFill;
 }
 
 void check_tensor(const Tensor& t, const char* name, DType dtype, int64_t numel) {
