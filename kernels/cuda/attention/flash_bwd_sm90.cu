@@ -1,8 +1,16 @@
 // FlashAttention backward, Hopper path (sm_90a): the algorithm of flash_bwd_sm80.cu
-// (recompute P from the LSE, one block per K/V tile looping over the query tiles that
-// see it, dK and dV in registers, dQ by fp32 atomics) with all five matmuls on
-// warpgroup MMA (wgmma). Preprocess (D = rowsum(dO∘O)) and postprocess (dQ → bf16) are
-// the sm80 kernels.
+// (recompute P from the LSE, a K/V tile at a time looping over the query tiles that see
+// it, dK and dV in registers, dQ by fp32 atomics) with all five matmuls on warpgroup MMA
+// (wgmma). Preprocess (D = rowsum(dO∘O)) and postprocess (dQ → bf16) are the sm80
+// kernels.
+//
+// Work items are (K/V tile, batch·head) pairs. A block loops over items that it claims
+// from a counter (persistent: one block per SM; or a block per item), with K and V
+// double-buffered so that the next item's tiles load during this one (kernel comment).
+// Owner mode (D = 64): a block claims all K/V tiles of one (batch, head) and walks them
+// in order, so it is the only writer of that head's dQ: the first contribution of each
+// query tile is a plain store, the middle ones atomics, the last one adds the partial
+// and writes bf16, with no zeroed accumulator and no postprocess.
 //
 // One block = 2 warpgroups = kBlockN = 128 keys (64 per warpgroup); query tiles of
 // kBlockM rows, Q, dO, LSE and D double-buffered by cp.async (the next tile in flight
