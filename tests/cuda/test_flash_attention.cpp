@@ -649,7 +649,7 @@ AttentionBackward fake_backward() {
   return a;
 }
 
-TEST(FlashAttention, RejectsBadBackwardSchedule) {
+TEST(CudaFlashAttention, RejectsBadBackwardSchedule) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   if (!is_hopper()) GTEST_SKIP() << "the schedule belongs to the sm90 backward";
   ScopedEnv path("FLASHGPT_ATTENTION_PATH", "sm90");
