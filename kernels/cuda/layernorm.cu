@@ -241,9 +241,8 @@ int backward_packs(int64_t C) {
 // Fixed per (device, dtype, N, C), and so is the order of the dw, db sums.
 template <class T>
 int backward_blocks(int64_t N, int C) {
-  int dev = 0, sms = 0, per_sm = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
+  int per_sm = 0;
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       &per_sm, backward_kernel<T>(backward_packs<T>(C)), kBwdThreads, 2 * size_t(C) * sizeof(float)));
   FG_ASSERT(per_sm > 0, "layernorm backward kernel does not fit on an SM, C=", C);

@@ -33,6 +33,7 @@
 #include <string>
 #include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/flash_params.h"
+#include "kernels/cuda/common.cuh"
 
 namespace flashgpt::cuda {
 namespace {
@@ -85,13 +86,8 @@ int tile_choice(const char* var) {
   return v == "1" ? 1 : 0;
 }
 
-int device_sms() {
-  static const int sms = [] {  // one process drives one GPU
-    int device = 0, count = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-    return count;
-  }();
+int device_sms() {  // one process drives one GPU
+  static const int sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
   return sms;
 }
 
