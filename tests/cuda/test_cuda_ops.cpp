@@ -5,7 +5,6 @@
 // AdamW's stochastic rounding, cuBLASLt plan caching. Skips without a GPU.
 #include <cmath>
 #include "kernels/cuda/cuda_kernels.h"
-#include "src/errors.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace flashgpt::test {

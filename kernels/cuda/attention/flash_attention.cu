@@ -148,7 +148,8 @@ void check_sizes(int B, int T, int H, int D) {
     fail_input("flash attention needs B, T, H >= 1, got B=", B, " T=", T, " H=", H);
   // Grid dimensions y and z hold H and B.
   if (B > 65535 || H > 65535) fail_input("flash attention: B and H must be <= 65535");
-  // The sm90 backward numbers its (64-key tile, batch, head) items with an int.
+  // The sm90 backward numbers its work items (128-key tile × batch·head) with an int, and
+  // its claims run up to one grid past the last: counting 64-key tiles keeps both in range.
   if (int64_t(B) * H * ((T + 63) / 64) > INT32_MAX)
     fail_input("flash attention: B * H * ceil(T / 64) must be below 2^31, got B=", B, " T=", T, " H=", H);
 }
