@@ -5,8 +5,12 @@ Runs `flashgpt bench decode --suite --json` (bf16 KV cache, T = 1K..256K, B = 1 
 (H, D) = (12, 64) and (16, 128)), then times torch.nn.functional.scaled_dot_product_attention
 with q (B, H, 1, D) and k, v (B, H, T, D) bf16 on the same shapes, with each SDPA backend
 that accepts them (default choice, FLASH_ATTENTION, EFFICIENT_ATTENTION, CUDNN_ATTENTION),
-and the device copy bandwidth. Same protocol on both sides: a 512 MiB buffer is
-overwritten before every timed call (cold L2), CUDA events, median of --iters.
+and the device copy bandwidth. Same protocol on both sides: a 512 MiB buffer is read
+(--flush read, the default) or overwritten (--flush write) before every timed call (cold
+L2), CUDA events, median of --iters. A read leaves clean lines in the L2, as in a real
+decode step; a write leaves dirty ones, whose write-back (up to the L2's 50 MB) the timed
+call then pays for, which weighs on the short caches (the tables of earlier sessions in
+BENCHMARKS.md were taken that way).
 
 Bytes = K + V read = 2*B*H*T*D*2; bandwidth = bytes / time, shown in TB/s, as a share of
 the device-to-device copy bandwidth ((bytes read + written) / time of a 2 GiB copy, the
@@ -18,7 +22,7 @@ kernel can reach). Goal (issue 11): faster than the best SDPA backend at every l
 and FLASHGPT_DECODE_THREADS) in the same run, each against the same SDPA figure; the main table
 is the default choice.
 
-  python3 scripts/bench_decode.py --flashgpt build/flashgpt [--iters 10] [--warmup 3] [--kernels LIST]
+  python3 scripts/bench_decode.py --flashgpt build/flashgpt [--iters 10] [--warmup 3] [--kernels LIST] [--flush read|write]
 """
 import argparse
 import json
@@ -30,13 +34,22 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-FLUSH = torch.empty(512 << 20, dtype=torch.uint8, device="cuda") if torch.cuda.is_available() else None
+FLUSH = torch.zeros(512 << 20, dtype=torch.uint8, device="cuda") if torch.cuda.is_available() else None
+FLUSH_MODE = "read"  # main() sets it from --flush
+
+
+def flush_l2(i):
+    """Evicts the L2: by reading FLUSH (clean lines left behind) or by overwriting it (dirty)."""
+    if FLUSH_MODE == "write":
+        FLUSH.fill_(i & 0xFF)
+    else:
+        FLUSH.view(torch.int32).sum()
 
 
 def timed_ms(fn, warmup, iters):
     times = []
     for i in range(warmup + iters):
-        FLUSH.fill_(i & 0xFF)  # evict the cache from L2
+        flush_l2(i)  # evict the cache from L2
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         fn()
@@ -97,7 +110,8 @@ def bench_sdpa(s, warmup, iters):
 def run_flashgpt(args, env, required=True):
     """flashgpt bench decode --suite --json with extra environment: one dict per shape
     (None when a kernel that is not required cannot run here, e.g. bulk off Hopper)."""
-    cmd = [args.flashgpt, "bench", "decode", "--suite", "--json", "--iters", str(args.iters), "--warmup", str(args.warmup)]
+    cmd = [args.flashgpt, "bench", "decode", "--suite", "--json", "--iters", str(args.iters), "--warmup", str(args.warmup),
+           "--flush", args.flush]
     print("$", *[f"{k}={v}" for k, v in env.items()], *cmd, flush=True)
     res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env})
     if res.returncode != 0:
@@ -114,7 +128,11 @@ def main():
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--kernels", default="", help="comma list of registers, bulk128, bulk256 to compare")
+    ap.add_argument("--flush", choices=["read", "write"], default="read",
+                    help="evict the L2 before each timed call by reading (default) or writing 512 MiB")
     args = ap.parse_args()
+    global FLUSH_MODE
+    FLUSH_MODE = args.flush
 
     ours = run_flashgpt(args, {})
     variants = {}
@@ -129,7 +147,7 @@ def main():
     read = read_bandwidth_tbs()
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; bf16 KV cache, one query per sequence; "
           f"device copy bandwidth {copy:.2f} TB/s (read + write), read bandwidth {read:.2f} TB/s (a 2 GiB sum); "
-          f"median of {args.iters}, L2 flushed before each call")
+          f"median of {args.iters}, L2 flushed (by a {args.flush} of 512 MiB) before each call")
     print(f"{'B':>3} {'H':>3} {'D':>4} {'T':>7} | {'ours ms':>8} {'TB/s':>6} {'%copy':>6} {'%read':>6} {'splits':>6} | "
           f"{'SDPA best':>9} {'backend':>9} {'TB/s':>6} | {'speedup':>7} {'kernel':>9}")
     worst_speedup, worst_share_16k = float("inf"), float("inf")

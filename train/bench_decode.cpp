@@ -1,8 +1,11 @@
 // `flashgpt bench decode`: the FlashDecoding kernels alone, bf16, on random data.
 // Protocol (the same in scripts/bench_decode.py for SDPA): before every timed call a
-// 512 MiB buffer is overwritten, so the cache starts cold in L2 (a decode step reads
-// each layer's cache once); CUDA events around the call; median of --iters after
-// --warmup. Bytes = the K and V read, 2·B·H·T·D·2 (q and the output are negligible);
+// 512 MiB buffer is read (--flush read, the default) or overwritten (--flush write), so
+// the cache starts cold in L2 (a decode step reads each layer's cache once); CUDA events
+// around the call; median of --iters after --warmup. After a read the L2 holds clean
+// lines, as in a real decode step (the kernels before it read weights and write a few
+// rows); after a write it is full of dirty lines, and the timed call also pays for
+// writing back up to an L2's worth of them (about 50 MB on an H100/H200). Bytes = the K and V read, 2·B·H·T·D·2 (q and the output are negligible);
 // bandwidth = bytes / time.
 #include "train/bench_decode.h"
 #include <algorithm>
@@ -27,6 +30,7 @@ struct DecodeBenchOptions {
   std::vector<int> lengths = {4096};
   int heads = 12, head_dim = 64;
   bool suite = false, json = false;
+  std::string flush = "read";  // how the L2 is flushed before a timed call: read | write
   int warmup = 3, iters = 10;
 };
 
@@ -54,7 +58,10 @@ void bench_one(int B, int H, int T, int D, const DecodeBenchOptions& opt, cudaSt
   int call = 0;
   const double med = bench::median_ms([&] { cuda::flash_decode(a, ws.ptr, ws_bytes, stream); }, opt.warmup, opt.iters,
                                       stream, [&] {  // evict the cache from L2
-                                        CUDA_CHECK(cudaMemsetAsync(flush, call++ & 0xff, kFlushBytes, stream));
+                                        if (opt.flush == "write")
+                                          CUDA_CHECK(cudaMemsetAsync(flush, call++ & 0xff, kFlushBytes, stream));
+                                        else
+                                          bench::read_through_l2(flush, kFlushBytes, stream);
                                       });
   const double bytes = 2.0 * double(cache) * 2.0;
   const double tbs = bytes / (med * 1e-3) / 1e12;
@@ -75,9 +82,10 @@ void run_decode_bench(const DecodeBenchOptions& opt) {
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));
   DeviceMem flush(kFlushBytes);
+  CUDA_CHECK(cudaMemset(flush.ptr, 0, kFlushBytes));  // defined contents for --flush read
   if (!opt.json)
-    std::printf("flash decode on %s, bf16 KV cache; bytes = K + V = 2*B*H*T*D*2, L2 flushed before each call; "
-                "median of %d after %d warm-up\n", gpu.c_str(), opt.iters, opt.warmup);
+    std::printf("flash decode on %s, bf16 KV cache; bytes = K + V = 2*B*H*T*D*2, L2 flushed (by a %s of 512 MiB) "
+                "before each call; median of %d after %d warm-up\n", gpu.c_str(), opt.flush.c_str(), opt.iters, opt.warmup);
   struct Shape { int H, D; };
   std::vector<Shape> shapes = {{opt.heads, opt.head_dim}};
   std::vector<int> lengths = opt.lengths, batches = opt.batches;
@@ -105,6 +113,9 @@ void add_bench_decode_command(CLI::App& bench) {
   cmd->add_option("--head-dim", opt->head_dim, "head dim D (64 or 128)")->capture_default_str();
   cmd->add_flag("--suite", opt->suite, "T = 1K..256K, B = 1 and 16, (H, D) = (12, 64) and (16, 128)");
   cmd->add_flag("--json", opt->json, "one JSON object per shape");
+  cmd->add_option("--flush", opt->flush, "L2 flush before each timed call: read (clean lines) or write (dirty lines)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"read", "write"}));
   cmd->add_option("--warmup", opt->warmup, "warm-up runs")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--iters", opt->iters, "timed runs (median)")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->callback([opt] {

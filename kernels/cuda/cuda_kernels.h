@@ -94,7 +94,8 @@ class Matmul {
   void forward(const MatmulForward& a, cudaStream_t stream);
   void backward(const MatmulBackward& a, void* scratch, cudaStream_t stream);
   // Returns false (without running) only when allow_fail and no algorithm exists.
-  bool run(const Gemm& g, cudaStream_t stream, bool allow_fail = false);
+  // workspace: ctx's cuBLASLt workspace when null (one per stream that runs GEMMs).
+  bool run(const Gemm& g, cudaStream_t stream, bool allow_fail = false, void* workspace = nullptr);
   size_t cached_plans() const { return plans_.size(); }
 
  private:

@@ -11,6 +11,8 @@
 // from run to run on one device (not across devices with other SM counts). Statistics
 // are computed in fp32 from the rounded residual, which is what the next layers read.
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -191,6 +193,123 @@ layernorm_backward_kernel(T* __restrict__ dinp, float* __restrict__ partials,
   for (int c = threadIdx.x; c < 2 * C; c += kBwdThreads) dst[c] = block_part[c];
 }
 
+// The same backward with each warp's rows streamed through shared memory (the default;
+// FLASHGPT_LN_BWD=registers runs the kernel above). Each lane copies its own packs of a
+// row's inp, dout and dinp with cp.async into one of kRowStages stages of its warp, so
+// the next row is in flight while this one is computed, and the lane reads back only
+// what it copied itself (cp.async.wait_group is the only synchronisation). x and dout
+// are read from shared memory in both passes instead of kept in registers, which leaves
+// the registers to the dw, db sums; the lane's next mean and rstd are loaded a row ahead.
+constexpr int kRowStages = 2;
+
+__device__ __forceinline__ void copy16_async(void* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(uint32_t(__cvta_generic_to_shared(smem))),
+               "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void copy_wait_all_but_one() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+
+// Dynamic shared memory of the staged kernel: the block's (2, C) fp32 partial, then per
+// warp kRowStages × (inp, dout, dinp) rows of C.
+template <class T>
+size_t staged_smem_bytes(int C) {
+  return 2 * size_t(C) * sizeof(float) + size_t(kBwdWarps) * kRowStages * 3 * size_t(C) * sizeof(T);
+}
+
+template <class T, int kPacks>
+__global__ void __launch_bounds__(kBwdThreads)
+layernorm_backward_staged_kernel(T* __restrict__ dinp, float* __restrict__ partials,
+                                 const T* __restrict__ dout, const T* __restrict__ inp,
+                                 const T* __restrict__ w, const float* __restrict__ mean,
+                                 const float* __restrict__ rstd, int64_t N, int C) {
+  constexpr int P = Pack<T>::N, kCols = kPacks * P;
+  extern __shared__ __align__(16) unsigned char ln_smem[];
+  float* block_part = reinterpret_cast<float*>(ln_smem);  // (2, C): dw then db
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  T* const stages = reinterpret_cast<T*>(block_part + 2 * C) + size_t(warp) * kRowStages * 3 * C;
+  auto col = [&](int j) { return (j * kWarpSize + lane) * P; };
+  auto slot = [&](int stage, int which) { return stages + (stage * 3 + which) * C; };  // which: x, dy, dinp
+  // Row `row` (if < N) into `stage`; always one commit group, so the count stays uniform.
+  auto fetch = [&](int64_t row, int stage) {
+    if (row < N) {
+#pragma unroll
+      for (int j = 0; j < kPacks; ++j) {
+        if (col(j) >= C) continue;
+        copy16_async(slot(stage, 0) + col(j), inp + row * C + col(j));
+        copy16_async(slot(stage, 1) + col(j), dout + row * C + col(j));
+        copy16_async(slot(stage, 2) + col(j), dinp + row * C + col(j));
+      }
+    }
+    copy_commit();
+  };
+
+  float dw[kCols], db[kCols];
+#pragma unroll
+  for (int i = 0; i < kCols; ++i) dw[i] = db[i] = 0.f;
+
+  const int64_t stride = int64_t(gridDim.x) * kBwdWarps;
+  int64_t row = int64_t(blockIdx.x) * kBwdWarps + warp;
+  fetch(row, 0);
+  float m_next = row < N ? mean[row] : 0.f, rs_next = row < N ? rstd[row] : 0.f;
+  for (int stage = 0; row < N; row += stride, stage ^= 1) {
+    const float m = m_next, rs = rs_next;
+    fetch(row + stride, stage ^ 1);  // that stage's row was finished last iteration
+    if (row + stride < N) m_next = mean[row + stride], rs_next = rstd[row + stride];
+    copy_wait_all_but_one();  // this row has landed
+    const int64_t off = row * C;
+    float sum_g = 0.f, sum_gx = 0.f;
+#pragma unroll
+    for (int j = 0; j < kPacks; ++j) {
+      if (col(j) >= C) continue;
+      const Pack<T> x = load_pack(slot(stage, 0) + col(j)), dy = load_pack(slot(stage, 1) + col(j));
+      const Pack<T> wv = load_pack(w + col(j));
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        const float xhat = (to_f(x.v[k]) - m) * rs, d = to_f(dy.v[k]);
+        const float g = d * to_f(wv.v[k]);
+        sum_g += g;
+        sum_gx += g * xhat;
+        dw[j * P + k] += d * xhat;
+        db[j * P + k] += d;
+      }
+    }
+    const float mean_g = warp_sum(sum_g) / C, mean_gx = warp_sum(sum_gx) / C;
+#pragma unroll
+    for (int j = 0; j < kPacks; ++j) {
+      if (col(j) >= C) continue;
+      const Pack<T> x = load_pack(slot(stage, 0) + col(j)), dy = load_pack(slot(stage, 1) + col(j));
+      const Pack<T> wv = load_pack(w + col(j));
+      Pack<T> di = load_pack(slot(stage, 2) + col(j));
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        const float xhat = (to_f(x.v[k]) - m) * rs;
+        const float g = to_f(dy.v[k]) * to_f(wv.v[k]);
+        di.v[k] = from_f<T>(to_f(di.v[k]) + rs * (g - mean_g - xhat * mean_gx));
+      }
+      store_pack(dinp + off + col(j), di);
+    }
+  }
+
+  // Block partial, as in layernorm_backward_kernel.
+  for (int turn = 0; turn < kBwdWarps; ++turn) {
+    if (warp == turn) {
+#pragma unroll
+      for (int j = 0; j < kPacks; ++j) {
+        if (col(j) >= C) continue;
+#pragma unroll
+        for (int k = 0; k < P; ++k) {
+          int c = col(j) + k;
+          block_part[c] = (turn == 0 ? 0.f : block_part[c]) + dw[j * P + k];
+          block_part[C + c] = (turn == 0 ? 0.f : block_part[C + c]) + db[j * P + k];
+        }
+      }
+    }
+    __syncthreads();
+  }
+  float* dst = partials + int64_t(blockIdx.x) * 2 * C;
+  for (int c = threadIdx.x; c < 2 * C; c += kBwdThreads) dst[c] = block_part[c];
+}
+
 // dw[c] += Σ_g partials[g][0][c];  db[c] += Σ_g partials[g][1][c]   (fixed order).
 // Block (32, 32): 32 of the 2C columns (x) × 32 strided slices of the blocks (y); slice y
 // sums g = y, y + 32, ... in order, then thread y = 0 adds the 32 slices in order.
@@ -219,13 +338,13 @@ using BackwardKernel = void (*)(T*, float*, const T*, const T*, const T*, const 
                                 const float*, int64_t, int);
 
 // The instantiation with exactly `packs` packs per lane.
-template <class T, int kPacks = 1>
+template <class T, bool kStaged, int kPacks = 1>
 BackwardKernel<T> backward_kernel(int packs) {
   if constexpr (kPacks > kBwdMaxPacks<T>) {
     ::flashgpt::fail("layernorm_backward: no instantiation for ", packs, " packs per lane");
   } else {
-    if (packs == kPacks) return layernorm_backward_kernel<T, kPacks>;
-    return backward_kernel<T, kPacks + 1>(packs);
+    if (packs == kPacks) return kStaged ? layernorm_backward_staged_kernel<T, kPacks> : layernorm_backward_kernel<T, kPacks>;
+    return backward_kernel<T, kStaged, kPacks + 1>(packs);
   }
 }
 
@@ -237,17 +356,36 @@ int backward_packs(int64_t C) {
   return C > 0 && C % P == 0 && packs <= kBwdMaxPacks<T> ? int(packs) : 0;
 }
 
-// Blocks of the backward grid: all that fit on the device at once (fewer for small N).
-// Fixed per (device, dtype, N, C), and so is the order of the dw, db sums.
-template <class T>
-int backward_blocks(int64_t N, int C) {
-  const int sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
-  int per_sm = 0;
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, backward_kernel<T>(backward_packs<T>(C)), kBwdThreads, 2 * size_t(C) * sizeof(float)));
-  FG_ASSERT(per_sm > 0, "layernorm backward kernel does not fit on an SM, C=", C);
-  return int(std::min<int64_t>(ceil_div(N, kBwdWarps), int64_t(sms) * per_sm));
+// FLASHGPT_LN_BWD = staged (the default) | registers: which backward kernel runs.
+bool staged_backward() {
+  const char* env = std::getenv("FLASHGPT_LN_BWD");
+  const std::string want = env && *env ? env : "staged";
+  if (want != "staged" && want != "registers")
+    fail_input("FLASHGPT_LN_BWD must be staged or registers, got '", want, "'");
+  return want == "staged";
 }
+
+// A backward kernel for (T, C) with its dynamic shared memory, opted in above 48 KB.
+template <class T>
+struct BackwardLaunch {
+  BackwardKernel<T> kernel;
+  size_t smem;
+  BackwardLaunch(bool staged, int C)
+      : kernel(staged ? backward_kernel<T, true>(backward_packs<T>(C)) : backward_kernel<T, false>(backward_packs<T>(C))),
+        smem(staged ? staged_smem_bytes<T>(C) : 2 * size_t(C) * sizeof(float)) {
+    if (smem > 48 * 1024)
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  }
+  // Blocks of the grid: all that fit on the device at once (fewer for small N). Fixed per
+  // (device, kernel, dtype, N, C), and so is the order of the dw, db sums.
+  int blocks(int64_t N) const {
+    const int sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
+    int per_sm = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBwdThreads, smem));
+    FG_ASSERT(per_sm > 0, "layernorm backward kernel does not fit on an SM: ", smem, " bytes of shared memory");
+    return int(std::min<int64_t>(ceil_div(N, kBwdWarps), int64_t(sms) * per_sm));
+  }
+};
 
 }  // namespace
 
@@ -283,11 +421,14 @@ void layernorm_forward(Tensor residual, Tensor out, Tensor mean, Tensor rstd, Te
   });
 }
 
-// Sized for whichever dtype needs more blocks (the caller does not say which it uses).
+// Sized for whichever dtype and kernel needs more blocks (the caller does not say which
+// it uses, and FLASHGPT_LN_BWD may change between plan and call).
 size_t layernorm_backward_scratch_bytes(int64_t N, int64_t C) {
   int64_t blocks = 0;
-  if (N > 0 && backward_packs<float>(C)) blocks = std::max<int64_t>(blocks, backward_blocks<float>(N, int(C)));
-  if (N > 0 && backward_packs<bf16>(C)) blocks = std::max<int64_t>(blocks, backward_blocks<bf16>(N, int(C)));
+  for (bool staged : {false, true}) {
+    if (N > 0 && backward_packs<float>(C)) blocks = std::max<int64_t>(blocks, BackwardLaunch<float>(staged, int(C)).blocks(N));
+    if (N > 0 && backward_packs<bf16>(C)) blocks = std::max<int64_t>(blocks, BackwardLaunch<bf16>(staged, int(C)).blocks(N));
+  }
   return size_t(blocks) * 2 * size_t(C) * sizeof(float);
 }
 
@@ -307,17 +448,18 @@ void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, 
                 aligned16(weight.data), "layernorm needs 16-byte aligned tensors");
   if (N == 0) return;
   int blocks = 0;
+  const bool staged = staged_backward();
   FG_DISPATCH_FLOAT(inp.dtype, T, {
     constexpr int P = Pack<T>::N;
     FG_ASSERT(C % P == 0, "C=", C, " must be a multiple of ", P);
     FG_ASSERT(backward_packs<T>(C) > 0, "layernorm_backward takes C ≤ ",
               kWarpSize * P * kBwdMaxPacks<T>, " in this dtype, got ", C);
     // The scratch holds (blocks, 2, C) fp32, blocks as layernorm_backward_scratch_bytes.
-    blocks = backward_blocks<T>(N, C);
-    backward_kernel<T>(backward_packs<T>(C))
-        <<<blocks, kBwdThreads, 2 * size_t(C) * sizeof(float), stream>>>(
-            dinp.as<T>(), static_cast<float*>(scratch), dout.as<T>(), inp.as<T>(),
-            weight.as<T>(), mean.as<float>(), rstd.as<float>(), N, C);
+    const BackwardLaunch<T> launch(staged, C);
+    blocks = launch.blocks(N);
+    launch.kernel<<<blocks, kBwdThreads, launch.smem, stream>>>(
+        dinp.as<T>(), static_cast<float*>(scratch), dout.as<T>(), inp.as<T>(), weight.as<T>(), mean.as<float>(),
+        rstd.as<float>(), N, C);
     CUDA_CHECK_LAUNCH();
   });
   dim3 reduce_block(kReduceCols, kReduceSlices);

@@ -23,7 +23,9 @@
 // (cuBLASLt's layouts are 64-bit; tests/cuda/test_cuda_int64.cu checks N·4C > 2^31).
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "src/cuda/device_context.h"
@@ -86,7 +88,7 @@ Matmul::~Matmul() {
   for (auto& kv : plans_) delete kv.second;
 }
 
-bool Matmul::run(const Gemm& g, cudaStream_t stream, bool allow_fail) {
+bool Matmul::run(const Gemm& g, cudaStream_t stream, bool allow_fail, void* workspace) {
   FG_ASSERT(g.m > 0 && g.n > 0 && g.k > 0, "gemm sizes ", g.m, "x", g.n, "x", g.k);
   bool has_bias = g.epilogue == Epilogue::bias || g.epilogue == Epilogue::gelu_aux_bias;
   bool has_aux = g.epilogue == Epilogue::gelu_aux || g.epilogue == Epilogue::gelu_aux_bias ||
@@ -158,8 +160,8 @@ bool Matmul::run(const Gemm& g, cudaStream_t stream, bool allow_fail) {
   if (has_aux)
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux));
   CUBLAS_CHECK(cublasLtMatmul(ctx_.cublaslt(), plan->op, &g.alpha, g.A, plan->a, g.B, plan->b,
-                              &g.beta, g.D, plan->d, g.D, plan->d, &plan->algo, ctx_.workspace(),
-                              ctx_.workspace_bytes(), stream));
+                              &g.beta, g.D, plan->d, g.D, plan->d, &plan->algo,
+                              workspace ? workspace : ctx_.workspace(), ctx_.workspace_bytes(), stream));
   return true;
 }
 
@@ -201,6 +203,21 @@ void Matmul::forward(const MatmulForward& a, cudaStream_t stream) {
   run(g, stream);
 }
 
+// FLASHGPT_MATMUL_OVERLAP = 1 (the default) | 0: whether the weight gradient runs on the
+// side stream beside the input gradient (Matmul::backward).
+bool overlap_weight_grad() {
+  const char* env = std::getenv("FLASHGPT_MATMUL_OVERLAP");
+  const std::string v = env && *env ? env : "1";
+  if (v != "0" && v != "1") fail_input("FLASHGPT_MATMUL_OVERLAP must be 0 or 1, got '", v, "'");
+  return v == "1";
+}
+
+// dinp on `stream`; dweight and dbias on the context's side stream when both gradients
+// are wanted, so that the weight GEMM (few output tiles: (C, OC) = 768 × 3072 is 72
+// tiles of 128 × 256 for 132 SMs) shares the GPU with the input GEMM instead of leaving
+// SMs idle. The side stream starts after everything queued on `stream` and `stream`
+// waits for it before this returns, so callers see one ordered stream as before. Each
+// GEMM runs the same algorithm either way: the results are the same bits.
 void Matmul::backward(const MatmulBackward& a, void* scratch, cudaStream_t stream) {
   int C = int(a.weight.shape[1]), OC = int(a.weight.shape[0]);
   int64_t N = a.inp.numel() / C;
@@ -214,6 +231,9 @@ void Matmul::backward(const MatmulBackward& a, void* scratch, cudaStream_t strea
   FG_ASSERT(!a.dinp.defined() || (a.dinp.numel() == N * C && a.dinp.dtype == a.inp.dtype), "dinp (N, C)");
   FG_ASSERT(a.dout.dtype == a.inp.dtype && a.weight.dtype == a.inp.dtype, "matmul dtypes differ");
   FG_ASSERT(N <= INT32_MAX, "matmul: N = ", N, " rows; cuBLASLt takes m, n, k as int");
+  const bool side = a.dinp.defined() && (a.dweight.defined() || a.dbias.defined()) && overlap_weight_grad();
+  const cudaStream_t wstream = side ? ctx_.side_stream() : stream;
+  if (side) ctx_.order_after(wstream, stream);
   if (a.dinp.defined()) {
     // dinpᶜ(C,N) = Wᶜ(C,OC) · doutᶜ(OC,N)  [∘ GELU'(dinp_gelu_pre)]
     Gemm g;
@@ -246,9 +266,10 @@ void Matmul::backward(const MatmulBackward& a, void* scratch, cudaStream_t strea
     g.B = a.dout.data; g.ldb = OC; g.b_type = a.dout.dtype;
     g.D = a.dweight.data; g.ldd = C; g.d_type = DType::f32;
     g.beta = 1.f;  // accumulate into dweight
-    run(g, stream);
+    run(g, wstream, /*allow_fail=*/false, side ? ctx_.side_workspace() : nullptr);
   }
-  if (a.dbias.defined()) bias_grad(a.dbias, a.dout, scratch, stream);
+  if (a.dbias.defined()) bias_grad(a.dbias, a.dout, scratch, wstream);
+  if (side) ctx_.order_after(stream, wstream);
 }
 
 }  // namespace flashgpt::cuda

@@ -1,6 +1,6 @@
 // Helpers of the GPU micro-benchmarks (`bench attention`, `bench decode`, the roofline of
-// `bench train --breakdown`): device memory freed on scope exit, random bf16 fills, and
-// the median time of a call by CUDA events.
+// `bench train --breakdown`): device memory freed on scope exit, random bf16 fills, the
+// median time of a call by CUDA events, and an L2 flush that leaves no dirty lines.
 #pragma once
 #include <cuda_runtime.h>
 #include <algorithm>
@@ -58,6 +58,13 @@ inline void fill_random_bf16(void* dst, size_t n, size_t offset = 0) {
   for (size_t at = first; at < n; at += first)
     CUDA_CHECK(cudaMemcpy(d + at, d, std::min(first, n - at) * 2, cudaMemcpyDeviceToDevice));
 }
+
+// Reads `bytes` (a multiple of 16) of `buf` with ordinary loads on `stream`. With a
+// buffer far larger than the L2, the L2 afterwards holds clean lines of `buf` only: what
+// was cached is evicted, and dirty lines are written back during this call, not during
+// the next one (a flush by writing leaves the L2 full of dirty lines, whose write-back
+// the next kernel's reads then pay for). src/cuda/bench_util.cu.
+void read_through_l2(const void* buf, size_t bytes, cudaStream_t stream);
 
 // The median of `iters` calls of fn after `warmup` untimed ones, timed by CUDA events on
 // `stream`; before() runs ahead of every call, outside the timing (an L2 flush, say).

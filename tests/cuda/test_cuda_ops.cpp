@@ -4,6 +4,8 @@
 // cuda_test_util.h. Also: determinism of the reductions (bitwise equal on re-run),
 // AdamW's stochastic rounding, cuBLASLt plan caching. Skips without a GPU.
 #include <cmath>
+#include <map>
+#include <string>
 #include "kernels/cuda/cuda_kernels.h"
 #include "tests/cuda/cuda_test_util.h"
 
@@ -71,11 +73,16 @@ TEST_F(CudaOps, RopeForwardAndInverse) {
     }
 }
 
+// Both backward kernels (FLASHGPT_LN_BWD), on 111 rows (at most one per warp) and on
+// 8,197 rows (several per warp: the staged kernel's pipeline turns over, and the last
+// warps get one row fewer).
 TEST_F(CudaOps, LayerNormForwardBackward) {
+  for (const char* kernel : {"staged", "registers"})
   for (DType dt : kDtypes)
-    for (int C : {768, 1600}) {
-      auto rng = test_rng(int(dt) * 7 + C);
-      const int64_t N = kB * kT;
+    for (int C : {768, 1600})
+    for (int64_t N : {int64_t(kB) * kT, int64_t(8197)}) {
+      ScopedEnv env("FLASHGPT_LN_BWD", kernel);
+      auto rng = test_rng(int(dt) * 7 + C + int(N));
       OpCase c;
       // Multiples of 1/16 in [-4, 4]: their sums are exact in bf16, so the residual is
       // the same in every precision and only the layernorm's own rounding is compared.
@@ -103,8 +110,21 @@ TEST_F(CudaOps, LayerNormForwardBackward) {
                                        a["inp2"], a["w"], a["b"]);
         ops.layernorm_backward(a["dinp"], a["dw"], a["db"], a["dout"], a["residual"], a["w"],
                                a["mean"], a["rstd"]);
-      }, "layernorm C=" + std::to_string(C));
+      }, cat("layernorm C=", C, " N=", N, " backward kernel ", kernel));
     }
+}
+
+// A bad FLASHGPT_LN_BWD is an InputError, raised before anything is read (the tensors
+// below point at a small host buffer and are never dereferenced).
+TEST_F(CudaOps, LayerNormRejectsBadBackwardKernel) {
+  alignas(16) static unsigned char dummy[256];
+  const int64_t N = 2, C = 8;
+  Tensor act(dummy, DType::bf16, Device::cuda, {N, C}), w(dummy, DType::bf16, Device::cuda, {C});
+  Tensor grad(dummy, DType::f32, Device::cuda, {C}), stat(dummy, DType::f32, Device::cuda, {N});
+  for (const char* bad : {"fast", "Staged"}) {
+    ScopedEnv env("FLASHGPT_LN_BWD", bad);
+    EXPECT_THROW(cuda::layernorm_backward(act, grad, grad, act, act, w, stat, stat, dummy, nullptr), InputError) << bad;
+  }
 }
 
 TEST_F(CudaOps, GeluForwardBackward) {
@@ -518,6 +538,53 @@ TEST_F(CudaOps, BackwardReductionsAreDeterministic) {
   auto second = c.run(*gpu_, DType::bf16, body);
   for (const char* k : {"dwte", "dwpe", "dinp", "dw", "db", "ss", "mdw", "mdb"})
     EXPECT_TRUE(first[k] == second[k]) << k << " differs between two identical runs";
+}
+
+// The weight gradient on the side stream (FLASHGPT_MATMUL_OVERLAP=1, the default) gives
+// the bits of the one-stream order, with dweight and dbias accumulating onto what they
+// held, the fused DGELU epilogue on the input gradient, and a back-to-back second call
+// (the side stream of the first must be joined before the second reads and writes).
+TEST_F(CudaOps, MatmulBackwardOverlapGivesTheSameBits) {
+  auto rng = test_rng();
+  const int C = 768, OC = 3072;
+  const int64_t N = 4099;
+  OpCase c;
+  c.add("inp", {N, C}, Kind::act, uniform(N * C, rng));
+  c.add("w", {OC, C}, Kind::act, uniform(int64_t(OC) * C, rng, -0.1, 0.1));
+  c.add("dout", {N, OC}, Kind::act, uniform(N * OC, rng));
+  c.add("pre", {N, C}, Kind::act, uniform(N * C, rng, -3, 3));
+  c.add("dinp", {N, C}, Kind::act);
+  c.add("dw", {OC, C}, Kind::grad, uniform(int64_t(OC) * C, rng));
+  c.add("db", {OC}, Kind::grad, uniform(OC, rng));
+  auto body = [](Ops& ops, OpCase& a) {
+    MatmulBackward m;
+    m.dinp = a["dinp"]; m.dweight = a["dw"]; m.dbias = a["db"]; m.dout = a["dout"]; m.inp = a["inp"];
+    m.weight = a["w"]; m.dinp_gelu_pre = a["pre"];
+    ops.matmul_backward(m);
+    ops.matmul_backward(m);  // dw, db accumulate twice; dinp written again
+  };
+  std::map<std::string, std::vector<double>> runs[2];
+  for (int overlap : {0, 1}) {
+    ScopedEnv env("FLASHGPT_MATMUL_OVERLAP", overlap ? "1" : "0");
+    runs[overlap] = c.run(*gpu_, DType::bf16, body);
+  }
+  for (const char* k : {"dinp", "dw", "db"}) EXPECT_TRUE(runs[0][k] == runs[1][k]) << k << " differs with the overlap";
+}
+
+// A bad FLASHGPT_MATMUL_OVERLAP is an InputError before anything runs (the tensors point
+// at a small host buffer and are never dereferenced).
+TEST_F(CudaOps, MatmulRejectsBadOverlapSwitch) {
+  cuda::Matmul mm(*ctx_);
+  alignas(256) static unsigned char dummy[1024];
+  const int64_t N = 2, C = 8;
+  MatmulBackward b;
+  b.dinp = b.dout = b.inp = Tensor(dummy, DType::bf16, Device::cuda, {N, C});
+  b.weight = Tensor(dummy, DType::bf16, Device::cuda, {C, C});
+  b.dweight = Tensor(dummy, DType::f32, Device::cuda, {C, C});
+  for (const char* bad : {"yes", "2"}) {
+    ScopedEnv env("FLASHGPT_MATMUL_OVERLAP", bad);
+    EXPECT_THROW(mm.backward(b, nullptr, ctx_->main_stream()), InputError) << bad;
+  }
 }
 
 TEST_F(CudaOps, MatmulPlansAreCachedPerShape) {
