@@ -237,7 +237,10 @@ class Ops {
 std::unique_ptr<Ops> make_cpu_ops();
 #ifdef FLASHGPT_WITH_CUDA
 class DeviceContext;
-std::unique_ptr<Ops> make_cuda_ops(DeviceContext& ctx);
+// tune_gemms: time cuBLASLt's candidate algorithms in place during each GEMM shape's first
+// calls and keep the fastest (kernels/cuda/matmul.cu); the choice depends on timings, so
+// it is for training runs, not for tests that compare bits.
+std::unique_ptr<Ops> make_cuda_ops(DeviceContext& ctx, bool tune_gemms = false);
 #endif
 
 }  // namespace flashgpt

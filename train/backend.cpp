@@ -51,7 +51,7 @@ Backend make_backend(const std::string& device, const std::string& precision, in
     if (precision == "fp64") fail_input("train.precision fp64 is only supported on the CPU");
     b.dtype = precision == "fp32" ? DType::f32 : DType::bf16;
     auto ctx = std::make_shared<DeviceContext>(pick_gpu(local_rank, local_world));
-    b.ops = make_cuda_ops(*ctx);
+    b.ops = make_cuda_ops(*ctx, /*tune_gemms=*/b.dtype == DType::bf16 && gemm_tuning_requested());
     b.gpu_name = ctx->props().name;
     b.context = ctx;
     b.peak_tflops = known_peak_tflops(b.gpu_name);
@@ -87,6 +87,13 @@ AttentionAlgo attention_algo(const Config& c) {
 bool deterministic_requested() {
   const char* env = std::getenv("FLASHGPT_DETERMINISTIC");
   return env && std::string(env) == "1";
+}
+
+bool gemm_tuning_requested() {
+  const char* env = std::getenv("FLASHGPT_GEMM_TUNE");
+  const std::string v = env && *env ? env : "1";
+  if (v != "0" && v != "1") fail_input("FLASHGPT_GEMM_TUNE must be 0 or 1, got '", v, "'");
+  return v == "1" && !deterministic_requested();
 }
 
 ModelOptions model_options(const Config& c) {

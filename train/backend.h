@@ -45,6 +45,9 @@ AttentionAlgo attention_algo(const Config& c);  // model.attention
 // model.attention, train.recompute, and FLASHGPT_DETERMINISTIC=1 from the environment.
 ModelOptions model_options(const Config& c);
 bool deterministic_requested();  // FLASHGPT_DETERMINISTIC=1
+// FLASHGPT_GEMM_TUNE = 1 (the default) | 0, and never in deterministic mode: whether a
+// CUDA backend in bf16 times cuBLASLt's candidate algorithms in place (Matmul::tune).
+bool gemm_tuning_requested();
 AdamWConfig adamw_config(const Config& c);
 
 }  // namespace flashgpt

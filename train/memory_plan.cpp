@@ -105,7 +105,7 @@ MemoryPlan plan_memory(const Config& c, const PlanTarget& target) {
       add("op scratch", "attention dQ accumulator (fp32)", size_t(N) * size_t(C) * 4 + 16);
     add("op scratch", naive ? "reductions, token sort, naive dP (largest)" : "reductions, token sort (largest)",
         cuda_scratch_bytes(N, C, H, p.T, target.dtype, naive));
-    add("workspace", "cuBLASLt workspaces (main and side stream)", 2 * kCublasWorkspaceBytes);
+    add("workspace", "cuBLASLt workspace", kCublasWorkspaceBytes);
   } else {
     // kernels/cpu/matmul.cpp: the calling thread's transposition buffer, grown to the
     // largest of Wᵀ (C × OC) and doutᵀ (N × OC) over the model's matmuls.

@@ -83,6 +83,11 @@ struct Gemm {
   void* aux = nullptr;            // (m, n) ld = m, of d_type, for gelu_aux and dgelu
 };
 
+// Algorithm choice: cuBLASLt's first heuristic candidate; or, with tuning on (training
+// in bf16, Matmul::tune), the fastest of its first candidates as timed inside the run
+// itself: a new shape's first calls cycle through them, each call timed by CUDA events
+// on the real operands in its place in the step, and once every candidate has been
+// timed the one with the lowest median is kept (matmul.cu, Matmul::Tuning).
 class Matmul {
  public:
   explicit Matmul(DeviceContext& ctx);
@@ -94,13 +99,18 @@ class Matmul {
   void forward(const MatmulForward& a, cudaStream_t stream);
   void backward(const MatmulBackward& a, void* scratch, cudaStream_t stream);
   // Returns false (without running) only when allow_fail and no algorithm exists.
-  // workspace: ctx's cuBLASLt workspace when null (one per stream that runs GEMMs).
-  bool run(const Gemm& g, cudaStream_t stream, bool allow_fail = false, void* workspace = nullptr);
+  bool run(const Gemm& g, cudaStream_t stream, bool allow_fail = false);
   size_t cached_plans() const { return plans_.size(); }
+  // Tuning for the plans made from now on (bf16 GEMMs only; fp32 is the exact mode).
+  void tune(bool on) { tune_ = on; }
+  // Plans whose tuning is still running.
+  size_t plans_tuning() const;
 
  private:
   struct Plan;
+  struct Tuning;
   DeviceContext& ctx_;
+  bool tune_ = false;
   std::unordered_map<std::string, Plan*> plans_;  // key: shapes, types, epilogue, alignment
 };
 

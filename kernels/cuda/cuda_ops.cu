@@ -247,6 +247,8 @@ class CudaOps final : public Ops {
     cuda::scale(x, s, stream());
   }
 
+  void tune_gemms(bool on) { matmul_.tune(on); }
+
  private:
   cudaStream_t stream() const { return ctx_.main_stream(); }
 
@@ -259,6 +261,10 @@ class CudaOps final : public Ops {
 
 }  // namespace
 
-std::unique_ptr<Ops> make_cuda_ops(DeviceContext& ctx) { return std::make_unique<CudaOps>(ctx); }
+std::unique_ptr<Ops> make_cuda_ops(DeviceContext& ctx, bool tune_gemms) {
+  auto ops = std::make_unique<CudaOps>(ctx);
+  ops->tune_gemms(tune_gemms);
+  return ops;
+}
 
 }  // namespace flashgpt

@@ -21,11 +21,16 @@
 // plain GEMM followed by the elementwise GELU kernels (gelu.cu).
 // Sizes: m, n, k are int (N < 2^31 rows); matrices may hold more than 2^31 elements
 // (cuBLASLt's layouts are 64-bit; tests/cuda/test_cuda_int64.cu checks N·4C > 2^31).
+// Tuning (Matmul::tune, on in bf16 training): the heuristic's first candidates are timed
+// in place, during the run's first calls of each shape. Timing a candidate alone, on warm
+// operands before the run, was tried (BENCHMARKS.md, fifth session) and picked
+// algorithms that were slower inside the step for three of the ten shapes.
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
 #include <cstring>
-#include <string>
+#include <deque>
+#include <memory>
+#include <vector>
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "src/cuda/device_context.h"
@@ -69,11 +74,61 @@ int alignment(const void* p) {
 
 }  // namespace
 
+// The in-place timing of a plan's candidates. Each call takes the candidate launched the
+// fewest times so far, between two events; the events are read at later calls once they
+// have completed (never waited for). A candidate's first call is not counted (it may
+// include loading its kernel); once each has kTimedRuns more, the lowest median wins.
+struct Matmul::Tuning {
+  static constexpr int kCandidates = 8, kTimedRuns = 2;
+  struct Trial {
+    int cand;
+    cudaEvent_t start, stop;
+  };
+  std::vector<cublasLtMatmulAlgo_t> cands;
+  std::vector<int> launched;
+  std::vector<std::vector<float>> ms;
+  std::deque<Trial> trials;  // launched, not yet read
+
+  ~Tuning() {
+    for (const Trial& t : trials) cudaEventDestroy(t.start), cudaEventDestroy(t.stop);
+  }
+  // Reads the trials that have finished, oldest first.
+  void harvest() {
+    while (!trials.empty()) {
+      const Trial t = trials.front();
+      const cudaError_t q = cudaEventQuery(t.stop);
+      if (q == cudaErrorNotReady) break;
+      CUDA_CHECK(q);
+      float x = 0.f;
+      CUDA_CHECK(cudaEventElapsedTime(&x, t.start, t.stop));
+      ms[size_t(t.cand)].push_back(x);
+      CUDA_CHECK(cudaEventDestroy(t.start));
+      CUDA_CHECK(cudaEventDestroy(t.stop));
+      trials.pop_front();
+    }
+  }
+  // The winner once every candidate has its timed runs, else -1.
+  int winner() const {
+    int best = -1;
+    float best_ms = 0.f;
+    for (size_t c = 0; c < cands.size(); ++c) {
+      if (ms[c].size() < size_t(1 + kTimedRuns)) return -1;
+      std::vector<float> v(ms[c].begin() + 1, ms[c].end());  // the first run is not counted
+      std::sort(v.begin(), v.end());
+      const float med = v.size() % 2 ? v[v.size() / 2] : 0.5f * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+      if (best < 0 || med < best_ms) best = int(c), best_ms = med;
+    }
+    return best;
+  }
+  int next() const { return int(std::min_element(launched.begin(), launched.end()) - launched.begin()); }
+};
+
 struct Matmul::Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
   bool found = false;
+  std::unique_ptr<Tuning> tuning;  // while the candidates are being timed
   ~Plan() {
     if (a) cublasLtMatrixLayoutDestroy(a);
     if (b) cublasLtMatrixLayoutDestroy(b);
@@ -88,7 +143,13 @@ Matmul::~Matmul() {
   for (auto& kv : plans_) delete kv.second;
 }
 
-bool Matmul::run(const Gemm& g, cudaStream_t stream, bool allow_fail, void* workspace) {
+size_t Matmul::plans_tuning() const {
+  size_t n = 0;
+  for (const auto& kv : plans_) n += kv.second->tuning != nullptr;
+  return n;
+}
+
+bool Matmul::run(const Gemm& g, cudaStream_t stream, bool allow_fail) {
   FG_ASSERT(g.m > 0 && g.n > 0 && g.k > 0, "gemm sizes ", g.m, "x", g.n, "x", g.k);
   bool has_bias = g.epilogue == Epilogue::bias || g.epilogue == Epilogue::gelu_aux_bias;
   bool has_aux = g.epilogue == Epilogue::gelu_aux || g.epilogue == Epilogue::gelu_aux_bias ||
@@ -139,14 +200,23 @@ bool Matmul::run(const Gemm& g, cudaStream_t stream, bool allow_fail, void* work
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ad, sizeof ad));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ad, sizeof ad));
-    cublasLtMatmulHeuristicResult_t result{};
+    const bool tune = tune_ && g.a_type == DType::bf16 && g.b_type == DType::bf16;
+    cublasLtMatmulHeuristicResult_t results[Tuning::kCandidates]{};
     int count = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx_.cublaslt(), plan->op, plan->a, plan->b,
-                                                       plan->d, plan->d, pref, 1, &result, &count);
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx_.cublaslt(), plan->op, plan->a, plan->b, plan->d, plan->d,
+                                                       pref, tune ? Tuning::kCandidates : 1, results, &count);
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     if (st == CUBLAS_STATUS_SUCCESS && count > 0) {
-      plan->algo = result.algo;
+      plan->algo = results[0].algo;
       plan->found = true;
+      if (count > 1) {
+        auto t = std::make_unique<Tuning>();
+        for (int i = 0; i < count; ++i)
+          if (results[i].state == CUBLAS_STATUS_SUCCESS) t->cands.push_back(results[i].algo);
+        t->launched.assign(t->cands.size(), 0);
+        t->ms.resize(t->cands.size());
+        if (t->cands.size() > 1) plan->tuning = std::move(t);
+      }
     } else if (!allow_fail && st != CUBLAS_STATUS_NOT_SUPPORTED) {
       CUBLAS_CHECK(st);  // a real error (not just "no algorithm for this combination")
     }
@@ -159,9 +229,31 @@ bool Matmul::run(const Gemm& g, cudaStream_t stream, bool allow_fail, void* work
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
   if (has_aux)
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux));
+  Tuning* t = plan->tuning.get();
+  if (t) {
+    t->harvest();
+    const int best = t->winner();
+    if (best >= 0) {
+      plan->algo = t->cands[size_t(best)];
+      plan->tuning.reset();
+      t = nullptr;
+    }
+  }
+  const int cand = t ? t->next() : -1;
+  Tuning::Trial trial{cand, nullptr, nullptr};
+  if (t) {
+    CUDA_CHECK(cudaEventCreate(&trial.start));
+    CUDA_CHECK(cudaEventCreate(&trial.stop));
+    CUDA_CHECK(cudaEventRecord(trial.start, stream));
+  }
   CUBLAS_CHECK(cublasLtMatmul(ctx_.cublaslt(), plan->op, &g.alpha, g.A, plan->a, g.B, plan->b,
-                              &g.beta, g.D, plan->d, g.D, plan->d, &plan->algo,
-                              workspace ? workspace : ctx_.workspace(), ctx_.workspace_bytes(), stream));
+                              &g.beta, g.D, plan->d, g.D, plan->d, t ? &t->cands[size_t(cand)] : &plan->algo,
+                              ctx_.workspace(), ctx_.workspace_bytes(), stream));
+  if (t) {
+    CUDA_CHECK(cudaEventRecord(trial.stop, stream));
+    t->trials.push_back(trial);
+    ++t->launched[size_t(cand)];
+  }
   return true;
 }
 
@@ -203,21 +295,6 @@ void Matmul::forward(const MatmulForward& a, cudaStream_t stream) {
   run(g, stream);
 }
 
-// FLASHGPT_MATMUL_OVERLAP = 1 (the default) | 0: whether the weight gradient runs on the
-// side stream beside the input gradient (Matmul::backward).
-bool overlap_weight_grad() {
-  const char* env = std::getenv("FLASHGPT_MATMUL_OVERLAP");
-  const std::string v = env && *env ? env : "1";
-  if (v != "0" && v != "1") fail_input("FLASHGPT_MATMUL_OVERLAP must be 0 or 1, got '", v, "'");
-  return v == "1";
-}
-
-// dinp on `stream`; dweight and dbias on the context's side stream when both gradients
-// are wanted, so that the weight GEMM (few output tiles: (C, OC) = 768 × 3072 is 72
-// tiles of 128 × 256 for 132 SMs) shares the GPU with the input GEMM instead of leaving
-// SMs idle. The side stream starts after everything queued on `stream` and `stream`
-// waits for it before this returns, so callers see one ordered stream as before. Each
-// GEMM runs the same algorithm either way: the results are the same bits.
 void Matmul::backward(const MatmulBackward& a, void* scratch, cudaStream_t stream) {
   int C = int(a.weight.shape[1]), OC = int(a.weight.shape[0]);
   int64_t N = a.inp.numel() / C;
@@ -231,9 +308,6 @@ void Matmul::backward(const MatmulBackward& a, void* scratch, cudaStream_t strea
   FG_ASSERT(!a.dinp.defined() || (a.dinp.numel() == N * C && a.dinp.dtype == a.inp.dtype), "dinp (N, C)");
   FG_ASSERT(a.dout.dtype == a.inp.dtype && a.weight.dtype == a.inp.dtype, "matmul dtypes differ");
   FG_ASSERT(N <= INT32_MAX, "matmul: N = ", N, " rows; cuBLASLt takes m, n, k as int");
-  const bool side = a.dinp.defined() && (a.dweight.defined() || a.dbias.defined()) && overlap_weight_grad();
-  const cudaStream_t wstream = side ? ctx_.side_stream() : stream;
-  if (side) ctx_.order_after(wstream, stream);
   if (a.dinp.defined()) {
     // dinpᶜ(C,N) = Wᶜ(C,OC) · doutᶜ(OC,N)  [∘ GELU'(dinp_gelu_pre)]
     Gemm g;
@@ -266,10 +340,9 @@ void Matmul::backward(const MatmulBackward& a, void* scratch, cudaStream_t strea
     g.B = a.dout.data; g.ldb = OC; g.b_type = a.dout.dtype;
     g.D = a.dweight.data; g.ldd = C; g.d_type = DType::f32;
     g.beta = 1.f;  // accumulate into dweight
-    run(g, wstream, /*allow_fail=*/false, side ? ctx_.side_workspace() : nullptr);
+    run(g, stream);
   }
-  if (a.dbias.defined()) bias_grad(a.dbias, a.dout, scratch, wstream);
-  if (side) ctx_.order_after(stream, wstream);
+  if (a.dbias.defined()) bias_grad(a.dbias, a.dout, scratch, stream);
 }
 
 }  // namespace flashgpt::cuda

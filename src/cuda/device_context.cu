@@ -13,8 +13,6 @@ DeviceContext::DeviceContext(int device) : device_(device) {
   CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
   CUDA_CHECK(cudaStreamCreateWithFlags(&main_stream_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
-  CUDA_CHECK(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
-  CUDA_CHECK(cudaEventCreateWithFlags(&order_event_, cudaEventDisableTiming));
   CUBLAS_CHECK(cublasLtCreate(&cublaslt_));
   CUBLAS_CHECK(cublasCreate(&cublas_));
   CUBLAS_CHECK(cublasSetStream(cublas_, main_stream_));
@@ -22,25 +20,14 @@ DeviceContext::DeviceContext(int device) : device_(device) {
   CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
   CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
   CUBLAS_CHECK(cublasSetWorkspace(cublas_, workspace_, kWorkspaceBytes));
-  CUDA_CHECK(cudaMalloc(&side_workspace_, kWorkspaceBytes));
-}
-
-void DeviceContext::order_after(cudaStream_t to, cudaStream_t from) {
-  // One event serves every call: cudaStreamWaitEvent captures its state at the call.
-  CUDA_CHECK(cudaEventRecord(order_event_, from));
-  CUDA_CHECK(cudaStreamWaitEvent(to, order_event_, 0));
 }
 
 DeviceContext::~DeviceContext() {
   // Destructors must not throw: report and carry on.
   if (main_stream_) cudaStreamSynchronize(main_stream_);
-  if (side_stream_) cudaStreamSynchronize(side_stream_);
   if (cublas_) cublasDestroy(cublas_);
   if (cublaslt_) cublasLtDestroy(cublaslt_);
   if (workspace_) cudaFree(workspace_);
-  if (side_workspace_) cudaFree(side_workspace_);
-  if (order_event_) cudaEventDestroy(order_event_);
-  if (side_stream_) cudaStreamDestroy(side_stream_);
   if (comm_stream_) cudaStreamDestroy(comm_stream_);
   if (main_stream_) cudaStreamDestroy(main_stream_);
 }

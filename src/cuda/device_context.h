@@ -2,10 +2,7 @@
 // the caller creates once and passes by reference (no globals): the device ordinal,
 // its properties, the main compute stream, a stream for communication, the cuBLAS and
 // cuBLASLt handles and the cuBLASLt workspace. All kernels of one training step run
-// on main_stream() in order, so no op needs to synchronise with another; the one
-// exception is inside Matmul::backward, which runs the weight-gradient GEMM on
-// side_stream() (with its own workspace) beside the input-gradient GEMM and joins it
-// back into the main stream before it returns.
+// on main_stream() in order, so no op needs to synchronise with another.
 #pragma once
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -32,10 +29,6 @@ class DeviceContext {
   cublasHandle_t cublas() const { return cublas_; }  // bound to main_stream()
   void* workspace() const { return workspace_; }
   size_t workspace_bytes() const { return kWorkspaceBytes; }
-  cudaStream_t side_stream() const { return side_stream_; }
-  void* side_workspace() const { return side_workspace_; }  // kWorkspaceBytes, for side_stream()
-  // Makes `to` wait for the work queued on `from` so far (an event, no host wait).
-  void order_after(cudaStream_t to, cudaStream_t from);
   void synchronize() const;
 
   // 32 MiB: what cuBLAS recommends for Hopper (the larger split-K / stream-K
@@ -47,12 +40,9 @@ class DeviceContext {
   cudaDeviceProp props_{};
   cudaStream_t main_stream_ = nullptr;
   cudaStream_t comm_stream_ = nullptr;
-  cudaStream_t side_stream_ = nullptr;
-  cudaEvent_t order_event_ = nullptr;
   cublasLtHandle_t cublaslt_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   void* workspace_ = nullptr;
-  void* side_workspace_ = nullptr;
 };
 
 // Number of visible CUDA devices; 0 (not an error) when there is no driver or GPU.
