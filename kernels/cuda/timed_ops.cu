@@ -3,6 +3,7 @@
 #include "kernels/cuda/timed_ops.h"
 #include <algorithm>
 #include <cstdio>
+#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/op_work.h"
 #include "src/cuda/bench_util.h"
 #include "src/cuda/cuda_check.h"
@@ -218,7 +219,10 @@ Roofline measure_roofline(Ops& ops, DeviceContext& ctx) {
     mm.out = Tensor(p[0], DType::bf16, Device::cuda, {n, n});
     mm.inp = Tensor(p[1], DType::bf16, Device::cuda, {n, n});
     mm.weight = Tensor(p[2], DType::bf16, Device::cuda, {n, n});
-    const double ms = time_ms([&] { ops.matmul_forward(mm); });
+    // A Matmul of its own, untuned (cuBLASLt's first candidate): the op set's may be
+    // tuning, and would time several algorithms here.
+    cuda::Matmul gemm(ctx);
+    const double ms = time_ms([&] { gemm.forward(mm, stream); });
     r.gemm_tflops = 2.0 * double(n) * n * n / (ms * 1e-3) / 1e12;
     for (void* x : p) ops.free(x);
   }
