@@ -73,7 +73,11 @@ TEST_F(CudaOps, RopeForwardAndInverse) {
 
 // Both backward kernels (FLASHGPT_LN_BWD), on 111 rows (at most one per warp) and on
 // 8,197 (C = 768) or 3,001 (C = 1600) rows: several per warp, so the staged kernel's
-// pipeline turns over, and the last warps get one row fewer.
+// pipeline turns over, and the last warps get one row fewer. Not 8,197 at C = 1600: there
+// the fp32 *forward* (out_plain, 13.1M elements) had 3 elements just past the bound
+// (error/bound 1.10) while both backward kernels stayed within 0.6 of theirs
+// (BENCHMARKS.md, eighth session): an open question about the forward kernel's fp32
+// accuracy at wide rows, not settled by this test.
 TEST_F(CudaOps, LayerNormForwardBackward) {
   for (const char* kernel : {"staged", "registers"})
   for (DType dt : kDtypes)
