@@ -35,7 +35,8 @@ static int pick_gpu(int local_rank, int local_world) {
 }
 #endif
 
-Backend make_backend(const std::string& device, const std::string& precision, int local_rank, int local_world) {
+Backend make_backend(const std::string& device, const std::string& precision, int local_rank, int local_world,
+                     bool training) {
   Backend b;
   bool use_cuda = device == "cuda" || (device == "auto" && cuda_available());
   if (device == "cuda" && !cuda_available())
@@ -51,7 +52,7 @@ Backend make_backend(const std::string& device, const std::string& precision, in
     if (precision == "fp64") fail_input("train.precision fp64 is only supported on the CPU");
     b.dtype = precision == "fp32" ? DType::f32 : DType::bf16;
     auto ctx = std::make_shared<DeviceContext>(pick_gpu(local_rank, local_world));
-    b.ops = make_cuda_ops(*ctx, /*tune_gemms=*/b.dtype == DType::bf16 && gemm_tuning_requested());
+    b.ops = make_cuda_ops(*ctx, /*tune_gemms=*/training && b.dtype == DType::bf16 && gemm_tuning_requested());
     b.gpu_name = ctx->props().name;
     b.context = ctx;
     b.peak_tflops = known_peak_tflops(b.gpu_name);

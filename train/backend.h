@@ -27,8 +27,11 @@ struct Backend {
 // device: auto | cpu | cuda; precision: auto | bf16 | fp32 | fp64. On CUDA, the
 // process takes GPU `local_rank` of the node (under mpirun: its rank among the node's
 // `local_world` processes); InputError when the node has fewer GPUs than processes.
+// training: the caller repeats the same step many times (train, bench train), so a bf16
+// CUDA backend tunes its GEMM algorithms in place (gemm_tuning_requested); eval, sample
+// and the memory measurements keep cuBLASLt's first choice, and with it their bits.
 Backend make_backend(const std::string& device, const std::string& precision, int local_rank = 0,
-                     int local_world = 1);
+                     int local_world = 1, bool training = false);
 // The communicator for this backend's tensors: NCCL on a GPU when the job was started
 // by an MPI launcher (also with one rank, so that path can be tested on one GPU), else
 // nullptr: use `host` itself (CPU tensors through MPI, or the single process).

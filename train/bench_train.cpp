@@ -57,7 +57,7 @@ void run_bench_train(const BenchTrainOptions& o, Communicator& host) {
   Config cfg = load_config(o.config, o.sets);
   const int world = host.world();
   const bool lead = host.rank() == 0;
-  Backend be = make_backend(cfg.run.device, cfg.train.precision, host.local_rank(), host.local_world());
+  Backend be = make_backend(cfg.run.device, cfg.train.precision, host.local_rank(), host.local_world(), /*training=*/true);
   if (be.dtype == DType::bf16) validate_bf16_model(cfg);  // precision auto resolved to bf16
   std::unique_ptr<Communicator> device_comm = make_device_communicator(be, host);
   Communicator& comm = device_comm ? *device_comm : host;

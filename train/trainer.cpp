@@ -102,7 +102,7 @@ TrainResult train(const Config& cfg, const std::string& resume, Communicator& ho
                t.batch_size, "·", t.seq_len, "·", world, " = ", micro_tokens);
   const int accum = int(total / micro_tokens);
 
-  Backend be = make_backend(cfg.run.device, t.precision, host.local_rank(), host.local_world());
+  Backend be = make_backend(cfg.run.device, t.precision, host.local_rank(), host.local_world(), /*training=*/true);
   if (be.dtype == DType::bf16) validate_bf16_model(cfg);  // precision auto resolved to bf16
   check_memory_fits(cfg, be, world, t.zero);  // before anything is allocated
   std::unique_ptr<Communicator> device_comm = make_device_communicator(be, host);
