@@ -33,6 +33,7 @@
 #include <vector>
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/gemm_tuning.h"
 #include "src/cuda/device_context.h"
 
 namespace flashgpt::cuda {
@@ -107,19 +108,8 @@ struct Matmul::Tuning {
       trials.pop_front();
     }
   }
-  // The winner once every candidate has its timed runs, else -1.
-  int winner() const {
-    int best = -1;
-    float best_ms = 0.f;
-    for (size_t c = 0; c < cands.size(); ++c) {
-      if (ms[c].size() < size_t(1 + kTimedRuns)) return -1;
-      std::vector<float> v(ms[c].begin() + 1, ms[c].end());  // the first run is not counted
-      std::sort(v.begin(), v.end());
-      const float med = v.size() % 2 ? v[v.size() / 2] : 0.5f * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-      if (best < 0 || med < best_ms) best = int(c), best_ms = med;
-    }
-    return best;
-  }
+  // The winner once every candidate has its timed runs, else -1 (gemm_tuning.h).
+  int winner() const { return fastest_candidate(ms, kTimedRuns); }
   int next() const { return int(std::min_element(launched.begin(), launched.end()) - launched.begin()); }
 };
 
