@@ -31,6 +31,7 @@ struct DecodeBenchOptions {
   int heads = 12, head_dim = 64;
   bool suite = false, json = false;
   std::string flush = "read";  // how the L2 is flushed before a timed call: read | write
+  int splits = 0;               // splits per (b, h); 0: the kernel's own plan
   int warmup = 3, iters = 10;
 };
 
@@ -52,20 +53,21 @@ void bench_one(int B, int H, int T, int D, const DecodeBenchOptions& opt, cudaSt
   a.k_cache = Tensor(k.ptr, DType::bf16, Device::cuda, {B, H, T, D});
   a.v_cache = Tensor(v.ptr, DType::bf16, Device::cuda, {B, H, T, D});
   a.B = B, a.H = H, a.D = D, a.T = T;
-  const size_t ws_bytes = cuda::flash_decode_workspace_bytes(a);
+  const size_t ws_bytes = cuda::flash_decode_workspace_bytes(a, opt.splits);
   DeviceMem ws(ws_bytes);
   if (ws_bytes) CUDA_CHECK(cudaMemset(ws.ptr, 0, ws_bytes));  // the split counters start at 0
   int call = 0;
-  const double med = bench::median_ms([&] { cuda::flash_decode(a, ws.ptr, ws_bytes, stream); }, opt.warmup, opt.iters,
-                                      stream, [&] {  // evict the cache from L2
-                                        if (opt.flush == "write")
-                                          CUDA_CHECK(cudaMemsetAsync(flush, call++ & 0xff, kFlushBytes, stream));
-                                        else
-                                          bench::read_through_l2(flush, kFlushBytes, stream);
-                                      });
+  auto decode = [&] { cuda::flash_decode(a, ws.ptr, ws_bytes, stream, opt.splits); };
+  auto evict = [&] {  // the cache out of L2
+    if (opt.flush == "write")
+      CUDA_CHECK(cudaMemsetAsync(flush, call++ & 0xff, kFlushBytes, stream));
+    else
+      bench::read_through_l2(flush, kFlushBytes, stream);
+  };
+  const double med = bench::median_ms(decode, opt.warmup, opt.iters, stream, evict);
   const double bytes = 2.0 * double(cache) * 2.0;
   const double tbs = bytes / (med * 1e-3) / 1e12;
-  const int splits = cuda::flash_decode_splits(a);
+  const int splits = cuda::flash_decode_splits(a, opt.splits);
   const std::string kernel = cuda::flash_decode_kernel(D);
   if (opt.json)
     std::printf("{\"B\": %d, \"H\": %d, \"T\": %d, \"D\": %d, \"ms\": %.5f, \"bytes\": %.0f, \"tbs\": %.4f, \"splits\": %d, "
@@ -113,6 +115,9 @@ void add_bench_decode_command(CLI::App& bench) {
   cmd->add_option("--head-dim", opt->head_dim, "head dim D (64 or 128)")->capture_default_str();
   cmd->add_flag("--suite", opt->suite, "T = 1K..256K, B = 1 and 16, (H, D) = (12, 64) and (16, 128)");
   cmd->add_flag("--json", opt->json, "one JSON object per shape");
+  cmd->add_option("--splits", opt->splits, "splits of each (b, h)'s cache (about; 0: the kernel's plan)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--flush", opt->flush, "L2 flush before each timed call: read (clean lines) or write (dirty lines)")
       ->capture_default_str()
       ->check(CLI::IsMember({"read", "write"}));
