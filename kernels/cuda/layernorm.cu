@@ -193,8 +193,8 @@ layernorm_backward_kernel(T* __restrict__ dinp, float* __restrict__ partials,
   for (int c = threadIdx.x; c < 2 * C; c += kBwdThreads) dst[c] = block_part[c];
 }
 
-// The same backward with each warp's rows streamed through shared memory (the default;
-// FLASHGPT_LN_BWD=registers runs the kernel above). Each lane copies its own packs of a
+// The same backward with each warp's rows streamed through shared memory (the default
+// wherever its shared memory fits a block; FLASHGPT_LN_BWD=registers runs the kernel above). Each lane copies its own packs of a
 // row's inp, dout and dinp with cp.async into one of kRowStages stages of its warp, so
 // the next row is in flight while this one is computed, and the lane reads back only
 // what it copied itself (cp.async.wait_group is the only synchronisation). x and dout
@@ -356,13 +356,27 @@ int backward_packs(int64_t C) {
   return C > 0 && C % P == 0 && packs <= kBwdMaxPacks<T> ? int(packs) : 0;
 }
 
-// FLASHGPT_LN_BWD = staged (the default) | registers: which backward kernel runs.
-bool staged_backward() {
+// Whether the staged kernel's shared memory fits one block on this GPU (all of ours on
+// an H100/H200; on an A100, whose blocks get 163 KB, not fp32 rows of C > 1,604).
+template <class T>
+bool staged_fits(int C) {
+  return staged_smem_bytes<T>(C) <= size_t(current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin));
+}
+
+// FLASHGPT_LN_BWD = auto (the default: staged where it fits, else registers) | staged |
+// registers: which backward kernel runs for rows of C in dtype T.
+template <class T>
+bool staged_backward(int C) {
   const char* env = std::getenv("FLASHGPT_LN_BWD");
-  const std::string want = env && *env ? env : "staged";
-  if (want != "staged" && want != "registers")
-    fail_input("FLASHGPT_LN_BWD must be staged or registers, got '", want, "'");
-  return want == "staged";
+  const std::string want = env && *env ? env : "auto";
+  if (want != "auto" && want != "staged" && want != "registers")
+    fail_input("FLASHGPT_LN_BWD must be auto, staged or registers, got '", want, "'");
+  if (want == "registers") return false;
+  const bool fits = staged_fits<T>(C);
+  if (want == "staged" && !fits)
+    fail_input("FLASHGPT_LN_BWD=staged: its ", staged_smem_bytes<T>(C), " bytes of shared memory for C = ", C,
+               " do not fit a block of this GPU");
+  return fits;
 }
 
 // A backward kernel for (T, C) with its dynamic shared memory, opted in above 48 KB.
@@ -425,9 +439,12 @@ void layernorm_forward(Tensor residual, Tensor out, Tensor mean, Tensor rstd, Te
 // it uses, and FLASHGPT_LN_BWD may change between plan and call).
 size_t layernorm_backward_scratch_bytes(int64_t N, int64_t C) {
   int64_t blocks = 0;
+  if (N <= 0) return 0;
   for (bool staged : {false, true}) {
-    if (N > 0 && backward_packs<float>(C)) blocks = std::max<int64_t>(blocks, BackwardLaunch<float>(staged, int(C)).blocks(N));
-    if (N > 0 && backward_packs<bf16>(C)) blocks = std::max<int64_t>(blocks, BackwardLaunch<bf16>(staged, int(C)).blocks(N));
+    if (backward_packs<float>(C) && (!staged || staged_fits<float>(int(C))))
+      blocks = std::max<int64_t>(blocks, BackwardLaunch<float>(staged, int(C)).blocks(N));
+    if (backward_packs<bf16>(C) && (!staged || staged_fits<bf16>(int(C))))
+      blocks = std::max<int64_t>(blocks, BackwardLaunch<bf16>(staged, int(C)).blocks(N));
   }
   return size_t(blocks) * 2 * size_t(C) * sizeof(float);
 }
@@ -448,14 +465,13 @@ void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, 
                 aligned16(weight.data), "layernorm needs 16-byte aligned tensors");
   if (N == 0) return;
   int blocks = 0;
-  const bool staged = staged_backward();
   FG_DISPATCH_FLOAT(inp.dtype, T, {
     constexpr int P = Pack<T>::N;
     FG_ASSERT(C % P == 0, "C=", C, " must be a multiple of ", P);
     FG_ASSERT(backward_packs<T>(C) > 0, "layernorm_backward takes C ≤ ",
               kWarpSize * P * kBwdMaxPacks<T>, " in this dtype, got ", C);
     // The scratch holds (blocks, 2, C) fp32, blocks as layernorm_backward_scratch_bytes.
-    const BackwardLaunch<T> launch(staged, C);
+    const BackwardLaunch<T> launch(staged_backward<T>(C), C);
     blocks = launch.blocks(N);
     launch.kernel<<<blocks, kBwdThreads, launch.smem, stream>>>(
         dinp.as<T>(), static_cast<float*>(scratch), dout.as<T>(), inp.as<T>(), weight.as<T>(), mean.as<float>(),
