@@ -29,7 +29,8 @@ struct Backend {
 // `local_world` processes); InputError when the node has fewer GPUs than processes.
 // training: the caller repeats the same step many times (train, bench train), so a bf16
 // CUDA backend tunes its GEMM algorithms in place (gemm_tuning_requested); eval, sample
-// and the memory measurements keep cuBLASLt's first choice, and with it their bits.
+// and the memory measurements keep cuBLASLt's first choice (short runs, whose choice then
+// does not depend on timings).
 Backend make_backend(const std::string& device, const std::string& precision, int local_rank = 0,
                      int local_world = 1, bool training = false);
 // The communicator for this backend's tensors: NCCL on a GPU when the job was started

@@ -5,8 +5,9 @@
 // around the call; median of --iters after --warmup. After a read the L2 holds clean
 // lines, as in a real decode step (the kernels before it read weights and write a few
 // rows); after a write it is full of dirty lines, and the timed call also pays for
-// writing back up to an L2's worth of them (about 50 MB on an H100/H200). Bytes = the K and V read, 2·B·H·T·D·2 (q and the output are negligible);
-// bandwidth = bytes / time.
+// writing back up to an L2's worth of them (about 50 MB on an H100/H200).
+// Bytes = the K and V read, 2·B·H·T·D·2 (q and the output are negligible); bandwidth =
+// bytes / time.
 #include "train/bench_decode.h"
 #include <algorithm>
 #include <cstdint>

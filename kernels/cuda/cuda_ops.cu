@@ -66,7 +66,7 @@ class DeviceBuffer {
 
 class CudaOps final : public Ops {
  public:
-  explicit CudaOps(DeviceContext& ctx) : ctx_(ctx), matmul_(ctx) {}
+  CudaOps(DeviceContext& ctx, bool tune_gemms) : ctx_(ctx), matmul_(ctx) { matmul_.tune(tune_gemms); }
   Device device() const override { return Device::cuda; }
   std::string name() const override { return "cuda"; }
 
@@ -247,8 +247,6 @@ class CudaOps final : public Ops {
     cuda::scale(x, s, stream());
   }
 
-  void tune_gemms(bool on) { matmul_.tune(on); }
-
  private:
   cudaStream_t stream() const { return ctx_.main_stream(); }
 
@@ -262,9 +260,7 @@ class CudaOps final : public Ops {
 }  // namespace
 
 std::unique_ptr<Ops> make_cuda_ops(DeviceContext& ctx, bool tune_gemms) {
-  auto ops = std::make_unique<CudaOps>(ctx);
-  ops->tune_gemms(tune_gemms);
-  return ops;
+  return std::make_unique<CudaOps>(ctx, tune_gemms);
 }
 
 }  // namespace flashgpt

@@ -12,7 +12,9 @@
 // are computed in fp32 from the rounded residual, which is what the next layers read.
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <string>
+#include <utility>
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -357,10 +359,32 @@ int backward_packs(int64_t C) {
 }
 
 // Whether the staged kernel's shared memory fits one block on this GPU (all of ours on
-// an H100/H200; on an A100, whose blocks get 163 KB, not fp32 rows of C > 1,604).
+// an H100/H200; on an A100, whose blocks get 163 KB, not fp32 rows of C > 1,604). One
+// process drives one GPU (docs/ARCHITECTURE.md): the limit is read once.
 template <class T>
 bool staged_fits(int C) {
-  return staged_smem_bytes<T>(C) <= size_t(current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin));
+  static const size_t limit = size_t(current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin));
+  return staged_smem_bytes<T>(C) <= limit;
+}
+
+// Blocks of the backward kernel resident on the whole GPU at once, at most
+// kBwdMaxBlocksPerSm per SM (train/memory_plan.cpp sizes the partials with that bound),
+// with its shared memory opted in above 48 KB. Worked out once per (kernel, shared
+// memory): a training step's calls then query nothing.
+constexpr int kBwdMaxBlocksPerSm = 8;
+int resident_blocks(const void* kernel, size_t smem) {
+  static const int sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
+  static std::map<std::pair<const void*, size_t>, int> known;
+  const auto [it, added] = known.try_emplace({kernel, smem}, 0);
+  if (added) {
+    if (smem > 48 * 1024)
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    int per_sm = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBwdThreads, smem));
+    FG_ASSERT(per_sm > 0, "layernorm backward kernel does not fit on an SM: ", smem, " bytes of shared memory");
+    it->second = sms * std::min(per_sm, kBwdMaxBlocksPerSm);
+  }
+  return it->second;
 }
 
 // FLASHGPT_LN_BWD = auto (the default: staged where it fits, else registers) | staged |
@@ -379,25 +403,18 @@ bool staged_backward(int C) {
   return fits;
 }
 
-// A backward kernel for (T, C) with its dynamic shared memory, opted in above 48 KB.
+// A backward kernel for (T, C) with its dynamic shared memory.
 template <class T>
 struct BackwardLaunch {
   BackwardKernel<T> kernel;
   size_t smem;
   BackwardLaunch(bool staged, int C)
       : kernel(staged ? backward_kernel<T, true>(backward_packs<T>(C)) : backward_kernel<T, false>(backward_packs<T>(C))),
-        smem(staged ? staged_smem_bytes<T>(C) : 2 * size_t(C) * sizeof(float)) {
-    if (smem > 48 * 1024)
-      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  }
+        smem(staged ? staged_smem_bytes<T>(C) : 2 * size_t(C) * sizeof(float)) {}
   // Blocks of the grid: all that fit on the device at once (fewer for small N). Fixed per
   // (device, kernel, dtype, N, C), and so is the order of the dw, db sums.
   int blocks(int64_t N) const {
-    const int sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
-    int per_sm = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBwdThreads, smem));
-    FG_ASSERT(per_sm > 0, "layernorm backward kernel does not fit on an SM: ", smem, " bytes of shared memory");
-    return int(std::min<int64_t>(ceil_div(N, kBwdWarps), int64_t(sms) * per_sm));
+    return int(std::min<int64_t>(ceil_div(N, kBwdWarps), resident_blocks(reinterpret_cast<const void*>(kernel), smem)));
   }
 };
 
