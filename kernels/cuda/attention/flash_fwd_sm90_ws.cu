@@ -29,11 +29,15 @@
 namespace flashgpt::cuda::attn {
 namespace {
 
-// Key tiles of 128 at D = 64, of 64 at D = 128: with 128 there, P (kept across the next
-// QKᵀ), S and O do not fit the consumers' 240 registers (ptxas: 128 bytes of spills).
-template <int kHeadDim_>
-struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, /*kBlockN=*/kHeadDim_ == 64 ? 128 : 64> {
-  using Shape = Sm90FwdTileShape<kHeadDim_, kHeadDim_ == 64 ? 128 : 64>;
+// Key tiles of 128 at D = 64; at D = 128 of 64 (the default), or of 128 with
+// FLASHGPT_ATTENTION_FWD_TILE=1, which runs step_serial: with the overlap of the softmax
+// and the previous P·V, P (kept across the next QKᵀ), S and O did not fit the consumers'
+// registers there (ptxas: 128 bytes of spills and serialised wgmmas), one matmul at a
+// time they do. kOverlap: step_overlapped, else step_serial.
+template <int kHeadDim_, int kBlockN_ = kHeadDim_ == 64 ? 128 : 64>
+struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_> {
+  using Shape = Sm90FwdTileShape<kHeadDim_, kBlockN_>;
+  static constexpr bool kOverlap = kHeadDim_ * kBlockN_ <= 128 * 64;
   static constexpr int kThreads = 384;  // producer + 2 consumer warpgroups
   static constexpr int kStages = 3;
   static constexpr uint32_t kTileBytes = uint32_t(Shape::kBlockN) * kHeadDim_ * sizeof(bf16);
@@ -121,13 +125,15 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     sm90::mbar_wait(&k_full[s], parity(nb));
     if (nb > 0) sm90::mbar_wait(&v_full[(nb - 1) % S], parity(nb - 1));
     sm90::named_sync(1 + cw, kConsumerThreads);
-    c.step_overlapped(
-        nb, smem_u32(sK + s * BN * D), v_base(nb > 0 ? nb - 1 : 0),
-        [&] {  // S done: the other consumer's turn; K of tile nb read
-          if (cw == 0 || nb + 1 < n_blocks) sm90::named_arrive(2 - cw, kConsumerThreads);
-          sm90::mbar_arrive(&k_empty[s]);
-        },
-        [&] { sm90::mbar_arrive(&v_empty[(nb - 1) % S]); });  // V of tile nb − 1 read
+    auto after_qk = [&] {  // S done: the other consumer's turn; K of tile nb read
+      if (cw == 0 || nb + 1 < n_blocks) sm90::named_arrive(2 - cw, kConsumerThreads);
+      sm90::mbar_arrive(&k_empty[s]);
+    };
+    auto after_pv = [&] { sm90::mbar_arrive(&v_empty[(nb - 1) % S]); };  // V of tile nb − 1 read
+    if constexpr (Tile::kOverlap)
+      c.step_overlapped(nb, smem_u32(sK + s * BN * D), v_base(nb > 0 ? nb - 1 : 0), after_qk, after_pv);
+    else
+      c.step_serial(nb, smem_u32(sK + s * BN * D), v_base(nb > 0 ? nb - 1 : 0), after_qk, after_pv);
   }
   sm90::mbar_wait(&v_full[(n_blocks - 1) % S], parity(n_blocks - 1));
   c.finish_overlapped(v_base(n_blocks - 1));
@@ -168,11 +174,8 @@ CUtensorMap qkv_tensor_map(const FlashParams& p, int rows) {
   return map;
 }
 
-}  // namespace
-
-template <int kHeadDim, bool kCausal>
-void launch_fwd_sm90_ws(const FlashParams& p, cudaStream_t stream) {
-  using Tile = Sm90WsTile<kHeadDim>;
+template <class Tile, bool kCausal>
+void launch_tile(const FlashParams& p, cudaStream_t stream) {
   auto kernel = flash_fwd_sm90_ws_kernel<Tile, kCausal>;
   static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::kSmemBytes);  // once
   (void)opted_in;
@@ -182,9 +185,17 @@ void launch_fwd_sm90_ws(const FlashParams& p, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH();
 }
 
-template void launch_fwd_sm90_ws<64, /*kCausal=*/true>(const FlashParams&, cudaStream_t);
-template void launch_fwd_sm90_ws<64, /*kCausal=*/false>(const FlashParams&, cudaStream_t);
-template void launch_fwd_sm90_ws<128, /*kCausal=*/true>(const FlashParams&, cudaStream_t);
-template void launch_fwd_sm90_ws<128, /*kCausal=*/false>(const FlashParams&, cudaStream_t);
+}  // namespace
+
+template <int kHeadDim, bool kCausal>
+void launch_fwd_sm90_ws(const FlashParams& p, int tile, cudaStream_t stream) {
+  if (kHeadDim == 128 && tile == 1) launch_tile<Sm90WsTile<kHeadDim, 128>, kCausal>(p, stream);
+  else launch_tile<Sm90WsTile<kHeadDim>, kCausal>(p, stream);
+}
+
+template void launch_fwd_sm90_ws<64, /*kCausal=*/true>(const FlashParams&, int, cudaStream_t);
+template void launch_fwd_sm90_ws<64, /*kCausal=*/false>(const FlashParams&, int, cudaStream_t);
+template void launch_fwd_sm90_ws<128, /*kCausal=*/true>(const FlashParams&, int, cudaStream_t);
+template void launch_fwd_sm90_ws<128, /*kCausal=*/false>(const FlashParams&, int, cudaStream_t);
 
 }  // namespace flashgpt::cuda::attn

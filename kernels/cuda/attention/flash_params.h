@@ -53,9 +53,10 @@ void launch_fwd_sm90(const FlashParams& p, cudaStream_t stream);
 template <int kHeadDim, bool kCausal>
 void launch_bwd_sm90(const FlashParams& p, int max_blocks, bool owner, cudaStream_t stream);
 // Warp-specialised Hopper forward (TMA producer, two consumer warpgroups in ping-pong;
-// flash_fwd_sm90_ws.cu).
+// flash_fwd_sm90_ws.cu). tile 1 at D = 128: 128-key tiles without the intra-warpgroup
+// overlap (FLASHGPT_ATTENTION_FWD_TILE; 0, the default: 64-key tiles with it).
 template <int kHeadDim, bool kCausal>
-void launch_fwd_sm90_ws(const FlashParams& p, cudaStream_t stream);
+void launch_fwd_sm90_ws(const FlashParams& p, int tile, cudaStream_t stream);
 // True when this build has sm_90a code and the current device runs it.
 bool sm90_kernels_built();
 
