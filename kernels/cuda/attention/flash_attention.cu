@@ -23,9 +23,9 @@
 //       the last wave of one-block-per-SM to >= 90% (see owner_dq).
 //   FLASHGPT_ATTENTION_FWD_TILE, FLASHGPT_ATTENTION_BWD_TILE = 0|1  tuning knobs: the
 //       tile shape of each sm80 kernel (flash_fwd_sm80.cu, flash_bwd_sm80.cu); 0 is the
-//       default. FWD_TILE=1 also gives the sm90ws forward 128-key tiles at D = 128 (one
-//       matmul at a time within a warpgroup; flash_fwd_sm90_ws.cu). The other Hopper
-//       kernels ignore them.
+//       default. FWD_TILE=1 also gives the sm90ws forward 64-key tiles at D = 128 (the
+//       default there is 128-key tiles, one matmul at a time within a warpgroup;
+//       flash_fwd_sm90_ws.cu). The other Hopper kernels ignore them.
 #include "kernels/cuda/attention/flash_attention.h"
 
 #include <climits>

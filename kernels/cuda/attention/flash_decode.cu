@@ -32,7 +32,8 @@
 //             block writes O and lse itself.
 //
 // Split choice (plan_decode): the split count that a model of waves of resident blocks
-// says is cheapest, with chunks of whole tiles and at most Variant::kMaxChunk keys.
+// says is cheapest, with chunks of whole tiles and at most Variant::kMaxChunk keys (and,
+// when B·H blocks already cover the SMs, a price for the merge).
 #include <cuda_bf16.h>
 #include <algorithm>
 #include <cmath>
@@ -316,8 +317,18 @@ struct Plan {
 // forces about that many splits (tests, tuning). Otherwise the cheapest split count
 // under a simple model: blocks run in waves of `resident`, a wave lasts as long as its
 // chunk plus a start-up of about two tiles, chunks are whole tiles of at most max_chunk
-// keys; ties go to fewer splits (less to combine).
-Plan plan_decode(int64_t B, int64_t H, int64_t T, int tile, int64_t max_chunk, int64_t resident, int want_splits) {
+// keys; ties go to fewer splits (less to combine). When one block per (b, h) already
+// gives every SM work (B·H >= sms), the GPU reads at full bandwidth either way and a split
+// only evens out the load, while the merge at the end (fence, counter, the partials
+// read back from L2: a few serial memory latencies) is not in the model: a split plan
+// then also pays kMergeTiles tiles. Measured on an H200 at B = 16, H = 12, D = 64
+// (BENCHMARKS.md, "Ninth session"): one split against two took 0.0172 against 0.0198 ms
+// with 1K keys and 0.0292 against 0.0307 with 2K; with 4K two splits were 1-3% ahead and
+// from 8K on 6% (0.0967 against 0.1030). Any price between 16 and 32 tiles gives those
+// choices; 24.
+constexpr int64_t kMergeTiles = 24;
+Plan plan_decode(int64_t B, int64_t H, int64_t T, int tile, int64_t max_chunk, int64_t resident, int64_t sms,
+                 int want_splits) {
   if (want_splits > 0) {
     const int64_t chunk = std::max<int64_t>(1, ceil_div(T, want_splits));
     return {chunk, int(ceil_div(T, chunk))};
@@ -330,7 +341,8 @@ Plan plan_decode(int64_t B, int64_t H, int64_t T, int tile, int64_t max_chunk, i
   for (int64_t chunk = std::min(ceil_div(T, tile) * tile, max_chunk / tile * tile); chunk >= tile; chunk -= tile) {
     const int64_t splits = ceil_div(T, chunk);
     if (splits > kMaxSplits && best_chunk) break;  // shorter chunks only add splits
-    const int64_t cost = ceil_div(B * H * splits, resident) * (chunk + 2 * tile);
+    const int64_t merge = splits > 1 && B * H >= sms ? kMergeTiles * tile : 0;
+    const int64_t cost = ceil_div(B * H * splits, resident) * (chunk + 2 * tile) + merge;
     if (cost < best_cost) best_cost = cost, best_chunk = chunk;
   }
   return {best_chunk, int(ceil_div(T, best_chunk))};
@@ -358,12 +370,16 @@ struct Variant {
       int per_sm = 0;
       if (kSmemBytes > 48 * 1024) attn::opt_in_dynamic_smem(kernel(), kSmemBytes);
       CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel(), kThreads, kSmemBytes));
-      return int64_t(current_device_attribute(cudaDevAttrMultiProcessorCount)) * std::max(per_sm, 1);
+      return sms() * std::max(per_sm, 1);
     }();
     return n;
   }
+  static int64_t sms() {
+    static const int64_t n = current_device_attribute(cudaDevAttrMultiProcessorCount);
+    return n;
+  }
   static Plan plan(const AttentionDecode& a, int want_splits) {
-    return plan_decode(a.B, a.H, a.T, Tr::kTile, kMaxChunk, resident(), want_splits);
+    return plan_decode(a.B, a.H, a.T, Tr::kTile, kMaxChunk, resident(), sms(), want_splits);
   }
 };
 

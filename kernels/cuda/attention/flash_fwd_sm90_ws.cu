@@ -29,12 +29,13 @@
 namespace flashgpt::cuda::attn {
 namespace {
 
-// Key tiles of 128 at D = 64; at D = 128 of 64 (the default), or of 128 with
-// FLASHGPT_ATTENTION_FWD_TILE=1, which runs step_serial: with the overlap of the softmax
-// and the previous P·V, P (kept across the next QKᵀ), S and O did not fit the consumers'
-// registers there (ptxas: 128 bytes of spills and serialised wgmmas), one matmul at a
-// time they do. kOverlap: step_overlapped, else step_serial.
-template <int kHeadDim_, int kBlockN_ = kHeadDim_ == 64 ? 128 : 64>
+// Key tiles of 128 (the default at both head dims), or at D = 128 of 64 with
+// FLASHGPT_ATTENTION_FWD_TILE=1. 128-key tiles at D = 128 run step_serial: with the overlap
+// of the softmax and the previous P·V, P (kept across the next QKᵀ), S and O do not fit the
+// consumers' registers there (ptxas: 128 bytes of spills and serialised wgmmas); one matmul
+// at a time they do, and were measured 9-21% faster than the overlapped 64-key tiles
+// (BENCHMARKS.md, "Ninth session"). kOverlap: step_overlapped, else step_serial.
+template <int kHeadDim_, int kBlockN_ = 128>
 struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_> {
   using Shape = Sm90FwdTileShape<kHeadDim_, kBlockN_>;
   static constexpr bool kOverlap = kHeadDim_ * kBlockN_ <= 128 * 64;
@@ -189,7 +190,7 @@ void launch_tile(const FlashParams& p, cudaStream_t stream) {
 
 template <int kHeadDim, bool kCausal>
 void launch_fwd_sm90_ws(const FlashParams& p, int tile, cudaStream_t stream) {
-  if (kHeadDim == 128 && tile == 1) launch_tile<Sm90WsTile<kHeadDim, 128>, kCausal>(p, stream);
+  if (kHeadDim == 128 && tile == 1) launch_tile<Sm90WsTile<kHeadDim, 64>, kCausal>(p, stream);
   else launch_tile<Sm90WsTile<kHeadDim>, kCausal>(p, stream);
 }
 
