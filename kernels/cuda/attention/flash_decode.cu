@@ -31,15 +31,16 @@
 //             at short caches a launch costs as much as the reading. With one split the
 //             block writes O and lse itself.
 //
-// Split choice (plan_decode): the split count that a model of waves of resident blocks
-// says is cheapest, with chunks of whole tiles and at most Variant::kMaxChunk keys (and,
-// when B·H blocks already cover the SMs, a price for the merge).
+// Split choice (plan_decode, decode_plan.h): the split count that a model of waves of
+// resident blocks says is cheapest, with chunks of whole tiles and at most
+// Variant::kMaxChunk keys (and, when B·H blocks already cover the SMs, a price for the merge).
 #include <cuda_bf16.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include "kernels/cuda/attention/decode_plan.h"
 #include "kernels/cuda/attention/flash_attention.h"
 #include "kernels/cuda/attention/flash_params.h"
 #include "kernels/cuda/attention/tma_sm90.cuh"
@@ -51,7 +52,6 @@ namespace {
 namespace sm90 = attn::sm90;
 
 constexpr int kBulkStages = 4;      // tiles in flight per block in the bulk kernel
-constexpr int64_t kMaxSplits = 4096; // blocks per (b, h) the plan considers (the longest chunks win anyway)
 constexpr float kLn2 = 0.6931471805599453f;
 
 // A kernel's shape: element type, head dim, threads per block and keys per thread group
@@ -308,46 +308,6 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_bulk_kernel(const DecodeP
 #endif
 }
 
-struct Plan {
-  int64_t chunk;
-  int splits;
-};
-
-// Keys per block and the number of splits (see the file comment). want_splits > 0
-// forces about that many splits (tests, tuning). Otherwise the cheapest split count
-// under a simple model: blocks run in waves of `resident`, a wave lasts as long as its
-// chunk plus a start-up of about two tiles, chunks are whole tiles of at most max_chunk
-// keys; ties go to fewer splits (less to combine). When one block per (b, h) already
-// gives every SM work (B·H >= sms), the GPU reads at full bandwidth either way and a split
-// only evens out the load, while the merge at the end (fence, counter, the partials
-// read back from L2: a few serial memory latencies) is not in the model: a split plan
-// then also pays kMergeTiles tiles. Measured on an H200 at B = 16, H = 12, D = 64
-// (BENCHMARKS.md, "Ninth session"): one split against two took 0.0172 against 0.0198 ms
-// with 1K keys and 0.0292 against 0.0307 with 2K; with 4K two splits were 1-3% ahead and
-// from 8K on 6% (0.0967 against 0.1030). Any price between 16 and 32 tiles gives those
-// choices; 24.
-constexpr int64_t kMergeTiles = 24;
-Plan plan_decode(int64_t B, int64_t H, int64_t T, int tile, int64_t max_chunk, int64_t resident, int64_t sms,
-                 int want_splits) {
-  if (want_splits > 0) {
-    const int64_t chunk = std::max<int64_t>(1, ceil_div(T, want_splits));
-    return {chunk, int(ceil_div(T, chunk))};
-  }
-  resident = std::max<int64_t>(1, resident);
-  // Every whole-tile chunk up to max_chunk (at most max_chunk / tile of them: cheap
-  // enough for every decode step), longest first, so that ties keep fewer splits; no more
-  // than kMaxSplits splits unless even max_chunk needs more.
-  int64_t best_chunk = 0, best_cost = INT64_MAX;
-  for (int64_t chunk = std::min(ceil_div(T, tile) * tile, max_chunk / tile * tile); chunk >= tile; chunk -= tile) {
-    const int64_t splits = ceil_div(T, chunk);
-    if (splits > kMaxSplits && best_chunk) break;  // shorter chunks only add splits
-    const int64_t merge = splits > 1 && B * H >= sms ? kMergeTiles * tile : 0;
-    const int64_t cost = ceil_div(B * H * splits, resident) * (chunk + 2 * tile) + merge;
-    if (cost < best_cost) best_cost = cost, best_chunk = chunk;
-  }
-  return {best_chunk, int(ceil_div(T, best_chunk))};
-}
-
 // One kernel variant: decode_kernel (loads into registers, 128 threads) or, kBulk,
 // decode_bulk_kernel with kThreads threads a block (Hopper builds only). Every variant's
 // tile is 8 KB of K (threads × keys per group = 512).
@@ -378,7 +338,7 @@ struct Variant {
     static const int64_t n = current_device_attribute(cudaDevAttrMultiProcessorCount);
     return n;
   }
-  static Plan plan(const AttentionDecode& a, int want_splits) {
+  static DecodePlan plan(const AttentionDecode& a, int want_splits) {
     return plan_decode(a.B, a.H, a.T, Tr::kTile, kMaxChunk, resident(), sms(), want_splits);
   }
 };
@@ -420,7 +380,7 @@ auto with_variant(F&& f) {
 }
 
 template <class T, int kD>
-Plan plan_for(const AttentionDecode& a, int want_splits) {
+DecodePlan plan_for(const AttentionDecode& a, int want_splits) {
   return with_variant<T, kD>([&](auto v) { return decltype(v)::plan(a, want_splits); });
 }
 
@@ -519,7 +479,7 @@ void flash_decode(const AttentionDecode& a, void* workspace, size_t workspace_by
   FG_DECODE_DISPATCH(dt, a.D, {
     with_variant<T, kD>([&](auto v) {
       using V = decltype(v);
-      const Plan plan = V::plan(a, splits);  // also opts the kernel into its shared memory
+      const DecodePlan plan = V::plan(a, splits);  // also opts the kernel into its shared memory
       DecodeParams<T> p{};
       p.qkv = a.qkv.as<T>();
       p.k = a.k_cache.as<T>();

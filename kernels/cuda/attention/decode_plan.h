@@ -1,0 +1,56 @@
+// How FlashDecoding (flash_decode.cu) splits each (b, h)'s cache among thread blocks.
+// Host-only, so the CPU tests check the rule (tests/test_decode_plan.cpp).
+#pragma once
+#include <algorithm>
+#include <cstdint>
+
+namespace flashgpt::cuda {
+
+struct DecodePlan {
+  int64_t chunk;  // keys per block
+  int splits;     // blocks per (b, h)
+};
+
+// Splits per (b, h) the plan considers (the longest chunks win anyway).
+constexpr int64_t kDecodeMaxSplits = 4096;
+// What a split plan pays for its merge when B·H blocks already cover the SMs (in tiles;
+// see plan_decode).
+constexpr int64_t kDecodeMergeTiles = 24;
+
+// Keys per block and the number of splits for B·H caches of T keys, read in tiles of
+// `tile` keys, at most max_chunk keys a block, `resident` blocks at a time on a GPU of
+// `sms` SMs. want_splits > 0 forces about that many splits (tests, tuning). Otherwise
+// the cheapest split count under a simple model: blocks run in waves of `resident`, a
+// wave lasts as long as its chunk plus a start-up of about two tiles, chunks are whole
+// tiles; ties go to fewer splits (less to combine). When one block per (b, h) already
+// gives every SM work (B·H >= sms), the GPU reads at full bandwidth either way and a split
+// only evens out the load, while the merge at the end (fence, counter, the partials read
+// back from L2: a few serial memory latencies) is not in the model: a split plan then
+// also pays kDecodeMergeTiles tiles. Measured on an H200 at B = 16, H = 12, D = 64
+// (BENCHMARKS.md, "Ninth session"): one split against two took 0.0172 against 0.0198 ms
+// with 1K keys and 0.0292 against 0.0307 with 2K; with 4K two splits were 1-3% ahead and
+// from 8K on 6% (0.0967 against 0.1030). Any price between 16 and 32 tiles gives those
+// choices; 24.
+inline DecodePlan plan_decode(int64_t B, int64_t H, int64_t T, int64_t tile, int64_t max_chunk, int64_t resident,
+                              int64_t sms, int want_splits) {
+  auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  if (want_splits > 0) {
+    const int64_t chunk = std::max<int64_t>(1, ceil_div(T, want_splits));
+    return {chunk, int(ceil_div(T, chunk))};
+  }
+  resident = std::max<int64_t>(1, resident);
+  // Every whole-tile chunk up to max_chunk (at most max_chunk / tile of them: cheap
+  // enough for every decode step), longest first, so that ties keep fewer splits; no more
+  // than kDecodeMaxSplits splits unless even max_chunk needs more.
+  int64_t best_chunk = 0, best_cost = INT64_MAX;
+  for (int64_t chunk = std::min(ceil_div(T, tile) * tile, max_chunk / tile * tile); chunk >= tile; chunk -= tile) {
+    const int64_t splits = ceil_div(T, chunk);
+    if (splits > kDecodeMaxSplits && best_chunk) break;  // shorter chunks only add splits
+    const int64_t merge = splits > 1 && B * H >= sms ? kDecodeMergeTiles * tile : 0;
+    const int64_t cost = ceil_div(B * H * splits, resident) * (chunk + 2 * tile) + merge;
+    if (cost < best_cost) best_cost = cost, best_chunk = chunk;
+  }
+  return {best_chunk, int(ceil_div(T, best_chunk))};
+}
+
+}  // namespace flashgpt::cuda

@@ -1,0 +1,66 @@
+// FlashDecoding's split plan (kernels/cuda/attention/decode_plan.h), on the CPU: the GPU
+// tests (Cuda/FlashDecodeVsReference) check that every split count computes the right
+// attention; these check which split count the plan takes. The GPU is an H200's: 132 SMs,
+// the bulk kernel with 3 blocks resident on an SM at D = 64 (128 threads, tiles of 64 keys)
+// and 2 at D = 128 (256 threads, tiles of 32 keys), chunks of at most 16,384 keys.
+#include <gtest/gtest.h>
+#include <string>
+#include "kernels/cuda/attention/decode_plan.h"
+
+namespace flashgpt {
+namespace {
+
+using cuda::DecodePlan;
+using cuda::plan_decode;
+constexpr int64_t kSms = 132, kMaxChunk = 16384;
+
+DecodePlan plan(int64_t B, int64_t T, int D, int want_splits = 0) {
+  const int64_t H = D == 64 ? 12 : 16, tile = D == 64 ? 64 : 32, resident = (D == 64 ? 3 : 2) * kSms;
+  return plan_decode(B, H, T, tile, kMaxChunk, resident, kSms, want_splits);
+}
+
+TEST(DecodePlan, ChunksCoverTheCacheInWholeTiles) {
+  for (int D : {64, 128})
+    for (int64_t B : {1, 16})
+      for (int64_t T : {1, 17, 64, 65, 1000, 4097, 65537, 1048583}) {
+        const DecodePlan p = plan(B, T, D);
+        const std::string at = "B=" + std::to_string(B) + " T=" + std::to_string(T) + " D=" + std::to_string(D);
+        EXPECT_EQ(p.chunk % (D == 64 ? 64 : 32), 0) << at;
+        EXPECT_LE(p.chunk, kMaxChunk) << at;
+        EXPECT_GE(p.chunk * p.splits, T) << at;
+        EXPECT_LT(p.chunk * (p.splits - 1), T) << at << ": a split with no keys";
+      }
+}
+
+TEST(DecodePlan, ForcedSplits) {
+  EXPECT_EQ(plan(1, 4097, 64, 3).chunk, 1366);
+  EXPECT_EQ(plan(1, 4097, 64, 3).splits, 3);
+  EXPECT_EQ(plan(1, 5, 64, 100).splits, 5);  // at most one key a split
+}
+
+// The split counts that `scripts/bench_decode.py` printed for its 36 shapes on an H200
+// (BENCHMARKS.md, "Ninth session", with B = 16, D = 64, 4K keys from the final merge price
+// there): batch 1 spreads the few heads over the resident blocks; at batch 16 the
+// (b, h) pairs already cover the SMs, so a split has to pay for its merge (one split up to
+// 2K keys at D = 64, measured 0.0172 against 0.0198 ms for two at 1K).
+TEST(DecodePlan, TheSuiteShapesAsMeasured) {
+  const int64_t lengths[] = {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144};
+  const int want[2][2][9] = {
+      {{16, 32, 32, 32, 32, 32, 32, 33, 33}, {1, 1, 2, 2, 2, 2, 4, 8, 33}},     // D = 64: B = 1, 16
+      {{16, 16, 16, 16, 16, 16, 16, 33, 33}, {1, 1, 1, 1, 1, 2, 4, 34, 34}}};  // D = 128
+  for (int d = 0; d < 2; ++d)
+    for (int b = 0; b < 2; ++b)
+      for (int i = 0; i < 9; ++i)
+        EXPECT_EQ(plan(b ? 16 : 1, lengths[i], d ? 128 : 64).splits, want[d][b][i])
+            << "B=" << (b ? 16 : 1) << " T=" << lengths[i] << " D=" << (d ? 128 : 64);
+}
+
+// Without the merge price batch 16 at D = 64 would split short caches in two (the old plan,
+// slower there); with fewer pairs than SMs the price does not apply.
+TEST(DecodePlan, TheMergePriceAppliesOnlyWhenThePairsCoverTheSms) {
+  EXPECT_EQ(plan_decode(16, 12, 1024, 64, kMaxChunk, 3 * kSms, /*sms=*/16 * 12 + 1, 0).splits, 2);
+  EXPECT_EQ(plan_decode(16, 12, 1024, 64, kMaxChunk, 3 * kSms, /*sms=*/16 * 12, 0).splits, 1);
+}
+
+}  // namespace
+}  // namespace flashgpt
