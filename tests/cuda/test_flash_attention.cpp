@@ -593,25 +593,25 @@ TEST(CudaFlashAttention, Sm90WsForwardIsBitwiseEqualToSm90) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   if (!is_hopper()) GTEST_SKIP() << "the sm90 paths need a Hopper GPU";
   for (int D : {64, 128})
-  for (bool causal : {true, false})
-    for (int T : {1, 17, 128, 129, 300, 1023, 4100}) {
-      const Problem pb = random_problem(2, T, 3, D, causal, uint32_t(test::test_rng()()));
-      auto run = [&](const char* path) {
-        ScopedEnv p("FLASHGPT_ATTENTION_PATH", path);
-        DeviceRun r;
-        run_flash(pb, r);
-        return r;
-      };
-      const DeviceRun plain = run("sm90"), ws = run("sm90ws");
-      if (HasFatalFailure()) return;
-      const std::string shape = " D=" + std::to_string(D) + (causal ? " causal" : " full") +
-                                " T=" + std::to_string(T);
-      ASSERT_EQ(plain.out.size(), ws.out.size());
-      EXPECT_EQ(std::memcmp(plain.out.data(), ws.out.data(), plain.out.size() * sizeof(float)), 0)
-          << "sm90ws" << shape << ": O differs from sm90's";
-      EXPECT_EQ(std::memcmp(plain.lse.data(), ws.lse.data(), plain.lse.size() * sizeof(float)), 0)
-          << "sm90ws" << shape << ": LSE differs from sm90's";
-    }
+    for (bool causal : {true, false})
+      for (int T : {1, 17, 128, 129, 300, 1023, 4100}) {
+        const Problem pb = random_problem(2, T, 3, D, causal, uint32_t(test::test_rng()()));
+        auto run = [&](const char* path) {
+          ScopedEnv p("FLASHGPT_ATTENTION_PATH", path);
+          DeviceRun r;
+          run_flash(pb, r);
+          return r;
+        };
+        const DeviceRun plain = run("sm90"), ws = run("sm90ws");
+        if (HasFatalFailure()) return;
+        const std::string shape = " D=" + std::to_string(D) + (causal ? " causal" : " full") +
+                                  " T=" + std::to_string(T);
+        ASSERT_EQ(plain.out.size(), ws.out.size());
+        EXPECT_EQ(std::memcmp(plain.out.data(), ws.out.data(), plain.out.size() * sizeof(float)), 0)
+            << "sm90ws" << shape << ": O differs from sm90's";
+        EXPECT_EQ(std::memcmp(plain.lse.data(), ws.lse.data(), plain.lse.size() * sizeof(float)), 0)
+            << "sm90ws" << shape << ": LSE differs from sm90's";
+      }
 }
 
 // ---- launcher preconditions (no GPU needed: they are checked before any launch) ---------
