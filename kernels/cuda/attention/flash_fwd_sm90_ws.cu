@@ -10,12 +10,13 @@
 //     one (all 256 consumer threads are done reading it);
 //   consumers (warpgroups 1 and 2, 240 registers): 64 query rows each, the pipelined
 //     schedule of flash_fwd_sm90_consumer.cuh (QKᵀ of tile j with P·V of tile j−1, the
-//     softmax of j under it), with no block-wide barrier. The two take turns (named
+//     softmax of j under it; at D = 128 with 128-key tiles the two matmuls one after the
+//     other, step_serial), with no block-wide barrier. The two take turns (named
 //     barriers 1 and 2, "ping-pong"): a consumer issues its matmuls, and once its QKᵀ is
 //     done hands the turn over, so that one's softmax runs while the other's matmuls hold
 //     the tensor cores.
-// The arithmetic is the sm90 forward's (flash_fwd_sm90.cu); at D = 64 (the same 128-key
-// tiles) in the same order too: the same bits
+// The arithmetic is the sm90 forward's (flash_fwd_sm90.cu); with the default 128-key tiles
+// in the same order too, at both head dims: the same bits
 // (CudaFlashAttention.Sm90WsForwardIsBitwiseEqualToSm90). The fastest forward on an H200
 // at every benchmarked shape (BENCHMARKS.md "## Attention"): auto's forward on Hopper.
 #include <cuda.h>
