@@ -108,6 +108,12 @@ inline int current_device_attribute(cudaDeviceAttr attr) {
   return value;
 }
 
+// SMs of the current device, read once: one process drives one GPU (docs/ARCHITECTURE.md).
+inline int device_sm_count() {
+  static const int sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
+  return sms;
+}
+
 }  // namespace flashgpt::cuda
 
 // Runs `...` with `T` bound to the C++ type of a floating activation dtype (fp32 or bf16).

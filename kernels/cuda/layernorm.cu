@@ -373,7 +373,6 @@ bool staged_fits(int C) {
 // memory): a training step's calls then query nothing.
 constexpr int kBwdMaxBlocksPerSm = 8;
 int resident_blocks(const void* kernel, size_t smem) {
-  static const int sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
   static std::map<std::pair<const void*, size_t>, int> known;
   const auto [it, added] = known.try_emplace({kernel, smem}, 0);
   if (added) {
@@ -382,7 +381,7 @@ int resident_blocks(const void* kernel, size_t smem) {
     int per_sm = 0;
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBwdThreads, smem));
     FG_ASSERT(per_sm > 0, "layernorm backward kernel does not fit on an SM: ", smem, " bytes of shared memory");
-    it->second = sms * std::min(per_sm, kBwdMaxBlocksPerSm);
+    it->second = device_sm_count() * std::min(per_sm, kBwdMaxBlocksPerSm);
   }
   return it->second;
 }

@@ -82,40 +82,40 @@ TEST_F(CudaOps, RopeForwardAndInverse) {
 // element, 0.626 = (x − m)·rstd·w + b, may come from a larger product cancelled by b.)
 TEST_F(CudaOps, LayerNormForwardBackward) {
   for (const char* kernel : {"staged", "registers"})
-  for (DType dt : kDtypes)
-    for (int C : {768, 1600})
-    for (int64_t N : {int64_t(kB) * kT, int64_t(C == 768 ? 8197 : 3001)}) {
-      ScopedEnv env("FLASHGPT_LN_BWD", kernel);
-      auto rng = test_rng(int(dt) * 7 + C + int(N));
-      OpCase c;
-      // Multiples of 1/16 in [-4, 4]: their sums are exact in bf16, so the residual is
-      // the same in every precision and only the layernorm's own rounding is compared.
-      auto sixteenths = [&](int64_t n) {
-        auto v = ints(n, rng, -64, 65);
-        for (double& x : v) x /= 16;
-        return v;
-      };
-      c.add("inp1", {N, C}, Kind::act, sixteenths(N * C));
-      c.add("inp2", {N, C}, Kind::act, sixteenths(N * C));
-      c.add("w", {C}, Kind::act, uniform(C, rng, 0.5, 1.5));
-      c.add("b", {C}, Kind::act, uniform(C, rng));
-      c.add("residual", {N, C}, Kind::act, {}, true);
-      c.add("out", {N, C}, Kind::act, {}, true);
-      c.add("out_plain", {N, C}, Kind::act, {}, true);
-      c.add("mean", {N}, Kind::stat, {}, true);
-      c.add("rstd", {N}, Kind::stat, {}, true);
-      c.add("dout", {N, C}, Kind::act, uniform(N * C, rng));
-      c.add("dinp", {N, C}, Kind::act, uniform(N * C, rng), true);  // accumulates
-      c.add("dw", {C}, Kind::grad, uniform(C, rng), true);
-      c.add("db", {C}, Kind::grad, uniform(C, rng), true);
-      c.compare(*cpu_, *gpu_, dt, [](Ops& ops, OpCase& a) {
-        ops.layernorm_forward(a["out_plain"], a["mean"], a["rstd"], a["inp1"], a["w"], a["b"]);
-        ops.residual_layernorm_forward(a["residual"], a["out"], a["mean"], a["rstd"], a["inp1"],
-                                       a["inp2"], a["w"], a["b"]);
-        ops.layernorm_backward(a["dinp"], a["dw"], a["db"], a["dout"], a["residual"], a["w"],
-                               a["mean"], a["rstd"]);
-      }, cat("layernorm C=", C, " N=", N, " backward kernel ", kernel));
-    }
+    for (DType dt : kDtypes)
+      for (int C : {768, 1600})
+        for (int64_t N : {int64_t(kB) * kT, int64_t(C == 768 ? 8197 : 3001)}) {
+          ScopedEnv env("FLASHGPT_LN_BWD", kernel);
+          auto rng = test_rng(int(dt) * 7 + C + int(N));
+          OpCase c;
+          // Multiples of 1/16 in [-4, 4]: their sums are exact in bf16, so the residual is
+          // the same in every precision and only the layernorm's own rounding is compared.
+          auto sixteenths = [&](int64_t n) {
+            auto v = ints(n, rng, -64, 65);
+            for (double& x : v) x /= 16;
+            return v;
+          };
+          c.add("inp1", {N, C}, Kind::act, sixteenths(N * C));
+          c.add("inp2", {N, C}, Kind::act, sixteenths(N * C));
+          c.add("w", {C}, Kind::act, uniform(C, rng, 0.5, 1.5));
+          c.add("b", {C}, Kind::act, uniform(C, rng));
+          c.add("residual", {N, C}, Kind::act, {}, true);
+          c.add("out", {N, C}, Kind::act, {}, true);
+          c.add("out_plain", {N, C}, Kind::act, {}, true);
+          c.add("mean", {N}, Kind::stat, {}, true);
+          c.add("rstd", {N}, Kind::stat, {}, true);
+          c.add("dout", {N, C}, Kind::act, uniform(N * C, rng));
+          c.add("dinp", {N, C}, Kind::act, uniform(N * C, rng), true);  // accumulates
+          c.add("dw", {C}, Kind::grad, uniform(C, rng), true);
+          c.add("db", {C}, Kind::grad, uniform(C, rng), true);
+          c.compare(*cpu_, *gpu_, dt, [](Ops& ops, OpCase& a) {
+            ops.layernorm_forward(a["out_plain"], a["mean"], a["rstd"], a["inp1"], a["w"], a["b"]);
+            ops.residual_layernorm_forward(a["residual"], a["out"], a["mean"], a["rstd"], a["inp1"],
+                                           a["inp2"], a["w"], a["b"]);
+            ops.layernorm_backward(a["dinp"], a["dw"], a["db"], a["dout"], a["residual"], a["w"],
+                                   a["mean"], a["rstd"]);
+          }, cat("layernorm C=", C, " N=", N, " backward kernel ", kernel));
+        }
 }
 
 // A bad FLASHGPT_LN_BWD is an InputError, raised before anything is read (the tensors

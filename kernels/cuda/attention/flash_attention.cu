@@ -88,11 +88,6 @@ int tile_choice(const char* var) {
   return v == "1" ? 1 : 0;
 }
 
-int device_sms() {  // one process drives one GPU
-  static const int sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
-  return sms;
-}
-
 // The sm90 backward's grid cap (FLASHGPT_ATTENTION_BWD_SCHEDULE): the SM count when
 // persistent (FLASHGPT_ATTENTION_BWD_BLOCKS=N, a test knob, sets N instead), 0 for a
 // block per item.
@@ -109,7 +104,7 @@ int backward_max_blocks() {
       fail_input("FLASHGPT_ATTENTION_BWD_BLOCKS must be a positive integer, got '", n, "'");
     return int(blocks);
   }
-  return device_sms();
+  return device_sm_count();
 }
 
 // The sm90 backward's dQ (FLASHGPT_ATTENTION_BWD_DQ=auto|atomic|owner): true for owner
@@ -127,7 +122,7 @@ bool owner_dq(int B, int H, int D) {
     fail_input("FLASHGPT_ATTENTION_BWD_DQ must be auto, atomic or owner, got '", v, "'");
   if (D != 64 || v == "atomic") return false;
   if (v == "owner") return true;
-  const int64_t units = int64_t(B) * H, sms = device_sms();
+  const int64_t units = int64_t(B) * H, sms = device_sm_count();
   return double(units) / double((units + sms - 1) / sms * sms) >= kOwnerWaveFill;
 }
 

@@ -330,16 +330,12 @@ struct Variant {
       int per_sm = 0;
       if (kSmemBytes > 48 * 1024) attn::opt_in_dynamic_smem(kernel(), kSmemBytes);
       CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel(), kThreads, kSmemBytes));
-      return sms() * std::max(per_sm, 1);
+      return int64_t(device_sm_count()) * std::max(per_sm, 1);
     }();
     return n;
   }
-  static int64_t sms() {
-    static const int64_t n = current_device_attribute(cudaDevAttrMultiProcessorCount);
-    return n;
-  }
   static DecodePlan plan(const AttentionDecode& a, int want_splits) {
-    return plan_decode(a.B, a.H, a.T, Tr::kTile, kMaxChunk, resident(), sms(), want_splits);
+    return plan_decode(a.B, a.H, a.T, Tr::kTile, kMaxChunk, resident(), device_sm_count(), want_splits);
   }
 };
 

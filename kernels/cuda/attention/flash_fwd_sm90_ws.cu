@@ -191,8 +191,10 @@ void launch_tile(const FlashParams& p, cudaStream_t stream) {
 
 template <int kHeadDim, bool kCausal>
 void launch_fwd_sm90_ws(const FlashParams& p, int tile, cudaStream_t stream) {
-  if (kHeadDim == 128 && tile == 1) launch_tile<Sm90WsTile<kHeadDim, 64>, kCausal>(p, stream);
-  else launch_tile<Sm90WsTile<kHeadDim>, kCausal>(p, stream);
+  if constexpr (kHeadDim == 128) {
+    if (tile == 1) return launch_tile<Sm90WsTile<kHeadDim, 64>, kCausal>(p, stream);
+  }
+  launch_tile<Sm90WsTile<kHeadDim>, kCausal>(p, stream);
 }
 
 template void launch_fwd_sm90_ws<64, /*kCausal=*/true>(const FlashParams&, int, cudaStream_t);
