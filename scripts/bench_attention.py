@@ -16,7 +16,7 @@ with the sm80 kernels' tile knobs: "sm80/bt1" adds FLASHGPT_ATTENTION_BWD_TILE=1
 FLASHGPT_ATTENTION_FWD_TILE=1 (also sm90ws's 64-key forward tile at D = 128; the other sm90
 kernels ignore them); "/grid" runs the sm90
 backward with one block per work item (FLASHGPT_ATTENTION_BWD_SCHEDULE=grid) instead of
-the persistent default; "/atomic" and "/owner" force its dQ mode (FLASHGPT_ATTENTION_BWD_DQ;
+the persistent default; "/atomic", "/tma" and "/owner" force its dQ mode (FLASHGPT_ATTENTION_BWD_DQ;
 owner applies at D = 64 only).
 --flashgpt may be given more than once, as LABEL=BINARY: every binary runs every path,
 so two builds (before and after a change) are compared in the same run.
@@ -114,7 +114,7 @@ def main():
     ap.add_argument("--flashgpt", action="append", help="the flashgpt binary, or LABEL=BINARY (repeatable; default build/flashgpt)")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--paths", default="auto", help="comma-separated FLASHGPT_ATTENTION_PATH values, each optionally /bt1, /ft1 (tile knobs), /grid, /atomic or /owner")
+    ap.add_argument("--paths", default="auto", help="comma-separated FLASHGPT_ATTENTION_PATH values, each optionally /bt1, /ft1 (tile knobs), /grid, /atomic, /tma or /owner")
     args = ap.parse_args()
     paths = args.paths.split(",")
     binaries = parse_binaries(args.flashgpt or ["build/flashgpt"])
@@ -122,7 +122,8 @@ def main():
     runs = {}  # column -> {(B,H,T,D,causal): result}
     knobs = {"bt1": ("FLASHGPT_ATTENTION_BWD_TILE", "1"), "ft1": ("FLASHGPT_ATTENTION_FWD_TILE", "1"),
              "grid": ("FLASHGPT_ATTENTION_BWD_SCHEDULE", "grid"),
-             "atomic": ("FLASHGPT_ATTENTION_BWD_DQ", "atomic"), "owner": ("FLASHGPT_ATTENTION_BWD_DQ", "owner")}
+             "atomic": ("FLASHGPT_ATTENTION_BWD_DQ", "atomic"), "tma": ("FLASHGPT_ATTENTION_BWD_DQ", "tma"),
+             "owner": ("FLASHGPT_ATTENTION_BWD_DQ", "owner")}
     for label, binary in binaries:
         for entry in paths:
             path, *extra = entry.split("/")

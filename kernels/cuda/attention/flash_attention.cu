@@ -15,12 +15,14 @@
 //       next item's K and V (persistent, the default), or one block per item (grid).
 //       FLASHGPT_ATTENTION_BWD_BLOCKS=N caps the persistent grid at N blocks (tests use
 //       it to give each block many items on small problems).
-//   FLASHGPT_ATTENTION_BWD_DQ=auto|atomic|owner  the sm90 backward's dQ: fp32 atomics into
-//       a zeroed accumulator, converted to bf16 by a last pass (atomic), or one block per
-//       (batch, head) walking its key tiles in order, which stores the first contribution,
-//       adds the middle ones atomically and writes the last in bf16 (owner; head dim 64,
-//       D = 128 takes atomics). auto: owner at D = 64 when the (batch, head) pairs fill
-//       the last wave of one-block-per-SM to >= 90% (see owner_dq).
+//   FLASHGPT_ATTENTION_BWD_DQ=auto|atomic|tma|owner  the sm90 backward's dQ: per-thread
+//       fp32 atomics into a zeroed accumulator, converted to bf16 by a last pass (atomic);
+//       the same accumulator, each query tile's partial staged in shared memory and added
+//       by the TMA unit (tma); or one block per (batch, head) walking its key tiles in
+//       order, which stores the first contribution, adds the middle ones atomically and
+//       writes the last in bf16 (owner; head dim 64, D = 128 takes atomics). auto: owner
+//       at D = 64 when the (batch, head) pairs fill the last wave of one-block-per-SM to
+//       >= 90%, else atomic (see dq_mode).
 //   FLASHGPT_ATTENTION_FWD_TILE, FLASHGPT_ATTENTION_BWD_TILE = 0|1  tuning knobs: the
 //       tile shape of each sm80 kernel (flash_fwd_sm80.cu, flash_bwd_sm80.cu); 0 is the
 //       default. FWD_TILE=1 also gives the sm90ws forward 64-key tiles at D = 128 (the
@@ -107,23 +109,25 @@ int backward_max_blocks() {
   return device_sm_count();
 }
 
-// The sm90 backward's dQ (FLASHGPT_ATTENTION_BWD_DQ=auto|atomic|owner): true for owner
-// mode, where one block owns each (batch, head) and writes its dQ without a zeroed
-// accumulator or a conversion pass. Head dim 64 only (D = 128 always takes atomics).
-// auto: owner when the (batch, head) units fill the last wave of blocks to at least
-// kOwnerWaveFill (one block per SM). Measured on an H200 (BENCHMARKS.md, seventh
-// session): owner won at 128, 256, 512 and 768 units (97% fill; +1 to +9%) and lost at
-// 32, 64 and 192 (24%, 48%, 73%).
+// The sm90 backward's dQ (FLASHGPT_ATTENTION_BWD_DQ=auto|atomic|tma|owner). Owner mode
+// (one block owns each (batch, head) and writes its dQ without a zeroed accumulator or a
+// conversion pass) is for head dim 64 only: at D = 128 it falls back to auto's other
+// choice. auto: owner when the (batch, head) units fill the last wave of blocks to at
+// least kOwnerWaveFill (one block per SM), else atomic. Measured on an H200
+// (BENCHMARKS.md, seventh session): owner won at 128, 256, 512 and 768 units (97% fill;
+// +1 to +9%) and lost at 32, 64 and 192 (24%, 48%, 73%).
 constexpr double kOwnerWaveFill = 0.9;
-bool owner_dq(int B, int H, int D) {
+attn::DqMode dq_mode(int B, int H, int D) {
   const char* env = std::getenv("FLASHGPT_ATTENTION_BWD_DQ");
   const std::string v = env && *env ? env : "auto";
-  if (v != "auto" && v != "atomic" && v != "owner")
-    fail_input("FLASHGPT_ATTENTION_BWD_DQ must be auto, atomic or owner, got '", v, "'");
-  if (D != 64 || v == "atomic") return false;
-  if (v == "owner") return true;
+  if (v != "auto" && v != "atomic" && v != "tma" && v != "owner")
+    fail_input("FLASHGPT_ATTENTION_BWD_DQ must be auto, atomic, tma or owner, got '", v, "'");
+  if (v == "tma") return attn::DqMode::tma;
+  if (D != 64 || v == "atomic") return attn::DqMode::atomic;
+  if (v == "owner") return attn::DqMode::owner;
   const int64_t units = int64_t(B) * H, sms = device_sm_count();
-  return double(units) / double((units + sms - 1) / sms * sms) >= kOwnerWaveFill;
+  const bool fills = double(units) / double((units + sms - 1) / sms * sms) >= kOwnerWaveFill;
+  return fills ? attn::DqMode::owner : attn::DqMode::atomic;
 }
 
 void check_tensor(const Tensor& t, const char* name, DType dtype, int64_t numel) {
@@ -238,13 +242,13 @@ void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaS
   // Both dQ modes of the sm90 backward use atomics: the deterministic mode runs the sm80 kernels.
   if (path == Path::sm90 && !deterministic) {
     const int max_blocks = backward_max_blocks();
-    const bool owner = owner_dq(a.B, a.H, a.D);
+    const attn::DqMode dq = dq_mode(a.B, a.H, a.D);
     if (a.D == 64)
-      a.causal ? attn::launch_bwd_sm90<64, /*kCausal=*/true>(p, max_blocks, owner, stream)
-               : attn::launch_bwd_sm90<64, /*kCausal=*/false>(p, max_blocks, owner, stream);
+      a.causal ? attn::launch_bwd_sm90<64, /*kCausal=*/true>(p, max_blocks, dq, stream)
+               : attn::launch_bwd_sm90<64, /*kCausal=*/false>(p, max_blocks, dq, stream);
     else
-      a.causal ? attn::launch_bwd_sm90<128, /*kCausal=*/true>(p, max_blocks, owner, stream)
-               : attn::launch_bwd_sm90<128, /*kCausal=*/false>(p, max_blocks, owner, stream);
+      a.causal ? attn::launch_bwd_sm90<128, /*kCausal=*/true>(p, max_blocks, dq, stream)
+               : attn::launch_bwd_sm90<128, /*kCausal=*/false>(p, max_blocks, dq, stream);
     return;
   }
   if (a.D == 64)

@@ -60,11 +60,19 @@ struct Sm90BwdTile {
   // Owner mode (below): the dQ partial of one query tile, fp32, rows padded by 4 floats
   // (16 bytes, so rows stay cp.async-aligned and the fragment reads spread over banks).
   static constexpr int kAccStride = kHeadDim + 4;
-  // 2 × (K, V); 2 × (Q, dO); dSᵀ; 2 × (LSE, D); [owner: the dQ partial]; slack to align
-  // the base to 1024 bytes.
-  static constexpr size_t smem_bytes(bool owner) {
-    return size_t(4 * kBlockN + 4 * kBlockM) * kHeadDim * sizeof(bf16) + size_t(kBlockN) * kBlockM * sizeof(bf16) +
-           4 * kBlockM * sizeof(float) + (owner ? size_t(kBlockM) * kAccStride * sizeof(float) : 0) + 1024;
+  // TMA dQ: the query tile's dQ partial (fp32) in boxes of 64 rows × 32 columns (128-byte
+  // rows, the TMA's 128-byte swizzle), kDqBufs of them; with them the K/V pair is not
+  // double-buffered at D = 128 (kKvBufs), or shared memory would not hold it all.
+  static constexpr int kv_bufs(bool tma) { return tma && kHeadDim == 128 ? 1 : 2; }
+  static constexpr int dq_bufs(bool tma) { return !tma ? 0 : kHeadDim == 128 ? 2 : 1; }
+  static constexpr int kDqBoxCols = 32, kDqBoxRows = 64;
+  static constexpr size_t kDqTileBytes = size_t(kBlockM) * kHeadDim * sizeof(float);
+  // kv_bufs × (K, V); 2 × (Q, dO); dSᵀ; [tma: the dQ tiles]; 2 × (LSE, D); [owner: the
+  // dQ partial]; slack to align the base to 1024 bytes.
+  static constexpr size_t smem_bytes(bool owner, bool tma) {
+    return size_t(2 * kv_bufs(tma) * kBlockN + 4 * kBlockM) * kHeadDim * sizeof(bf16) +
+           size_t(kBlockN) * kBlockM * sizeof(bf16) + dq_bufs(tma) * kDqTileBytes + 4 * kBlockM * sizeof(float) +
+           (owner ? size_t(kBlockM) * kAccStride * sizeof(float) : 0) + 1024;
   }
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim 64 or 128");
   static_assert(kBlockM == 64 || kBlockM == 128, "wgmma wrappers exist for N = 64 and 128");
@@ -82,25 +90,51 @@ template <> struct Sm90BwdConfig<128> { using Tile = Sm90BwdTile<128, /*kBlockM=
 __device__ __forceinline__ void atomic_add_pair(float* dst, float x, float y) {
   atomicAdd(reinterpret_cast<float2*>(dst), make_float2(x, y));
 }
+// The box at (c0, c1, c2) of the fp32 tensor map += the box in shared memory at src, by
+// the TMA unit (elements outside the tensor are skipped); tracked by bulk groups.
+__device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, const void* src, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+__device__ __forceinline__ void st_shared_f32x2(uint32_t addr, float x, float y) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// At most kPending of this thread's bulk groups are still reading shared memory.
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+}
+// Every bulk group of this thread is complete (its writes performed).
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 #endif
 
 // kOwner: one block owns all the key tiles of a (batch, head) and so is the only writer
-// of its dQ (D = 64 only; see launch_bwd_sm90).
-template <class Tile, bool kCausal, bool kOwner>
-__global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const FlashParams p) {
+// of its dQ (D = 64 only; see launch_bwd_sm90). kTmaDq: dQ by TMA reduce-adds through
+// dq_map, the (B·H, T, D) fp32 accumulator as a tensor of boxes of 64 rows × 32 columns.
+template <class Tile, bool kCausal, bool kOwner, bool kTmaDq>
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    flash_bwd_sm90_kernel(const __grid_constant__ CUtensorMap dq_map, const FlashParams p) {
 #if FLASHGPT_HAS_WGMMA
   constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN;
+  constexpr int kKvBufs = Tile::kv_bufs(kTmaDq), kDqBufs = Tile::dq_bufs(kTmaDq);
   static_assert(!kOwner || (BM == BN && !Tile::kDqSplitsD), "owner mode: 128-query tiles (D = 64)");
+  static_assert(!(kOwner && kTmaDq), "one dQ mode");
   extern __shared__ unsigned char smem_raw[];
   // The hardware applies the 128B swizzle from address bits: tiles start 1024-aligned.
-  unsigned char* smem = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  bf16* sK = reinterpret_cast<bf16*>(smem);  // [2][BN][D]   wgmma layout, by item parity
-  bf16* sV = sK + 2 * BN * D;                // [2][BN][D]
-  bf16* sQ = sV + 2 * BN * D;                // [2][BM][D]   by step parity
+  // (Offsetting smem_raw keeps the pointers in the shared state space: plain loads and
+  // stores through them compile to LDS/STS, not generic LD/ST.)
+  unsigned char* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+  bf16* sK = reinterpret_cast<bf16*>(smem);  // [kv_bufs][BN][D]   wgmma layout, by item parity
+  bf16* sV = sK + kKvBufs * BN * D;          // [kv_bufs][BN][D]
+  bf16* sQ = sV + kKvBufs * BN * D;          // [2][BM][D]   by step parity
   bf16* sdO = sQ + 2 * BM * D;               // [2][BM][D]
   bf16* sdSt = sdO + 2 * BM * D;             // [BN][BM]  dSᵀ, keys × queries
-  float* sLse = reinterpret_cast<float*>(sdSt + BN * BM);  // [2][BM]  natural-log LSE
+  float* sDq = reinterpret_cast<float*>(sdSt + BN * BM);   // tma: [dq_bufs][BM·D] boxes
+  float* sLse = sDq + kDqBufs * BM * D;                     // [2][BM]  natural-log LSE
   float* sDelta = sLse + 2 * BM;                            // [2][BM]
   float* sAcc = sDelta + 2 * BM;                            // owner: [BM][kAccStride]
   __shared__ int sItem[2];  // items ahead, by ordinal parity (static: no base register)
@@ -138,9 +172,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
     const int bh = item_bh(it);
     const bf16* k = p.qkv + int64_t(bh / p.H) * p.T * p.qkv_row_stride + int64_t(p.H + bh % p.H) * D;
     const int n0 = item_n(it) * BN;
-    sm90::load_tile_async<BN, D, Tile::kThreads>(sK + kv_buf * BN * D, k, p.qkv_row_stride, n0, p.T, tid);
-    sm90::load_tile_async<BN, D, Tile::kThreads>(sV + kv_buf * BN * D, k + int64_t(p.H) * D, p.qkv_row_stride,
-                                                 n0, p.T, tid);
+    constexpr bool kRolled = kKvBufs == 1;  // (loaded while dK and dV are live: no registers to spare)
+    sm90::load_tile_async<BN, D, Tile::kThreads, kRolled>(sK + kv_buf * BN * D, k, p.qkv_row_stride, n0, p.T, tid);
+    sm90::load_tile_async<BN, D, Tile::kThreads, kRolled>(sV + kv_buf * BN * D, k + int64_t(p.H) * D,
+                                                          p.qkv_row_stride, n0, p.T, tid);
   };
   // Q, dO, LSE and D of query tile m of item it, all by cp.async (rows >= T: zeros).
   auto load_q_tile = [&](int it, int m, int buf) {
@@ -162,7 +197,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
   int item = int(blockIdx.x) * (kOwner ? n_blocks : 1);
   if (item >= items) return;
   int m = first_m(item);
-  load_kv(item, 0);
+  if (kKvBufs == 2) load_kv(item, 0);  // (one buffer: at the item's first step)
   load_q_tile(item, m, 0);
   cp_async_commit();
   if (tid == 0) sItem[1] = claim();  // ordinal 1
@@ -184,11 +219,30 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
   // first step for all: the next item's K and V load during the whole of this item.
   int buf = 0;
   int ordinal = 0;  // units begun before this one (atomic mode: a unit is an item)
+  // TMA dQ: each step writes its dQ tile to shared memory, slot buf (the step parity)
+  // with two slots, else slot 0, and thread 0 hands it to the TMA unit after the next
+  // barrier (the writes are visible then): the tile of query row q0 of (batch·head) bh,
+  // which thread 0 keeps in sDqPending (q0 < 0: none; shared, not registers).
+  __shared__ int2 sDqPending;
+  if (kTmaDq && tid == 0) sDqPending = make_int2(-1, 0);
+  auto issue_pending_dq = [&](int slot) {
+    if (tid != 0) return;
+    const int2 pending = sDqPending;
+    if (pending.x < 0) return;
+    const float* tile = sDq + slot * BM * D;
+#pragma unroll
+    for (int rb = 0; rb < BM / Tile::kDqBoxRows; ++rb)
+#pragma unroll
+      for (int cb = 0; cb < D / Tile::kDqBoxCols; ++cb)
+        tma_reduce_add_3d(&dq_map, tile + (rb * (D / Tile::kDqBoxCols) + cb) * (Tile::kDqBoxRows * Tile::kDqBoxCols),
+                          cb * Tile::kDqBoxCols, pending.x + rb * Tile::kDqBoxRows, pending.y);
+    bulk_commit();
+  };
   for (;;) {
     const bool first_step = m == first_m(item);
     const int n_block = item_n(item);
     // K/V buffer: the parity of the items begun before this one.
-    const int kv_buf = (kOwner ? ordinal * n_blocks + n_block : ordinal) & 1;
+    const int kv_buf = kKvBufs == 1 ? 0 : (kOwner ? ordinal * n_blocks + n_block : ordinal) & 1;
     // Owner mode: this step's dQ contribution is the query tile's first (a plain store)
     // or its last (added to the partial, scaled, rounded to bf16 into dqkv).
     const bool dq_first = n_block == 0;
@@ -199,6 +253,16 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
     else cp_async_wait<1>();
     sm90::fence_proxy_async();
     __syncthreads();
+    if constexpr (kTmaDq) issue_pending_dq(kDqBufs == 2 ? buf ^ 1 : 0);  // the last step's dQ tile
+    if constexpr (kKvBufs == 1) {
+      if (first_step) {  // one K/V buffer, free now: the item's K and V, waited for here
+        load_kv(item, 0);
+        cp_async_commit();
+        cp_async_wait<0>();
+        sm90::fence_proxy_async();
+        __syncthreads();
+      }
+    }
     if constexpr (kOwner) {
       if (dq_last && !dq_first) {  // the partial of query tile m, by the other contributions
         const int64_t bh = item_bh(item);
@@ -218,7 +282,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
       const int q_item = same_item ? item : next_item;
       if (q_item < items) load_q_tile(q_item, same_item ? m + 1 : first_m(next_item), buf ^ 1);
       cp_async_commit();
-      if (first_step && next_item < items) load_kv(next_item, kv_buf ^ 1);
+      // (One K/V buffer: the next item's load waits for this item's last step, below.)
+      if (kKvBufs == 2 && first_step && next_item < items) load_kv(next_item, kv_buf ^ 1);
       cp_async_commit();
     }
 
@@ -315,6 +380,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
         *reinterpret_cast<uint32_t*>(sdSt + sm90::tile_offset<BN>(row, col)) = dsa[kk][r];
       }
     if constexpr (kOwner) cp_async_wait<2>();  // this step's dQ partial (if any) has landed
+    // TMA dQ: the reduce that last read this step's dQ slot is done reading it (issued
+    // a step ago with two slots; with one, at this step's start).
+    if constexpr (kTmaDq)
+      if (tid == 0) bulk_wait_read<kDqBufs - 1>();
     sm90::fence_proxy_async();  // st.shared above, read next by wgmma (async proxy)
     __syncthreads();            // dQ needs the dSᵀ of both warpgroups (owner: and sAcc)
 
@@ -335,8 +404,28 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
     sm90::fence_accumulators(dk);
     sm90::fence_accumulators(dv);
 
+    if constexpr (kTmaDq) {
+      // This warpgroup's 64×64 block into the tile's boxes (64 rows × 32 columns, 128-byte
+      // rows whose 16-byte chunks are XOR-swizzled by row % 8, as the TMA reads them);
+      // rows >= T too (the TMA skips them). Each float2 store of a warp: 2 wavefronts.
+      // (The address is laundered: hoisted out of the loop, the 16 addresses would spill.)
+      const uint32_t tile = sm90::opaque(smem_u32(sDq) + (kDqBufs == 2 ? buf : 0) * BM * D * 4);
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
+      for (int half = 0; half < 2; ++half) {
+        const int r = dq_q0 + (warp % 4) * 16 + g + 8 * half, rr = r % Tile::kDqBoxRows;
+#pragma unroll
+        for (int dt = 0; dt < 8; ++dt) {
+          const int col = dq_d0 + dt * 8 + 2 * t, cb = col / Tile::kDqBoxCols, c = col % Tile::kDqBoxCols;
+          const int box = (r / Tile::kDqBoxRows) * (D / Tile::kDqBoxCols) + cb;
+          const int at = box * Tile::kDqBoxRows * Tile::kDqBoxCols + rr * Tile::kDqBoxCols +
+                         (((c >> 2) ^ (rr & 7)) << 2) + (c & 3);
+          st_shared_f32x2(tile + at * 4, dq[dt][2 * half], dq[dt][2 * half + 1]);
+        }
+      }
+      if (tid == 0) sDqPending = make_int2(q0, int(bh));
+    }
+#pragma unroll
+    for (int half = 0; half < 2 && !kTmaDq; ++half) {
       const int r = dq_q0 + (warp % 4) * 16 + g + 8 * half, qry = q0 + r;
       if (qry >= p.T) continue;
       float* dst = p.dq_accum + (bh * p.T + qry) * D + dq_d0 + 2 * t;
@@ -402,26 +491,42 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_bwd_sm90_kernel(const
       for (int i = 0; i < 4; ++i) dk[dt][i] = dv[dt][i] = 0.f;
     m = first_m(item);
   }
+  if constexpr (kTmaDq) {  // the last tile, and shared memory stays until it is read
+    sm90::fence_proxy_async();
+    __syncthreads();
+    issue_pending_dq(kDqBufs == 2 ? buf ^ 1 : 0);
+    if (tid == 0) bulk_wait_all();
+  }
 #else
   static_assert(Tile::kMTiles > 0 && Tile::kDTiles > 0, "tile shape");
   __trap();  // never launched: the dispatcher checks that sm_90a code was built
 #endif
 }
 
-template <class Tile, bool kCausal, bool kOwner>
+template <class Tile, bool kCausal, bool kOwner, bool kTmaDq>
 void launch_main(const FlashParams& p, int64_t grid, cudaStream_t stream) {
-  auto kernel = flash_bwd_sm90_kernel<Tile, kCausal, kOwner>;
-  static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::smem_bytes(kOwner));  // once
+  auto kernel = flash_bwd_sm90_kernel<Tile, kCausal, kOwner, kTmaDq>;
+  constexpr size_t smem = Tile::smem_bytes(kOwner, kTmaDq);
+  static const bool opted_in = opt_in_dynamic_smem(kernel, smem);  // once
   (void)opted_in;
-  kernel<<<unsigned(grid), Tile::kThreads, Tile::smem_bytes(kOwner), stream>>>(p);
+  CUtensorMap dq_map{};  // the (B·H, T, D) fp32 accumulator (TMA dQ; else unused)
+  if constexpr (kTmaDq) {
+    const uint64_t dims[3] = {uint64_t(Tile::kHeadDim), uint64_t(p.T), uint64_t(p.B) * p.H};
+    const uint64_t strides[2] = {uint64_t(Tile::kHeadDim) * sizeof(float),
+                                 uint64_t(Tile::kHeadDim) * sizeof(float) * uint64_t(p.T)};
+    const uint32_t box[3] = {Tile::kDqBoxCols, Tile::kDqBoxRows, 1};
+    dq_map = tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.dq_accum, dims, strides, box, "dQ accumulator");
+  }
+  kernel<<<unsigned(grid), Tile::kThreads, smem, stream>>>(dq_map, p);
   CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
 template <int kHeadDim, bool kCausal>
-void launch_bwd_sm90(const FlashParams& p, int max_blocks, bool owner, cudaStream_t stream) {
+void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream_t stream) {
   using Tile = typename Sm90BwdConfig<kHeadDim>::Tile;
+  const bool owner = dq == DqMode::owner;
   FG_ASSERT(!owner || kHeadDim == 64, "owner-mode dQ is for head dim 64");  // the dispatcher's rule
   // flash_attention.cu checks that the item count fits in an int.
   const int64_t units = owner ? int64_t(p.B) * p.H : int64_t((p.T + Tile::kBlockN - 1) / Tile::kBlockN) * p.B * p.H;
@@ -430,17 +535,18 @@ void launch_bwd_sm90(const FlashParams& p, int max_blocks, bool owner, cudaStrea
   CUDA_CHECK(cudaMemsetAsync(p.item_counter, 0, sizeof(int), stream));
   if constexpr (kHeadDim == 64) {
     if (owner) {
-      launch_main<Tile, kCausal, /*kOwner=*/true>(p, grid, stream);
+      launch_main<Tile, kCausal, /*kOwner=*/true, /*kTmaDq=*/false>(p, grid, stream);
       return;  // dQ is written in bf16 by the kernel: no postprocess
     }
   }
-  launch_main<Tile, kCausal, /*kOwner=*/false>(p, grid, stream);
+  if (dq == DqMode::tma) launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true>(p, grid, stream);
+  else launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/false>(p, grid, stream);
   launch_bwd_postprocess<kHeadDim>(p, stream);
 }
 
-template void launch_bwd_sm90<64, /*kCausal=*/true>(const FlashParams&, int, bool, cudaStream_t);
-template void launch_bwd_sm90<64, /*kCausal=*/false>(const FlashParams&, int, bool, cudaStream_t);
-template void launch_bwd_sm90<128, /*kCausal=*/true>(const FlashParams&, int, bool, cudaStream_t);
-template void launch_bwd_sm90<128, /*kCausal=*/false>(const FlashParams&, int, bool, cudaStream_t);
+template void launch_bwd_sm90<64, /*kCausal=*/true>(const FlashParams&, int, DqMode, cudaStream_t);
+template void launch_bwd_sm90<64, /*kCausal=*/false>(const FlashParams&, int, DqMode, cudaStream_t);
+template void launch_bwd_sm90<128, /*kCausal=*/true>(const FlashParams&, int, DqMode, cudaStream_t);
+template void launch_bwd_sm90<128, /*kCausal=*/false>(const FlashParams&, int, DqMode, cudaStream_t);
 
 }  // namespace flashgpt::cuda::attn

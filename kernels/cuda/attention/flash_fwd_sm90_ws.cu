@@ -147,33 +147,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #endif
 }
 
-// cuTensorMapEncodeTiled from the driver, found through the runtime (no libcuda link).
-PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
-    if (found != cudaDriverEntryPointSuccess || !f)
-      fail("FLASHGPT_ATTENTION_PATH=sm90ws: the driver has no cuTensorMapEncodeTiled");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
 // qkv (B, T, 3·H·D) bf16 as a 3-D tensor (3·H·D, T, B), boxes of 64 columns × rows × 1.
 CUtensorMap qkv_tensor_map(const FlashParams& p, int rows) {
-  CUtensorMap map{};
-  const cuuint64_t dims[3] = {cuuint64_t(p.qkv_row_stride), cuuint64_t(p.T), cuuint64_t(p.B)};
-  const cuuint64_t strides[2] = {cuuint64_t(p.qkv_row_stride) * sizeof(bf16),
-                                 cuuint64_t(p.qkv_row_stride) * sizeof(bf16) * cuuint64_t(p.T)};
-  const cuuint32_t box[3] = {cuuint32_t(kBoxCols), cuuint32_t(rows), 1};
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<bf16*>(p.qkv), dims,
-                                    strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                    CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) fail("cuTensorMapEncodeTiled failed (", int(r), ") for B=", p.B, " T=", p.T, " H=", p.H);
-  return map;
+  const uint64_t dims[3] = {uint64_t(p.qkv_row_stride), uint64_t(p.T), uint64_t(p.B)};
+  const uint64_t strides[2] = {uint64_t(p.qkv_row_stride) * sizeof(bf16),
+                               uint64_t(p.qkv_row_stride) * sizeof(bf16) * uint64_t(p.T)};
+  const uint32_t box[3] = {uint32_t(kBoxCols), uint32_t(rows), 1};
+  return tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.qkv, dims, strides, box, "qkv");
 }
 
 template <class Tile, bool kCausal>
@@ -187,7 +167,36 @@ void launch_tile(const FlashParams& p, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH();
 }
 
+// cuTensorMapEncodeTiled from the driver, found through the runtime (no libcuda link).
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || !f)
+      fail("the Hopper attention kernels need cuTensorMapEncodeTiled, which the driver does not have");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
 }  // namespace
+
+CUtensorMap tensor_map_3d(CUtensorMapDataType type, const void* base, const uint64_t dims[3],
+                          const uint64_t strides[2], const uint32_t box[3], const char* what) {
+  CUtensorMap map{};
+  const cuuint64_t d[3] = {dims[0], dims[1], dims[2]};
+  const cuuint64_t s[2] = {strides[0], strides[1]};
+  const cuuint32_t b[3] = {box[0], box[1], box[2]};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = encode_tiled()(&map, type, 3, const_cast<void*>(base), d, s, b, elem_strides,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    fail("cuTensorMapEncodeTiled failed (", int(r), ") for the ", what, " tensor of ", dims[0], " x ", dims[1], " x ",
+         dims[2]);
+  return map;
+}
 
 template <int kHeadDim, bool kCausal>
 void launch_fwd_sm90_ws(const FlashParams& p, int tile, cudaStream_t stream) {

@@ -2,6 +2,7 @@
 // each code path (defined in flash_{fwd,bwd}_sm{80,90}.cu). Internal to
 // kernels/cuda/attention/: the rest of flashgpt calls flash_attention.h.
 #pragma once
+#include <cuda.h>  // CUtensorMap, CUtensorMapDataType (types only: no libcuda link)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <cstdint>
@@ -46,12 +47,17 @@ void launch_fwd_sm80(const FlashParams& p, int tile, cudaStream_t stream);
 // dQ only; the deterministic mode runs the sm80 kernels.
 template <int kHeadDim, bool kCausal>
 void launch_fwd_sm90(const FlashParams& p, cudaStream_t stream);
+// How the sm90 backward adds up dQ (FLASHGPT_ATTENTION_BWD_DQ, flash_attention.cu):
+// atomic: per-thread fp32 atomics into the zeroed accumulator; tma: each query tile's
+// partial staged in shared memory and added by the TMA unit (cp.reduce.async.bulk.tensor);
+// owner (head dim 64): whole (batch, head) units per block, dQ written by the kernel (no
+// zeroed accumulator, no postprocess).
+enum class DqMode { atomic, tma, owner };
 // The backward's work items (key tile × batch·head) go to at most max_blocks blocks,
 // each looping over items it claims from p.item_counter (persistent: max_blocks = the SM
-// count); 0: one block per item. owner (head dim 64): whole (batch, head) units per
-// claim, dQ written by the kernel (no zeroed accumulator, no postprocess).
+// count); 0: one block per item.
 template <int kHeadDim, bool kCausal>
-void launch_bwd_sm90(const FlashParams& p, int max_blocks, bool owner, cudaStream_t stream);
+void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream_t stream);
 // Warp-specialised Hopper forward (TMA producer, two consumer warpgroups in ping-pong;
 // flash_fwd_sm90_ws.cu). At D = 128, tile 0 (the default): 128-key tiles, one matmul at a
 // time within a warpgroup; tile 1 (FLASHGPT_ATTENTION_FWD_TILE=1): 64-key tiles with the
@@ -60,6 +66,11 @@ template <int kHeadDim, bool kCausal>
 void launch_fwd_sm90_ws(const FlashParams& p, int tile, cudaStream_t stream);
 // True when this build has sm_90a code and the current device runs it.
 bool sm90_kernels_built();
+// A TMA descriptor of a 3-D tensor (innermost dimension first; strides in bytes of
+// dimensions 1 and 2), boxes of box[0..2] elements, 128-byte swizzle; by the driver's
+// cuTensorMapEncodeTiled (flash_fwd_sm90_ws.cu). `what` names the tensor in the error.
+CUtensorMap tensor_map_3d(CUtensorMapDataType type, const void* base, const uint64_t dims[3],
+                          const uint64_t strides[2], const uint32_t box[3], const char* what);
 
 // deterministic: dQ by a separate kernel that loops over K/V tiles (no float atomics).
 template <int kHeadDim, bool kCausal>

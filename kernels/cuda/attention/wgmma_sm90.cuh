@@ -33,14 +33,15 @@ __device__ __forceinline__ int tile_offset(int row, int col) {
 }
 
 // Copies rows [row0, row0 + kRows) x kCols of a (T, row_stride) bf16 matrix into a
-// wgmma-layout tile; rows >= T become zeros.
-template <int kRows, int kCols, int kThreads>
+// wgmma-layout tile; rows >= T become zeros. kRolled: a loop, not unrolled (fewer live
+// registers where the caller has few to spare).
+template <int kRows, int kCols, int kThreads, bool kRolled = false>
 __device__ __forceinline__ void load_tile_async(bf16* tile, const bf16* src, int64_t row_stride,
                                                 int row0, int T, int tid) {
   constexpr int kChunksPerRow = kCols / 8;
   constexpr int kChunks = kRows * kChunksPerRow;
   static_assert(kChunks % kThreads == 0, "every thread copies the same number of chunks");
-#pragma unroll
+#pragma unroll(kRolled ? 1 : kChunks / kThreads)
   for (int it = 0; it < kChunks / kThreads; ++it) {
     const int i = tid + it * kThreads;
     const int r = i / kChunksPerRow, c = (i % kChunksPerRow) * 8;
