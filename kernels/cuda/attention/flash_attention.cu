@@ -20,9 +20,9 @@
 //       the same accumulator, each query tile's partial staged in shared memory and added
 //       by the TMA unit (tma); or one block per (batch, head) walking its key tiles in
 //       order, which stores the first contribution, adds the middle ones atomically and
-//       writes the last in bf16 (owner; head dim 64, D = 128 takes atomics). auto: owner
-//       at D = 64 when the (batch, head) pairs fill the last wave of one-block-per-SM to
-//       >= 90%, else atomic (see dq_mode).
+//       writes the last in bf16 (owner; head dim 64, D = 128 takes tma). auto: owner at
+//       D = 64 when the (batch, head) pairs fill the last wave of one-block-per-SM to
+//       >= 90%, else tma (see dq_mode).
 //   FLASHGPT_ATTENTION_FWD_TILE, FLASHGPT_ATTENTION_BWD_TILE = 0|1  tuning knobs: the
 //       tile shape of each sm80 kernel (flash_fwd_sm80.cu, flash_bwd_sm80.cu); 0 is the
 //       default. FWD_TILE=1 also gives the sm90ws forward 64-key tiles at D = 128 (the
@@ -113,21 +113,22 @@ int backward_max_blocks() {
 // (one block owns each (batch, head) and writes its dQ without a zeroed accumulator or a
 // conversion pass) is for head dim 64 only: at D = 128 it falls back to auto's other
 // choice. auto: owner when the (batch, head) units fill the last wave of blocks to at
-// least kOwnerWaveFill (one block per SM), else atomic. Measured on an H200
-// (BENCHMARKS.md, seventh session): owner won at 128, 256, 512 and 768 units (97% fill;
-// +1 to +9%) and lost at 32, 64 and 192 (24%, 48%, 73%).
+// least kOwnerWaveFill (one block per SM), else tma. Measured on an H200 (BENCHMARKS.md):
+// owner beat atomic at 128, 256, 512 and 768 units (97% fill; +1 to +9%) and lost at 32,
+// 64 and 192 (24%, 48%, 73%), seventh session; tma beats atomic on every shape measured
+// and owner beats tma at 256, 512 and 768 units (+1 to +6%), tenth session.
 constexpr double kOwnerWaveFill = 0.9;
 attn::DqMode dq_mode(int B, int H, int D) {
   const char* env = std::getenv("FLASHGPT_ATTENTION_BWD_DQ");
   const std::string v = env && *env ? env : "auto";
   if (v != "auto" && v != "atomic" && v != "tma" && v != "owner")
     fail_input("FLASHGPT_ATTENTION_BWD_DQ must be auto, atomic, tma or owner, got '", v, "'");
-  if (v == "tma") return attn::DqMode::tma;
-  if (D != 64 || v == "atomic") return attn::DqMode::atomic;
+  if (v == "atomic") return attn::DqMode::atomic;
+  if (D != 64 || v == "tma") return attn::DqMode::tma;
   if (v == "owner") return attn::DqMode::owner;
   const int64_t units = int64_t(B) * H, sms = device_sm_count();
   const bool fills = double(units) / double((units + sms - 1) / sms * sms) >= kOwnerWaveFill;
-  return fills ? attn::DqMode::owner : attn::DqMode::atomic;
+  return fills ? attn::DqMode::owner : attn::DqMode::tma;
 }
 
 void check_tensor(const Tensor& t, const char* name, DType dtype, int64_t numel) {

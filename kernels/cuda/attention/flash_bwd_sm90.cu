@@ -40,6 +40,7 @@
 #include <cstdint>
 #include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/flash_params.h"
+#include "kernels/cuda/attention/tma_sm90.cuh"
 #include "kernels/cuda/attention/wgmma_sm90.cuh"
 
 namespace flashgpt::cuda::attn {
@@ -67,11 +68,15 @@ struct Sm90BwdTile {
   static constexpr int dq_bufs(bool tma) { return !tma ? 0 : kHeadDim == 128 ? 2 : 1; }
   static constexpr int kDqBoxCols = 32, kDqBoxRows = 64;
   static constexpr size_t kDqTileBytes = size_t(kBlockM) * kHeadDim * sizeof(float);
+  // LSE and D of a query tile: the TMA reads kBlockM + 4 floats from the 16-byte boundary
+  // at or before the tile's first row (a box must start 16-byte aligned in global
+  // memory), into buffers of kLseStride floats (128-byte aligned).
+  static constexpr int kLseBox = kBlockM + 4, kLseStride = kBlockM + 32;
   // kv_bufs × (K, V); 2 × (Q, dO); dSᵀ; [tma: the dQ tiles]; 2 × (LSE, D); [owner: the
   // dQ partial]; slack to align the base to 1024 bytes.
   static constexpr size_t smem_bytes(bool owner, bool tma) {
     return size_t(2 * kv_bufs(tma) * kBlockN + 4 * kBlockM) * kHeadDim * sizeof(bf16) +
-           size_t(kBlockN) * kBlockM * sizeof(bf16) + dq_bufs(tma) * kDqTileBytes + 4 * kBlockM * sizeof(float) +
+           size_t(kBlockN) * kBlockM * sizeof(bf16) + dq_bufs(tma) * kDqTileBytes + 4 * kLseStride * sizeof(float) +
            (owner ? size_t(kBlockM) * kAccStride * sizeof(float) : 0) + 1024;
   }
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim 64 or 128");
@@ -84,6 +89,14 @@ struct Sm90BwdTile {
 template <int kHeadDim> struct Sm90BwdConfig;
 template <> struct Sm90BwdConfig<64> { using Tile = Sm90BwdTile<64, /*kBlockM=*/128>; };
 template <> struct Sm90BwdConfig<128> { using Tile = Sm90BwdTile<128, /*kBlockM=*/64>; };
+
+// The TMA descriptors of one launch (kernel parameters, __grid_constant__): the loads of
+// each query tile (Q from qkv, dO: boxes of 64 columns × kBlockM rows, 128-byte swizzle;
+// LSE and D as flat (B·H·T) fp32 arrays, boxes of kBlockM), and the TMA dQ's fp32
+// accumulator (else unused).
+struct Sm90BwdMaps {
+  CUtensorMap q, dout, lse, delta, dq;
+};
 
 #if FLASHGPT_HAS_WGMMA
 // dst[0] += x, dst[1] += y in one 8-byte vector atomic (sm_90 only).
@@ -114,10 +127,10 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 
 // kOwner: one block owns all the key tiles of a (batch, head) and so is the only writer
 // of its dQ (D = 64 only; see launch_bwd_sm90). kTmaDq: dQ by TMA reduce-adds through
-// dq_map, the (B·H, T, D) fp32 accumulator as a tensor of boxes of 64 rows × 32 columns.
+// maps.dq, the (B·H, T, D) fp32 accumulator as a tensor of boxes of 64 rows × 32 columns.
 template <class Tile, bool kCausal, bool kOwner, bool kTmaDq>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
-    flash_bwd_sm90_kernel(const __grid_constant__ CUtensorMap dq_map, const FlashParams p) {
+    flash_bwd_sm90_kernel(const __grid_constant__ Sm90BwdMaps maps, const FlashParams p) {
 #if FLASHGPT_HAS_WGMMA
   constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN;
   constexpr int kKvBufs = Tile::kv_bufs(kTmaDq), kDqBufs = Tile::dq_bufs(kTmaDq);
@@ -134,9 +147,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   bf16* sdO = sQ + 2 * BM * D;               // [2][BM][D]
   bf16* sdSt = sdO + 2 * BM * D;             // [BN][BM]  dSᵀ, keys × queries
   float* sDq = reinterpret_cast<float*>(sdSt + BN * BM);   // tma: [dq_bufs][BM·D] boxes
-  float* sLse = sDq + kDqBufs * BM * D;                     // [2][BM]  natural-log LSE
-  float* sDelta = sLse + 2 * BM;                            // [2][BM]
-  float* sAcc = sDelta + 2 * BM;                            // owner: [BM][kAccStride]
+  float* sLse = sDq + kDqBufs * BM * D;                     // [2][kLseStride]  natural-log LSE
+  float* sDelta = sLse + 2 * Tile::kLseStride;              // [2][kLseStride]
+  float* sAcc = sDelta + 2 * Tile::kLseStride;              // owner: [BM][kAccStride]
   __shared__ int sItem[2];  // items ahead, by ordinal parity (static: no base register)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -177,30 +190,40 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     sm90::load_tile_async<BN, D, Tile::kThreads, kRolled>(sV + kv_buf * BN * D, k + int64_t(p.H) * D,
                                                           p.qkv_row_stride, n0, p.T, tid);
   };
-  // Q, dO, LSE and D of query tile m of item it, all by cp.async (rows >= T: zeros).
-  auto load_q_tile = [&](int it, int m, int buf) {
-    const int bh = item_bh(it);
-    const int64_t b = bh / p.H;
-    const int h = bh % p.H;
-    sm90::load_tile_async<BM, D, Tile::kThreads>(sQ + buf * BM * D, p.qkv + b * p.T * p.qkv_row_stride + h * D,
-                                                 p.qkv_row_stride, m * BM, p.T, tid);
-    sm90::load_tile_async<BM, D, Tile::kThreads>(sdO + buf * BM * D, p.dout + b * p.T * p.o_row_stride + h * D,
-                                                 p.o_row_stride, m * BM, p.T, tid);
-    if (tid < BM) {
-      const int row = m * BM + tid;
-      const int64_t at = int64_t(bh) * p.T + (row < p.T ? row : 0);
-      cp_async_4(smem_u32(sLse + buf * BM + tid), p.lse + at, row < p.T);
-      cp_async_4(smem_u32(sDelta + buf * BM + tid), p.delta + at, row < p.T);
+  // Q, dO, LSE and D of query tile m of item it into buffer buf, by TMA from thread 0,
+  // completing on q_full[buf]. Q and dO rows >= T arrive as zeros (outside the tensor);
+  // LSE and D rows >= T are the next head's values or zeros (masked queries: unused).
+  // LSE and D start at the 16-byte boundary at or before row m·BM (lse_offset floats
+  // before it).
+  __shared__ alignas(8) uint64_t q_full[2];
+  auto issue_q_tile = [&](int it, int m, int buf) {
+    const int bh = item_bh(it), b = bh / p.H, h = bh % p.H;
+    const int lse0 = (bh * p.T + m * BM) & ~3;
+    sm90::mbar_arrive_expect_tx(&q_full[buf], 2 * BM * D * sizeof(bf16) + 2 * Tile::kLseBox * sizeof(float));
+#pragma unroll
+    for (int c = 0; c < D / 64; ++c) {
+      sm90::tma_load_3d(sQ + buf * BM * D + c * BM * 64, &maps.q, &q_full[buf], h * D + c * 64, m * BM, b);
+      sm90::tma_load_3d(sdO + buf * BM * D + c * BM * 64, &maps.dout, &q_full[buf], h * D + c * 64, m * BM, b);
     }
+    sm90::tma_load_3d(sLse + buf * Tile::kLseStride, &maps.lse, &q_full[buf], lse0, 0, 0);
+    sm90::tma_load_3d(sDelta + buf * Tile::kLseStride, &maps.delta, &q_full[buf], lse0, 0, 0);
   };
 
   int item = int(blockIdx.x) * (kOwner ? n_blocks : 1);
   if (item >= items) return;
   int m = first_m(item);
+  if (tid == 0) {
+    sm90::mbar_init(&q_full[0], 1);
+    sm90::mbar_init(&q_full[1], 1);
+    sm90::fence_mbar_init();
+  }
+  __syncthreads();
   if (kKvBufs == 2) load_kv(item, 0);  // (one buffer: at the item's first step)
-  load_q_tile(item, m, 0);
   cp_async_commit();
-  if (tid == 0) sItem[1] = claim();  // ordinal 1
+  if (tid == 0) {
+    issue_q_tile(item, m, 0);
+    sItem[1] = claim();  // ordinal 1
+  }
 
   float dk[Tile::kDTiles][4], dv[Tile::kDTiles][4];
 #pragma unroll
@@ -212,12 +235,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const int dq_q0 = Tile::kDqSplitsD ? 0 : wg * 64;
   const int dq_d0 = Tile::kDqSplitsD ? wg * 64 : 0;
 
-  // One step = one query tile m of one item. Each step commits two cp.async groups (owner
-  // mode: three, the first this step's dQ partial when it is the tile's last
-  // contribution): the next step's Q tile, then (at an item's first step) the next item's
-  // K and V, else nothing. So a step waits for all but the newest group, and an item's
-  // first step for all: the next item's K and V load during the whole of this item.
-  int buf = 0;
+  // One step = one query tile m of one item. Thread 0 issues the next step's Q tile (TMA)
+  // at the start of each step, into the other buffer. Each step commits one cp.async
+  // group (owner mode: two, the first this step's dQ partial when it is the tile's last
+  // contribution): at an item's first step the next item's K and V (two K/V buffers),
+  // else nothing. So an item's first step waits for all groups: the next item's K and V
+  // load during the whole of this item.
+  int step = 0;  // steps done by this block: the Q buffer is its parity
   int ordinal = 0;  // units begun before this one (atomic mode: a unit is an item)
   // TMA dQ: each step writes its dQ tile to shared memory, slot buf (the step parity)
   // with two slots, else slot 0, and thread 0 hands it to the TMA unit after the next
@@ -234,11 +258,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     for (int rb = 0; rb < BM / Tile::kDqBoxRows; ++rb)
 #pragma unroll
       for (int cb = 0; cb < D / Tile::kDqBoxCols; ++cb)
-        tma_reduce_add_3d(&dq_map, tile + (rb * (D / Tile::kDqBoxCols) + cb) * (Tile::kDqBoxRows * Tile::kDqBoxCols),
+        tma_reduce_add_3d(&maps.dq, tile + (rb * (D / Tile::kDqBoxCols) + cb) * (Tile::kDqBoxRows * Tile::kDqBoxCols),
                           cb * Tile::kDqBoxCols, pending.x + rb * Tile::kDqBoxRows, pending.y);
     bulk_commit();
   };
   for (;;) {
+    const int buf = step & 1;
     const bool first_step = m == first_m(item);
     const int n_block = item_n(item);
     // K/V buffer: the parity of the items begun before this one.
@@ -250,7 +275,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // The step's tiles have landed, every warp is done with the other buffers and with
     // sdSt, and the cp.async writes are visible to the async proxy that wgmma reads through.
     if (first_step) cp_async_wait<0>();
-    else cp_async_wait<1>();
+    sm90::mbar_wait(&q_full[buf], (step >> 1) & 1);
     sm90::fence_proxy_async();
     __syncthreads();
     if constexpr (kTmaDq) issue_pending_dq(kDqBufs == 2 ? buf ^ 1 : 0);  // the last step's dQ tile
@@ -280,9 +305,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       const int next_item = kOwner && n_block + 1 < n_blocks ? item + 1 : sItem[(ordinal + 1) & 1];
       const bool same_item = m + 1 < m_blocks;  // else the next item's first query tile
       const int q_item = same_item ? item : next_item;
-      if (q_item < items) load_q_tile(q_item, same_item ? m + 1 : first_m(next_item), buf ^ 1);
-      cp_async_commit();
-      // (One K/V buffer: the next item's load waits for this item's last step, below.)
+      if (tid == 0 && q_item < items) issue_q_tile(q_item, same_item ? m + 1 : first_m(next_item), buf ^ 1);
+      // (One K/V buffer: the next item's K and V load at its first step, above.)
       if (kKvBufs == 2 && first_step && next_item < items) load_kv(next_item, kv_buf ^ 1);
       cp_async_commit();
     }
@@ -296,8 +320,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const uint32_t dst_base = sm90::opaque(smem_u32(sdSt));
     // This warpgroup's 64 keys as the A operand: rows 64·wg.. of column block 0.
     const uint32_t k_rows = k_base + wg * 64 * 128, v_rows = v_base + wg * 64 * 128;
-    const float* cLse = sLse + buf * BM;
-    const float* cDelta = sDelta + buf * BM;
+    // (bh·T + q0) mod 4: where row q0 lies in the LSE and D buffers.
+    const int lse_offset = ((int(bh) & 3) * (p.T & 3) + m * BM) & 3;
+    const float* cLse = sLse + buf * Tile::kLseStride + lse_offset;
+    const float* cDelta = sDelta + buf * Tile::kLseStride + lse_offset;
     const int q0 = m * BM;
 
     // Sᵀ = K·Qᵀ, then dPᵀ = V·dOᵀ: k-step kk is 16 head-dim columns = 32 bytes into
@@ -379,7 +405,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         const int row = warp_key0 + g + 8 * (r & 1), col = kk * 16 + 8 * (r >> 1) + 2 * t;
         *reinterpret_cast<uint32_t*>(sdSt + sm90::tile_offset<BN>(row, col)) = dsa[kk][r];
       }
-    if constexpr (kOwner) cp_async_wait<2>();  // this step's dQ partial (if any) has landed
+    if constexpr (kOwner) cp_async_wait<1>();  // this step's dQ partial (if any) has landed
     // TMA dQ: the reduce that last read this step's dQ slot is done reading it (issued
     // a step ago with two slots; with one, at this step's start).
     if constexpr (kTmaDq)
@@ -460,7 +486,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       }
     }
 
-    buf ^= 1;
+    ++step;
     if (++m < m_blocks) continue;
 
     // The item's last step: dK·scale and dV → bf16 into the K and V slots of dqkv
@@ -494,7 +520,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   if constexpr (kTmaDq) {  // the last tile, and shared memory stays until it is read
     sm90::fence_proxy_async();
     __syncthreads();
-    issue_pending_dq(kDqBufs == 2 ? buf ^ 1 : 0);
+    issue_pending_dq(kDqBufs == 2 ? (step - 1) & 1 : 0);
     if (tid == 0) bulk_wait_all();
   }
 #else
@@ -509,15 +535,45 @@ void launch_main(const FlashParams& p, int64_t grid, cudaStream_t stream) {
   constexpr size_t smem = Tile::smem_bytes(kOwner, kTmaDq);
   static const bool opted_in = opt_in_dynamic_smem(kernel, smem);  // once
   (void)opted_in;
-  CUtensorMap dq_map{};  // the (B·H, T, D) fp32 accumulator (TMA dQ; else unused)
-  if constexpr (kTmaDq) {
-    const uint64_t dims[3] = {uint64_t(Tile::kHeadDim), uint64_t(p.T), uint64_t(p.B) * p.H};
-    const uint64_t strides[2] = {uint64_t(Tile::kHeadDim) * sizeof(float),
-                                 uint64_t(Tile::kHeadDim) * sizeof(float) * uint64_t(p.T)};
-    const uint32_t box[3] = {Tile::kDqBoxCols, Tile::kDqBoxRows, 1};
-    dq_map = tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.dq_accum, dims, strides, box, "dQ accumulator");
+  constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM;
+  Sm90BwdMaps maps{};
+  {
+    const uint64_t dims[3] = {uint64_t(p.qkv_row_stride), uint64_t(p.T), uint64_t(p.B)};
+    const uint64_t strides[2] = {uint64_t(p.qkv_row_stride) * sizeof(bf16),
+                                 uint64_t(p.qkv_row_stride) * sizeof(bf16) * uint64_t(p.T)};
+    const uint32_t box[3] = {64, BM, 1};
+    maps.q = tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.qkv, dims, strides, box, "qkv");
   }
-  kernel<<<unsigned(grid), Tile::kThreads, smem, stream>>>(dq_map, p);
+  {
+    const uint64_t dims[3] = {uint64_t(p.o_row_stride), uint64_t(p.T), uint64_t(p.B)};
+    const uint64_t strides[2] = {uint64_t(p.o_row_stride) * sizeof(bf16),
+                                 uint64_t(p.o_row_stride) * sizeof(bf16) * uint64_t(p.T)};
+    const uint32_t box[3] = {64, BM, 1};
+    maps.dout = tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.dout, dims, strides, box, "dout");
+  }
+  {
+    // Flat (B·H·T): the box at the 16-byte boundary at or before element bh·T + m·BM, so
+    // no alignment is asked of T. The two outer dimensions are 1 (their strides only have
+    // to be valid: 16-byte multiples). TMA coordinates are 32-bit signed.
+    const uint64_t n = uint64_t(p.B) * p.H * uint64_t(p.T);
+    if (n + Tile::kLseBox > uint64_t(INT32_MAX))
+      fail_input("the sm90 attention backward takes B·H·T < 2^31 (got ", n, "); use FLASHGPT_ATTENTION_PATH=sm80");
+    const uint64_t dims[3] = {n, 1, 1};
+    const uint64_t stride = (n * sizeof(float) + 15) / 16 * 16;
+    const uint64_t strides[2] = {stride, stride};
+    const uint32_t box[3] = {Tile::kLseBox, 1, 1};
+    maps.lse = tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.lse, dims, strides, box, "LSE",
+                             CU_TENSOR_MAP_SWIZZLE_NONE);
+    maps.delta = tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.delta, dims, strides, box, "delta",
+                               CU_TENSOR_MAP_SWIZZLE_NONE);
+  }
+  if constexpr (kTmaDq) {  // the (B·H, T, D) fp32 accumulator
+    const uint64_t dims[3] = {uint64_t(D), uint64_t(p.T), uint64_t(p.B) * p.H};
+    const uint64_t strides[2] = {uint64_t(D) * sizeof(float), uint64_t(D) * sizeof(float) * uint64_t(p.T)};
+    const uint32_t box[3] = {Tile::kDqBoxCols, Tile::kDqBoxRows, 1};
+    maps.dq = tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.dq_accum, dims, strides, box, "dQ accumulator");
+  }
+  kernel<<<unsigned(grid), Tile::kThreads, smem, stream>>>(maps, p);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -183,14 +183,15 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
 }  // namespace
 
 CUtensorMap tensor_map_3d(CUtensorMapDataType type, const void* base, const uint64_t dims[3],
-                          const uint64_t strides[2], const uint32_t box[3], const char* what) {
+                          const uint64_t strides[2], const uint32_t box[3], const char* what,
+                          CUtensorMapSwizzle swizzle) {
   CUtensorMap map{};
   const cuuint64_t d[3] = {dims[0], dims[1], dims[2]};
   const cuuint64_t s[2] = {strides[0], strides[1]};
   const cuuint32_t b[3] = {box[0], box[1], box[2]};
   const cuuint32_t elem_strides[3] = {1, 1, 1};
   const CUresult r = encode_tiled()(&map, type, 3, const_cast<void*>(base), d, s, b, elem_strides,
-                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     fail("cuTensorMapEncodeTiled failed (", int(r), ") for the ", what, " tensor of ", dims[0], " x ", dims[1], " x ",
