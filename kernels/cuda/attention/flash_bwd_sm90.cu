@@ -1,20 +1,16 @@
 // FlashAttention backward, Hopper path (sm_90a): the algorithm of flash_bwd_sm80.cu
 // (recompute P from the LSE, a K/V tile at a time looping over the query tiles that see
-// it, dK and dV in registers, dQ by fp32 atomics) with all five matmuls on warpgroup MMA
-// (wgmma). Preprocess (D = rowsum(dO∘O)) and postprocess (dQ → bf16) are the sm80
-// kernels.
+// it, dK and dV in registers, dQ added up across key tiles) with all five matmuls on
+// warpgroup MMA (wgmma). Preprocess (D = rowsum(dO∘O), zeroing of the dQ accumulator)
+// and postprocess (dQ → bf16) are the sm80 kernels.
 //
 // Work items are (K/V tile, batch·head) pairs. A block loops over items that it claims
 // from a counter (persistent: one block per SM; or a block per item), with K and V
 // double-buffered so that the next item's tiles load during this one (kernel comment).
-// Owner mode (D = 64): a block claims all K/V tiles of one (batch, head) and walks them
-// in order, so it is the only writer of that head's dQ: the first contribution of each
-// query tile is a plain store, the middle ones atomics, the last one adds the partial
-// and writes bf16, with no zeroed accumulator and no postprocess.
 //
 // One block = 2 warpgroups = kBlockN = 128 keys (64 per warpgroup); query tiles of
-// kBlockM rows, Q, dO, LSE and D double-buffered by cp.async (the next tile in flight
-// while this one is used). Per query tile, each warpgroup:
+// kBlockM rows. Thread 0 loads each query tile's Q, dO, LSE and D by TMA, one step ahead,
+// into two buffers that complete on mbarriers. Per query tile (a step), each warpgroup:
 //   Sᵀ  = K·Qᵀ      wgmma m64n{BM}k16, A (its 64 keys of K) and B (Q) K-major in smem
 //   dPᵀ = V·dOᵀ     the same with V and dO (issued right behind Sᵀ)
 //   Pᵀ = exp2(Sᵀ·c − LSE·log2 e), dSᵀ = Pᵀ ∘ (dPᵀ − D)    on the accumulators
@@ -23,18 +19,28 @@
 //   dSᵀ → shared memory (bf16, [key][query]); barrier over both warpgroups
 //   dQ = dS·K       wgmma m64n64k16, A (dS) and B (K) MN-major in smem, all 128 keys;
 //                   each warpgroup takes one 64×64 block of the BM×D tile of dQ
-//   dQ → fp32 atomics (8-byte red.global.add.v2.f32) into the (B,H,T,D) accumulator
-//        (dQ by a shared-memory tile and one cp.reduce.async.bulk per query tile was tried
-//        and measured 2-8% slower than these atomics on every shape; BENCHMARKS.md)
+//   dQ → the (B·H, T, D) fp32 accumulator, in one of three modes (DqMode):
+//     tma:    into a shared-memory tile (swizzled 64×32 boxes); after the next step's
+//             first barrier thread 0 adds it with cp.reduce.async.bulk.tensor, which runs
+//             while the block computes (at D = 128 the two dQ tiles take the room of the
+//             second K/V buffer: the next item's K and V load at its first step)
+//     atomic: per-thread 8-byte red.global.add.v2.f32 (every warp's registers stay held
+//             until the atomics drain: ~20% of the stall samples in ncu, 7-22% slower)
+//     owner (D = 64): a block claims all K/V tiles of one (batch, head) and walks them in
+//             order, so it is the only writer of that head's dQ: the first contribution
+//             of each query tile is a plain store, the middle ones atomics, the last one
+//             adds the partial and writes bf16, with no zeroed accumulator and no
+//             postprocess.
 // Because Sᵀ is computed with keys as M, Pᵀ and dSᵀ come out of the accumulators in the
 // A-fragment layout of the register operand: neither goes through shared memory for
-// dV and dK. Not (yet) here: TMA, warp specialisation, overlap of one tile's softmax
-// with the next tile's matmuls (FlashAttention-3), a deterministic dQ (that mode runs
-// the sm80 kernels). A warp-specialised version of this loop (a TMA producer warpgroup
-// at 24 registers, these two warpgroups as consumers at 240 via setmaxnreg) was written
-// and dropped before it ran: ptxas spilled 600-970 bytes in its consumers, while this
-// kernel compiled with a 240-register cap (__maxnreg__) spills nothing; at 224 it spills
-// ~100 bytes. Warp specialisation here needs smaller consumer tiles first.
+// dV and dK. Not (yet) here: warp specialisation (the two warpgroups step in lockstep,
+// two barriers a step), overlap of one tile's softmax with the next tile's matmuls
+// (FlashAttention-3), a deterministic dQ (that mode runs the sm80 kernels). A
+// warp-specialised version of this loop (a TMA producer warpgroup at 24 registers, these
+// two warpgroups as consumers at 240 via setmaxnreg) was written and dropped before it
+// ran: ptxas spilled 600-970 bytes in its consumers, while this kernel compiles within
+// 255 registers without spills (ptxas_report.sh --strict checks). Warp specialisation
+// here needs smaller consumer tiles first.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
