@@ -20,7 +20,6 @@
 // (CudaFlashAttention.Sm90WsForwardIsBitwiseEqualToSm90). The fastest forward on an H200
 // at every benchmarked shape (BENCHMARKS.md "## Attention"): auto's forward on Hopper.
 #include <cuda.h>
-#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cmath>
 #include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/flash_fwd_sm90_consumer.cuh"
@@ -167,37 +166,7 @@ void launch_tile(const FlashParams& p, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH();
 }
 
-// cuTensorMapEncodeTiled from the driver, found through the runtime (no libcuda link).
-PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
-    if (found != cudaDriverEntryPointSuccess || !f)
-      fail("the Hopper attention kernels need cuTensorMapEncodeTiled, which the driver does not have");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
 }  // namespace
-
-CUtensorMap tensor_map_3d(CUtensorMapDataType type, const void* base, const uint64_t dims[3],
-                          const uint64_t strides[2], const uint32_t box[3], const char* what,
-                          CUtensorMapSwizzle swizzle) {
-  CUtensorMap map{};
-  const cuuint64_t d[3] = {dims[0], dims[1], dims[2]};
-  const cuuint64_t s[2] = {strides[0], strides[1]};
-  const cuuint32_t b[3] = {box[0], box[1], box[2]};
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult r = encode_tiled()(&map, type, 3, const_cast<void*>(base), d, s, b, elem_strides,
-                                    CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    fail("cuTensorMapEncodeTiled failed (", int(r), ") for the ", what, " tensor of ", dims[0], " x ", dims[1], " x ",
-         dims[2]);
-  return map;
-}
 
 template <int kHeadDim, bool kCausal>
 void launch_fwd_sm90_ws(const FlashParams& p, int tile, cudaStream_t stream) {

@@ -68,7 +68,7 @@ void launch_fwd_sm90_ws(const FlashParams& p, int tile, cudaStream_t stream);
 bool sm90_kernels_built();
 // A TMA descriptor of a 3-D tensor (innermost dimension first; strides in bytes of
 // dimensions 1 and 2), boxes of box[0..2] elements, 128-byte swizzle unless asked
-// otherwise; by the driver's cuTensorMapEncodeTiled (flash_fwd_sm90_ws.cu). `what` names
+// otherwise; by the driver's cuTensorMapEncodeTiled (tensor_map.cu). `what` names
 // the tensor in the error.
 CUtensorMap tensor_map_3d(CUtensorMapDataType type, const void* base, const uint64_t dims[3],
                           const uint64_t strides[2], const uint32_t box[3], const char* what,
