@@ -22,7 +22,7 @@
 //       order, which stores the first contribution, adds the middle ones atomically and
 //       writes the last in bf16 (owner; head dim 64, D = 128 takes tma). auto: owner at
 //       D = 64 when the (batch, head) pairs fill the last wave of one-block-per-SM to
-//       >= 90%, else tma (see dq_mode).
+//       >= 90%, else tma (dq_mode.h).
 //   FLASHGPT_ATTENTION_FWD_TILE, FLASHGPT_ATTENTION_BWD_TILE = 0|1  tuning knobs: the
 //       tile shape of each sm80 kernel (flash_fwd_sm80.cu, flash_bwd_sm80.cu); 0 is the
 //       default. FWD_TILE=1 also gives the sm90ws forward 64-key tiles at D = 128 (the
@@ -107,28 +107,6 @@ int backward_max_blocks() {
     return int(blocks);
   }
   return device_sm_count();
-}
-
-// The sm90 backward's dQ (FLASHGPT_ATTENTION_BWD_DQ=auto|atomic|tma|owner). Owner mode
-// (one block owns each (batch, head) and writes its dQ without a zeroed accumulator or a
-// conversion pass) is for head dim 64 only: at D = 128 it falls back to auto's other
-// choice. auto: owner when the (batch, head) units fill the last wave of blocks to at
-// least kOwnerWaveFill (one block per SM), else tma. Measured on an H200 (BENCHMARKS.md):
-// owner beat atomic at 128, 256, 512 and 768 units (97% fill; +1 to +9%) and lost at 32,
-// 64 and 192 (24%, 48%, 73%), seventh session; tma beats atomic on every shape measured
-// and owner beats tma at 256, 512 and 768 units (+1 to +6%), tenth session.
-constexpr double kOwnerWaveFill = 0.9;
-attn::DqMode dq_mode(int B, int H, int D) {
-  const char* env = std::getenv("FLASHGPT_ATTENTION_BWD_DQ");
-  const std::string v = env && *env ? env : "auto";
-  if (v != "auto" && v != "atomic" && v != "tma" && v != "owner")
-    fail_input("FLASHGPT_ATTENTION_BWD_DQ must be auto, atomic, tma or owner, got '", v, "'");
-  if (v == "atomic") return attn::DqMode::atomic;
-  if (D != 64 || v == "tma") return attn::DqMode::tma;
-  if (v == "owner") return attn::DqMode::owner;
-  const int64_t units = int64_t(B) * H, sms = device_sm_count();
-  const bool fills = double(units) / double((units + sms - 1) / sms * sms) >= kOwnerWaveFill;
-  return fills ? attn::DqMode::owner : attn::DqMode::tma;
 }
 
 void check_tensor(const Tensor& t, const char* name, DType dtype, int64_t numel) {
@@ -243,7 +221,8 @@ void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaS
   // Both dQ modes of the sm90 backward use atomics: the deterministic mode runs the sm80 kernels.
   if (path == Path::sm90 && !deterministic) {
     const int max_blocks = backward_max_blocks();
-    const attn::DqMode dq = dq_mode(a.B, a.H, a.D);
+    const attn::DqMode dq =
+        attn::choose_dq_mode(std::getenv("FLASHGPT_ATTENTION_BWD_DQ"), a.B, a.H, a.D, device_sm_count());
     if (a.D == 64)
       a.causal ? attn::launch_bwd_sm90<64, /*kCausal=*/true>(p, max_blocks, dq, stream)
                : attn::launch_bwd_sm90<64, /*kCausal=*/false>(p, max_blocks, dq, stream);

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <cstdint>
 #include "src/cuda/cuda_check.h"
+#include "kernels/cuda/attention/dq_mode.h"  // DqMode
 
 namespace flashgpt::cuda::attn {
 
@@ -43,19 +44,13 @@ struct FlashParams {
 // tile: which of the two tile shapes of each launcher (0 = default; a tuning knob).
 template <int kHeadDim, bool kCausal>
 void launch_fwd_sm80(const FlashParams& p, int tile, cudaStream_t stream);
-// Hopper path (wgmma, flash_fwd_sm90.cu, flash_bwd_sm90.cu). The backward has atomic
-// dQ only; the deterministic mode runs the sm80 kernels.
+// Hopper path (wgmma, flash_fwd_sm90.cu, flash_bwd_sm90.cu). Every dQ mode of the
+// backward adds with float atomics; the deterministic mode runs the sm80 kernels.
 template <int kHeadDim, bool kCausal>
 void launch_fwd_sm90(const FlashParams& p, cudaStream_t stream);
-// How the sm90 backward adds up dQ (FLASHGPT_ATTENTION_BWD_DQ, flash_attention.cu):
-// atomic: per-thread fp32 atomics into the zeroed accumulator; tma: each query tile's
-// partial staged in shared memory and added by the TMA unit (cp.reduce.async.bulk.tensor);
-// owner (head dim 64): whole (batch, head) units per block, dQ written by the kernel (no
-// zeroed accumulator, no postprocess).
-enum class DqMode { atomic, tma, owner };
 // The backward's work items (key tile × batch·head) go to at most max_blocks blocks,
 // each looping over items it claims from p.item_counter (persistent: max_blocks = the SM
-// count); 0: one block per item.
+// count); 0: one block per item. dq: how dQ is added up (dq_mode.h).
 template <int kHeadDim, bool kCausal>
 void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream_t stream);
 // Warp-specialised Hopper forward (TMA producer, two consumer warpgroups in ping-pong;
