@@ -25,7 +25,8 @@
 //             while the block computes (at D = 128 the two dQ tiles take the room of the
 //             second K/V buffer: the next item's K and V load at its first step)
 //     atomic: per-thread 8-byte red.global.add.v2.f32 (every warp's registers stay held
-//             until the atomics drain: ~20% of the stall samples in ncu, 7-22% slower)
+//             until the atomics drain: ~20% of the stall samples in ncu; 3-22% slower
+//             than tma on an H200)
 //     owner (D = 64): a block claims all K/V tiles of one (batch, head) and walks them in
 //             order, so it is the only writer of that head's dQ: the first contribution
 //             of each query tile is a plain store, the middle ones atomics, the last one
@@ -98,7 +99,7 @@ template <> struct Sm90BwdConfig<128> { using Tile = Sm90BwdTile<128, /*kBlockM=
 
 // The TMA descriptors of one launch (kernel parameters, __grid_constant__): the loads of
 // each query tile (Q from qkv, dO: boxes of 64 columns × kBlockM rows, 128-byte swizzle;
-// LSE and D as flat (B·H·T) fp32 arrays, boxes of kBlockM), and the TMA dQ's fp32
+// LSE and D as flat (B·H·T) fp32 arrays, boxes of kLseBox), and the TMA dQ's fp32
 // accumulator (else unused).
 struct Sm90BwdMaps {
   CUtensorMap q, dout, lse, delta, dq;
