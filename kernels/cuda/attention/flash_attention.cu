@@ -218,7 +218,7 @@ void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaS
   if (workspace) p.item_counter = reinterpret_cast<int*>(p.dq_accum + size_t(a.B) * a.H * a.T * a.D);
   const int bwd_tile = tile_choice("FLASHGPT_ATTENTION_BWD_TILE");
   const Path path = choose_path(Pass::backward);
-  // Both dQ modes of the sm90 backward use atomics: the deterministic mode runs the sm80 kernels.
+  // Every dQ mode of the sm90 backward adds with float atomics: the deterministic mode runs the sm80 kernels.
   if (path == Path::sm90 && !deterministic) {
     const int max_blocks = backward_max_blocks();
     const attn::DqMode dq =

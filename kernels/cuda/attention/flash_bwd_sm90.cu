@@ -110,26 +110,9 @@ struct Sm90BwdMaps {
 __device__ __forceinline__ void atomic_add_pair(float* dst, float x, float y) {
   atomicAdd(reinterpret_cast<float2*>(dst), make_float2(x, y));
 }
-// The box at (c0, c1, c2) of the fp32 tensor map += the box in shared memory at src, by
-// the TMA unit (elements outside the tensor are skipped); tracked by bulk groups.
-__device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, const void* src, int c0, int c1, int c2) {
-  asm volatile(
-      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
-          reinterpret_cast<uint64_t>(map)),
-      "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2)
-      : "memory");
-}
 __device__ __forceinline__ void st_shared_f32x2(uint32_t addr, float x, float y) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
 }
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-// At most kPending of this thread's bulk groups are still reading shared memory.
-template <int kPending>
-__device__ __forceinline__ void bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
-}
-// Every bulk group of this thread is complete (its writes performed).
-__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 #endif
 
 // kOwner: one block owns all the key tiles of a (batch, head) and so is the only writer
@@ -261,13 +244,14 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const int2 pending = sDqPending;
     if (pending.x < 0) return;
     const float* tile = sDq + slot * BM * D;
+    constexpr int kBoxFloats = Tile::kDqBoxRows * Tile::kDqBoxCols;
 #pragma unroll
     for (int rb = 0; rb < BM / Tile::kDqBoxRows; ++rb)
 #pragma unroll
       for (int cb = 0; cb < D / Tile::kDqBoxCols; ++cb)
-        tma_reduce_add_3d(&maps.dq, tile + (rb * (D / Tile::kDqBoxCols) + cb) * (Tile::kDqBoxRows * Tile::kDqBoxCols),
-                          cb * Tile::kDqBoxCols, pending.x + rb * Tile::kDqBoxRows, pending.y);
-    bulk_commit();
+        sm90::tma_reduce_add_3d(&maps.dq, tile + (rb * (D / Tile::kDqBoxCols) + cb) * kBoxFloats,
+                                cb * Tile::kDqBoxCols, pending.x + rb * Tile::kDqBoxRows, pending.y);
+    sm90::bulk_commit();
   };
   for (;;) {
     const int buf = step & 1;
@@ -416,7 +400,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // TMA dQ: the reduce that last read this step's dQ slot is done reading it (issued
     // a step ago with two slots; with one, at this step's start).
     if constexpr (kTmaDq)
-      if (tid == 0) bulk_wait_read<kDqBufs - 1>();
+      if (tid == 0) sm90::bulk_wait_read<kDqBufs - 1>();
     sm90::fence_proxy_async();  // st.shared above, read next by wgmma (async proxy)
     __syncthreads();            // dQ needs the dSᵀ of both warpgroups (owner: and sAcc)
 
@@ -528,7 +512,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     sm90::fence_proxy_async();
     __syncthreads();
     issue_pending_dq(kDqBufs == 2 ? (step - 1) & 1 : 0);
-    if (tid == 0) bulk_wait_all();
+    if (tid == 0) sm90::bulk_wait_all();
   }
 #else
   static_assert(Tile::kMTiles > 0 && Tile::kDTiles > 0, "tile shape");
@@ -544,20 +528,8 @@ void launch_main(const FlashParams& p, int64_t grid, cudaStream_t stream) {
   (void)opted_in;
   constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM;
   Sm90BwdMaps maps{};
-  {
-    const uint64_t dims[3] = {uint64_t(p.qkv_row_stride), uint64_t(p.T), uint64_t(p.B)};
-    const uint64_t strides[2] = {uint64_t(p.qkv_row_stride) * sizeof(bf16),
-                                 uint64_t(p.qkv_row_stride) * sizeof(bf16) * uint64_t(p.T)};
-    const uint32_t box[3] = {64, BM, 1};
-    maps.q = tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.qkv, dims, strides, box, "qkv");
-  }
-  {
-    const uint64_t dims[3] = {uint64_t(p.o_row_stride), uint64_t(p.T), uint64_t(p.B)};
-    const uint64_t strides[2] = {uint64_t(p.o_row_stride) * sizeof(bf16),
-                                 uint64_t(p.o_row_stride) * sizeof(bf16) * uint64_t(p.T)};
-    const uint32_t box[3] = {64, BM, 1};
-    maps.dout = tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.dout, dims, strides, box, "dout");
-  }
+  maps.q = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, BM, "qkv");
+  maps.dout = bf16_rows_tensor_map(p.dout, p.o_row_stride, p.T, p.B, BM, "dout");
   {
     // Flat (B·H·T): the box at the 16-byte boundary at or before element bh·T + m·BM, so
     // no alignment is asked of T. The two outer dimensions are 1 (their strides only have

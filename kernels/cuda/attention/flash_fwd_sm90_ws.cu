@@ -48,7 +48,7 @@ struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_> {
   static_assert(Shape::kBlockM % Shape::kBlockN == 0, "Q is loaded in boxes of kBlockN rows");
 };
 
-constexpr int kBoxCols = 64;  // one 128-byte swizzle row of bf16
+constexpr int kBoxCols = kTmaBoxCols;  // one 128-byte swizzle row of bf16
 
 template <class Tile, bool kCausal>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
@@ -146,21 +146,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #endif
 }
 
-// qkv (B, T, 3·H·D) bf16 as a 3-D tensor (3·H·D, T, B), boxes of 64 columns × rows × 1.
-CUtensorMap qkv_tensor_map(const FlashParams& p, int rows) {
-  const uint64_t dims[3] = {uint64_t(p.qkv_row_stride), uint64_t(p.T), uint64_t(p.B)};
-  const uint64_t strides[2] = {uint64_t(p.qkv_row_stride) * sizeof(bf16),
-                               uint64_t(p.qkv_row_stride) * sizeof(bf16) * uint64_t(p.T)};
-  const uint32_t box[3] = {uint32_t(kBoxCols), uint32_t(rows), 1};
-  return tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.qkv, dims, strides, box, "qkv");
-}
-
 template <class Tile, bool kCausal>
 void launch_tile(const FlashParams& p, cudaStream_t stream) {
   auto kernel = flash_fwd_sm90_ws_kernel<Tile, kCausal>;
   static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::kSmemBytes);  // once
   (void)opted_in;
-  const CUtensorMap map = qkv_tensor_map(p, Tile::kBlockN);
+  const CUtensorMap map = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, Tile::kBlockN, "qkv");
   const dim3 grid((p.T + Tile::kBlockM - 1) / Tile::kBlockM, p.H, p.B);
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(map, p);
   CUDA_CHECK_LAUNCH();

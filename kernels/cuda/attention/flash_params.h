@@ -68,6 +68,12 @@ bool sm90_kernels_built();
 CUtensorMap tensor_map_3d(CUtensorMapDataType type, const void* base, const uint64_t dims[3],
                           const uint64_t strides[2], const uint32_t box[3], const char* what,
                           CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B);
+// The TMA boxes of bf16 activations are kTmaBoxCols columns wide: one 128-byte swizzle row.
+constexpr int kTmaBoxCols = 64;
+// A (B, T, row_stride) bf16 activation (qkv, dout) as a 3-D tensor (row_stride, T, B),
+// boxes of kTmaBoxCols columns × `rows` rows × 1, 128-byte swizzle: the wgmma tile layout.
+CUtensorMap bf16_rows_tensor_map(const __nv_bfloat16* base, int64_t row_stride, int T, int B, int rows,
+                                 const char* what);
 
 // deterministic: dQ by a separate kernel that loops over K/V tiles (no float atomics).
 template <int kHeadDim, bool kCausal>

@@ -38,4 +38,13 @@ CUtensorMap tensor_map_3d(CUtensorMapDataType type, const void* base, const uint
   return map;
 }
 
+CUtensorMap bf16_rows_tensor_map(const __nv_bfloat16* base, int64_t row_stride, int T, int B, int rows,
+                                 const char* what) {
+  const uint64_t dims[3] = {uint64_t(row_stride), uint64_t(T), uint64_t(B)};
+  const uint64_t strides[2] = {uint64_t(row_stride) * sizeof(__nv_bfloat16),
+                               uint64_t(row_stride) * sizeof(__nv_bfloat16) * uint64_t(T)};
+  const uint32_t box[3] = {uint32_t(kTmaBoxCols), uint32_t(rows), 1};
+  return tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, base, dims, strides, box, what);
+}
+
 }  // namespace flashgpt::cuda::attn

@@ -1,6 +1,7 @@
 // Hopper (sm_90a) asynchronous-copy building blocks for the warp-specialised forward
-// (flash_fwd_sm90_ws.cu) and the bulk-copy decode (flash_decode.cu): TMA tile loads
-// (cp.async.bulk.tensor) and plain bulk copies that complete on an mbarrier, the
+// (flash_fwd_sm90_ws.cu), the backward (flash_bwd_sm90.cu) and the bulk-copy decode
+// (flash_decode.cu): TMA tile loads (cp.async.bulk.tensor) and plain bulk copies that
+// complete on an mbarrier, TMA reduce-adds tracked by bulk groups, the
 // mbarrier operations, register reallocation between warpgroups (setmaxnreg) and named
 // barriers. Only compiled into sm_90a code (FLASHGPT_HAS_WGMMA).
 #pragma once
@@ -65,6 +66,25 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
       "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_u32(bar))
       : "memory");
 }
+
+// Bulk-group TMA stores (the backward's dQ): the box at (c0, c1, c2) of the fp32 tensor
+// map += the box in shared memory at src (elements outside the tensor are skipped).
+__device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, const void* src, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+// Closes this thread's bulk group of the operations issued since the last one.
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// At most kPending of this thread's bulk groups are still reading shared memory.
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+}
+// Every bulk group of this thread is complete (its writes performed).
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 // Register reallocation between the warpgroups of a block (every warp of the warpgroup
 // executes it): the producer gives registers back, the consumers take them.
