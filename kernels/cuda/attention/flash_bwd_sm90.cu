@@ -29,8 +29,9 @@
 //             than tma on an H200)
 //     owner (D = 64): a block claims all K/V tiles of one (batch, head) and walks them in
 //             order, so it is the only writer of that head's dQ: the first contribution
-//             of each query tile is a plain store, the middle ones atomics, the last one
-//             adds the partial and writes bf16, with no zeroed accumulator and no
+//             of each query tile is a TMA store, the middle ones TMA adds (both through
+//             the shared-memory tile, as tma), the last one adds the partial (read back
+//             once the TMA is done) and writes bf16, with no zeroed accumulator and no
 //             postprocess.
 // Because Sᵀ is computed with keys as M, Pᵀ and dSᵀ come out of the accumulators in the
 // A-fragment layout of the register operand: neither goes through shared memory for
@@ -79,12 +80,17 @@ struct Sm90BwdTile {
   // at or before the tile's first row (a box must start 16-byte aligned in global
   // memory), into buffers of kLseStride floats (128-byte aligned).
   static constexpr int kLseBox = kBlockM + 4, kLseStride = kBlockM + 32;
-  // kv_bufs × (K, V); 2 × (Q, dO); dSᵀ; [tma: the dQ tiles]; 2 × (LSE, D); [owner: the
-  // dQ partial]; slack to align the base to 1024 bytes.
+  static constexpr size_t kAccBytes = size_t(kBlockM) * kAccStride * sizeof(float);
+  // The dQ tiles (tma); with owner mode the partial of a tile's last contribution shares
+  // their room (it is read only at steps that write no tile, after the TMA is done).
+  static constexpr size_t dq_region(bool owner, bool tma) {
+    return !tma ? 0 : owner ? std::max(dq_bufs(tma) * kDqTileBytes, kAccBytes) : dq_bufs(tma) * kDqTileBytes;
+  }
+  // kv_bufs × (K, V); 2 × (Q, dO); dSᵀ; [tma: the dQ tiles, owner: or the dQ partial];
+  // 2 × (LSE, D); slack to align the base to 1024 bytes.
   static constexpr size_t smem_bytes(bool owner, bool tma) {
     return size_t(2 * kv_bufs(tma) * kBlockN + 4 * kBlockM) * kHeadDim * sizeof(bf16) +
-           size_t(kBlockN) * kBlockM * sizeof(bf16) + dq_bufs(tma) * kDqTileBytes + 4 * kLseStride * sizeof(float) +
-           (owner ? size_t(kBlockM) * kAccStride * sizeof(float) : 0) + 1024;
+           size_t(kBlockN) * kBlockM * sizeof(bf16) + dq_region(owner, tma) + 4 * kLseStride * sizeof(float) + 1024;
   }
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim 64 or 128");
   static_assert(kBlockM == 64 || kBlockM == 128, "wgmma wrappers exist for N = 64 and 128");
@@ -115,9 +121,10 @@ __device__ __forceinline__ void st_shared_f32x2(uint32_t addr, float x, float y)
 }
 #endif
 
-// kOwner: one block owns all the key tiles of a (batch, head) and so is the only writer
-// of its dQ (D = 64 only; see launch_bwd_sm90). kTmaDq: dQ by TMA reduce-adds through
-// maps.dq, the (B·H, T, D) fp32 accumulator as a tensor of boxes of 64 rows × 32 columns.
+// kTmaDq: dQ by TMA reduce-adds through maps.dq, the (B·H, T, D) fp32 accumulator as a
+// tensor of boxes of 64 rows × 32 columns. kOwner (with kTmaDq): one block owns all the
+// key tiles of a (batch, head) and so is the only writer of its dQ (D = 64 only; see
+// launch_bwd_sm90): TMA stores, then adds, then the partial read back.
 template <class Tile, bool kCausal, bool kOwner, bool kTmaDq>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     flash_bwd_sm90_kernel(const __grid_constant__ Sm90BwdMaps maps, const FlashParams p) {
@@ -125,7 +132,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN;
   constexpr int kKvBufs = Tile::kv_bufs(kTmaDq), kDqBufs = Tile::dq_bufs(kTmaDq);
   static_assert(!kOwner || (BM == BN && !Tile::kDqSplitsD), "owner mode: 128-query tiles (D = 64)");
-  static_assert(!(kOwner && kTmaDq), "one dQ mode");
+  static_assert(!kOwner || kTmaDq, "owner mode writes dQ through the TMA tile");
   extern __shared__ unsigned char smem_raw[];
   // The hardware applies the 128B swizzle from address bits: tiles start 1024-aligned.
   // (Offsetting smem_raw keeps the pointers in the shared state space: plain loads and
@@ -137,9 +144,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   bf16* sdO = sQ + 2 * BM * D;               // [2][BM][D]
   bf16* sdSt = sdO + 2 * BM * D;             // [BN][BM]  dSᵀ, keys × queries
   float* sDq = reinterpret_cast<float*>(sdSt + BN * BM);   // tma: [dq_bufs][BM·D] boxes
-  float* sLse = sDq + kDqBufs * BM * D;                     // [2][kLseStride]  natural-log LSE
-  float* sDelta = sLse + 2 * Tile::kLseStride;              // [2][kLseStride]
-  float* sAcc = sDelta + 2 * Tile::kLseStride;              // owner: [BM][kAccStride]
+  float* sLse = sDq + Tile::dq_region(kOwner, kTmaDq) / sizeof(float);  // [2][kLseStride]  natural-log LSE
+  float* sDelta = sLse + 2 * Tile::kLseStride;                            // [2][kLseStride]
+  float* sAcc = sDq;  // owner: [BM][kAccStride], in the dQ tiles' room
   __shared__ int sItem[2];  // items ahead, by ordinal parity (static: no base register)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -236,22 +243,27 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // TMA dQ: each step writes its dQ tile to shared memory, slot buf (the step parity)
   // with two slots, else slot 0, and thread 0 hands it to the TMA unit after the next
   // barrier (the writes are visible then): the tile of query row q0 of (batch·head) bh,
-  // which thread 0 keeps in sDqPending (q0 < 0: none; shared, not registers).
-  __shared__ int2 sDqPending;
-  if (kTmaDq && tid == 0) sDqPending = make_int2(-1, 0);
+  // added (or, owner mode's first contribution, stored), which thread 0 keeps in
+  // sDqPending {q0, bh, store} (q0 < 0: none; shared, not registers).
+  __shared__ int4 sDqPending;
+  if (kTmaDq && tid == 0) sDqPending = make_int4(-1, 0, 0, 0);
   auto issue_pending_dq = [&](int slot) {
     if (tid != 0) return;
-    const int2 pending = sDqPending;
+    const int4 pending = sDqPending;
     if (pending.x < 0) return;
     const float* tile = sDq + slot * BM * D;
     constexpr int kBoxFloats = Tile::kDqBoxRows * Tile::kDqBoxCols;
 #pragma unroll
     for (int rb = 0; rb < BM / Tile::kDqBoxRows; ++rb)
 #pragma unroll
-      for (int cb = 0; cb < D / Tile::kDqBoxCols; ++cb)
-        sm90::tma_reduce_add_3d(&maps.dq, tile + (rb * (D / Tile::kDqBoxCols) + cb) * kBoxFloats,
-                                cb * Tile::kDqBoxCols, pending.x + rb * Tile::kDqBoxRows, pending.y);
+      for (int cb = 0; cb < D / Tile::kDqBoxCols; ++cb) {
+        const float* box = tile + (rb * (D / Tile::kDqBoxCols) + cb) * kBoxFloats;
+        const int c0 = cb * Tile::kDqBoxCols, c1 = pending.x + rb * Tile::kDqBoxRows;
+        if (kOwner && pending.z) sm90::tma_store_3d(&maps.dq, box, c0, c1, pending.y);
+        else sm90::tma_reduce_add_3d(&maps.dq, box, c0, c1, pending.y);
+      }
     sm90::bulk_commit();
+    sDqPending.x = -1;  // (owner mode: a step that writes no tile follows)
   };
   for (;;) {
     const int buf = step & 1;
@@ -259,7 +271,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const int n_block = item_n(item);
     // K/V buffer: the parity of the items begun before this one.
     const int kv_buf = kKvBufs == 1 ? 0 : (kOwner ? ordinal * n_blocks + n_block : ordinal) & 1;
-    // Owner mode: this step's dQ contribution is the query tile's first (a plain store)
+    // Owner mode: this step's dQ contribution is the query tile's first (a TMA store)
     // or its last (added to the partial, scaled, rounded to bf16 into dqkv).
     const bool dq_first = n_block == 0;
     const bool dq_last = kCausal ? n_block == m : n_block == n_blocks - 1;
@@ -270,6 +282,19 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     sm90::fence_proxy_async();
     __syncthreads();
     if constexpr (kTmaDq) issue_pending_dq(kDqBufs == 2 ? buf ^ 1 : 0);  // the last step's dQ tile
+    if constexpr (kOwner) {
+      // The TMA's writes into dQ are complete before the kernel reads them (the partial
+      // of a tile's last contribution) or adds to them: the first contributions are
+      // stores, all made in the unit's first key tile, and nothing orders a later add to
+      // the same place after them but this wait, at the second key tile's first step.
+      if ((dq_last && !dq_first) || (n_block == 1 && first_step)) {
+        if (tid == 0) {
+          sm90::bulk_wait_all();
+          sm90::fence_proxy_async_global();
+        }
+        __syncthreads();
+      }
+    }
     if constexpr (kKvBufs == 1) {
       if (first_step) {  // one K/V buffer, free now: the item's K and V, waited for here
         load_kv(item, 0);
@@ -421,7 +446,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     sm90::fence_accumulators(dk);
     sm90::fence_accumulators(dv);
 
-    if constexpr (kTmaDq) {
+    if (kTmaDq && !(kOwner && dq_last)) {
       // This warpgroup's 64×64 block into the tile's boxes (64 rows × 32 columns, 128-byte
       // rows whose 16-byte chunks are XOR-swizzled by row % 8, as the TMA reads them);
       // rows >= T too (the TMA skips them). Each float2 store of a warp: 2 wavefronts.
@@ -439,17 +464,16 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           st_shared_f32x2(tile + at * 4, dq[dt][2 * half], dq[dt][2 * half + 1]);
         }
       }
-      if (tid == 0) sDqPending = make_int2(q0, int(bh));
+      if (tid == 0) sDqPending = make_int4(q0, int(bh), kOwner && dq_first, 0);
     }
 #pragma unroll
-    for (int half = 0; half < 2 && !kTmaDq; ++half) {
+    for (int half = 0; half < 2 && (kOwner || !kTmaDq); ++half) {
       const int r = dq_q0 + (warp % 4) * 16 + g + 8 * half, qry = q0 + r;
       if (qry >= p.T) continue;
       float* dst = p.dq_accum + (bh * p.T + qry) * D + dq_d0 + 2 * t;
       if constexpr (kOwner) {
-        // This thread holds the same elements of dQ at every contribution, so its own
-        // program order puts the first store before the atomics; the last contribution
-        // reads the partial that the other threads copied in after the step's barrier.
+        // The last contribution reads the partial that the other threads copied in after
+        // the step's barrier (the others went to shared memory above).
         if (dq_last) {
           bf16* out = p.dqkv + (bh / p.H * p.T + qry) * p.qkv_row_stride + int64_t(bh % p.H) * D + dq_d0 + 2 * t;
           const float* part = sAcc + r * Tile::kAccStride + dq_d0 + 2 * t;
@@ -463,13 +487,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
             }
             *reinterpret_cast<uint32_t*>(out + dt * 8) = pack_bf16(x * p.scale, y * p.scale);
           }
-        } else if (dq_first) {
-#pragma unroll
-          for (int dt = 0; dt < 8; ++dt)
-            *reinterpret_cast<float2*>(dst + dt * 8) = make_float2(dq[dt][2 * half], dq[dt][2 * half + 1]);
-        } else {
-#pragma unroll
-          for (int dt = 0; dt < 8; ++dt) atomic_add_pair(dst + dt * 8, dq[dt][2 * half], dq[dt][2 * half + 1]);
         }
       } else {
 #pragma unroll
@@ -570,7 +587,7 @@ void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream
   CUDA_CHECK(cudaMemsetAsync(p.item_counter, 0, sizeof(int), stream));
   if constexpr (kHeadDim == 64) {
     if (owner) {
-      launch_main<Tile, kCausal, /*kOwner=*/true, /*kTmaDq=*/false>(p, grid, stream);
+      launch_main<Tile, kCausal, /*kOwner=*/true, /*kTmaDq=*/true>(p, grid, stream);
       return;  // dQ is written in bf16 by the kernel: no postprocess
     }
   }
