@@ -84,9 +84,12 @@ struct DecodeParams {
 };
 
 // The last block of (b, h): merges the splits' partials (written by other blocks: read
-// from L2, __ldcg). Every load is independent: a thread takes one 16-byte column of the
-// partials and every (kThreads / columns)-th split, so a whole (b, h)'s partials are
-// read in a few rounds of latency; the column sums are then added in a fixed order.
+// from L2, __ldcg) in one pass, so the merge costs one round of L2 latency: a thread
+// takes one 16-byte column of the partials and every (kThreads / columns)-th split,
+// loads their log2-sum-exps and columns together, and keeps its own running max,
+// weight and sum (rescaled when the max grows); the threads' sums are then merged in a
+// fixed order through shared memory. The order depends only on the split count, never
+// on which block came last.
 template <class Tr, class T = typename Tr::Elem>
 __device__ void combine_splits(const DecodeParams<T>& p, int64_t bh) {
   constexpr int kD = Tr::kHeadDim, kThreads = Tr::kThreads;
@@ -94,32 +97,38 @@ __device__ void combine_splits(const DecodeParams<T>& p, int64_t bh) {
   const int S = p.splits;
   const float* lp = p.lse_part + bh * S;
   const float4* op = reinterpret_cast<const float4*>(p.o_part + bh * S * kD);
-  float M = -INFINITY;
-  for (int s = threadIdx.x; s < S; s += kThreads) M = fmaxf(M, __ldcg(lp + s));
-  M = block_max(M);
-  float W = 0.f;
-  for (int s = threadIdx.x; s < S; s += kThreads) W += exp2f(__ldcg(lp + s) - M);
-  W = block_sum(W);
   const int col = threadIdx.x % kCols, row = threadIdx.x / kCols;
-  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+  float m = -INFINITY, w = 0.f;  // this thread's max log2-sum-exp and Σ 2^(lse_s − m)
+  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);  // Σ 2^(lse_s − m)·O_s of its column
 #pragma unroll 4
   for (int s = row; s < S; s += kRows) {
-    const float w = exp2f(__ldcg(lp + s) - M);
+    const float lse = __ldcg(lp + s);
     const float4 x = __ldcg(op + int64_t(s) * kCols + col);
-    o.x += w * x.x, o.y += w * x.y, o.z += w * x.z, o.w += w * x.w;
+    const float mx = fmaxf(m, lse), corr = exp2f(m - mx), e = exp2f(lse - mx);  // corr = 0 at the first split
+    w = w * corr + e;
+    o.x = o.x * corr + e * x.x, o.y = o.y * corr + e * x.y, o.z = o.z * corr + e * x.z, o.w = o.w * corr + e * x.w;
+    m = mx;
   }
   __shared__ float4 rows[kRows][kCols];
+  __shared__ float row_m[kRows], row_w[kRows];
   rows[row][col] = o;
+  if (col == 0) row_m[row] = m, row_w[row] = w;  // the same in every column of the row
   __syncthreads();
-  if (row == 0) {
-    for (int r = 1; r < kRows; ++r) {
-      const float4 x = rows[r][col];
-      o.x += x.x, o.y += x.y, o.z += x.z, o.w += x.w;
-    }
-    T* dst = p.out + bh * kD + col * 4;
-    dst[0] = from_f<T>(o.x / W), dst[1] = from_f<T>(o.y / W), dst[2] = from_f<T>(o.z / W), dst[3] = from_f<T>(o.w / W);
+  if (row != 0) return;
+  float M = row_m[0];
+  for (int r = 1; r < kRows; ++r) M = fmaxf(M, row_m[r]);  // row 0 always saw a split
+  float W = 0.f;
+  o = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int r = 0; r < kRows; ++r) {
+    if (row_w[r] == 0.f) continue;  // a row past the last split
+    const float c = exp2f(row_m[r] - M);
+    const float4 x = rows[r][col];
+    W += c * row_w[r];
+    o.x += c * x.x, o.y += c * x.y, o.z += c * x.z, o.w += c * x.w;
   }
-  if (threadIdx.x == 0 && p.lse) p.lse[bh] = (M + log2f(W)) * kLn2;
+  T* dst = p.out + bh * kD + col * 4;
+  dst[0] = from_f<T>(o.x / W), dst[1] = from_f<T>(o.y / W), dst[2] = from_f<T>(o.z / W), dst[3] = from_f<T>(o.w / W);
+  if (col == 0 && p.lse) p.lse[bh] = (M + log2f(W)) * kLn2;
 }
 
 // One group's step over kUnroll keys (their K and V packs in registers; keys from t1 on
