@@ -9,8 +9,9 @@ namespace flashgpt::cuda::attn {
 
 // atomic: per-thread fp32 atomics into a zeroed accumulator; tma: each query tile's
 // partial staged in shared memory and added by the TMA unit (cp.reduce.async.bulk.tensor);
-// owner (head dim 64): whole (batch, head) units per block, dQ written by the kernel (no
-// zeroed accumulator, no postprocess).
+// owner (head dim 64): whole (batch, head) units per block, the first contribution
+// stored and the middle ones added through the same TMA tile, the last added to the
+// partial and written in bf16 by the kernel (no zeroed accumulator, no postprocess).
 enum class DqMode { atomic, tma, owner };
 
 // auto picks owner when the (batch, head) units fill the last wave of one block per SM
@@ -24,7 +25,8 @@ constexpr double kOwnerWaveFill = 0.9;
 // kOwnerWaveFill, else tma. Measured on an H200 (BENCHMARKS.md): owner beat atomic at
 // 128, 256, 512 and 768 units (97% fill; +1 to +9%) and lost at 32, 64 and 192 (24%,
 // 48%, 73%), seventh session; tma beat atomic on every shape measured and owner beat tma
-// at 256, 512 and 768 units (+1 to +6%), tenth session.
+// at 256, 512 and 768 units (+1 to +6%), tenth session; with owner's own dQ by TMA too,
+// owner took 1.065 ms against tma's 1.174-1.181 at 768 units (eleventh session).
 inline DqMode choose_dq_mode(const char* requested, int64_t B, int64_t H, int D, int64_t sms) {
   const std::string v = requested && *requested ? requested : "auto";
   if (v != "auto" && v != "atomic" && v != "tma" && v != "owner")
