@@ -8,6 +8,9 @@
 #   FLASHGPT_TEST_FILTER='CudaOps.*' scripts/test_gpu.sh     a gtest filter of your own
 #   FLASHGPT_TEST_TIMEOUT=900 (seconds, the default): the suite is killed after it, so that
 #   a kernel that deadlocks fails the run (exit 124) instead of holding the GPU.
+#   FLASHGPT_TEST_SHARDS=N (default 1): N test processes share the GPU (gtest sharding),
+#   since most of the suite's time is its CPU references; the tests that measure the
+#   device's free memory (CudaMemory.*) then run alone, after the shards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 filter=${FLASHGPT_TEST_FILTER:-'*Cuda*'}
@@ -22,16 +25,53 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DFLASHGPT_CUDA=ON \
   -DFLASHGPT_CUDA_ARCHS="90a;80" -DBUILD_TESTING=ON "$@" >/dev/null
 cmake --build "$build" -j"$(nproc)" --target flashgpt flashgpt_tests
 "$build/flashgpt" info || true
-# One process: one CUDA context for the whole suite. Skips count as failures here.
-out=$(mktemp)
+# One process: one CUDA context for the whole suite (or one per shard). Skips count as
+# failures here.
+shards=${FLASHGPT_TEST_SHARDS:-1}
+[[ "$shards" =~ ^[1-9][0-9]*$ ]] || { echo "test_gpu.sh: FLASHGPT_TEST_SHARDS must be a positive integer, got '$shards'" >&2; exit 3; }
+limit=${FLASHGPT_TEST_TIMEOUT:-900}
+out=$(mktemp -d)
+run_tests() {  # FILTER LOG [VAR=VALUE...]: one test process, its output into LOG
+  local f=$1 log=$2
+  shift 2
+  env "$@" timeout "$limit" "$build/flashgpt_tests" --gtest_filter="$f" --gtest_color=no > "$log" 2>&1
+}
 set +e
-timeout "${FLASHGPT_TEST_TIMEOUT:-900}" "$build/flashgpt_tests" --gtest_filter="$filter" --gtest_color=no 2>&1 | tee "$out"
-rc=${PIPESTATUS[0]}
-if [[ $rc == 124 ]]; then echo "test_gpu.sh: the suite ran past ${FLASHGPT_TEST_TIMEOUT:-900} s and was killed" >&2; fi
+if [[ $shards == 1 ]]; then
+  timeout "$limit" "$build/flashgpt_tests" --gtest_filter="$filter" --gtest_color=no 2>&1 | tee "$out/all.log"
+  rc=${PIPESTATUS[0]}
+else
+  # The memory-measuring tests leave the shards: a gtest filter's negative part follows
+  # its first '-'.
+  serial='CudaMemory.*'
+  if [[ "$filter" == *-* ]]; then sharded="$filter:$serial"; else sharded="$filter-$serial"; fi
+  pids=()
+  for ((i = 0; i < shards; ++i)); do
+    run_tests "$sharded" "$out/shard$i.log" GTEST_TOTAL_SHARDS="$shards" GTEST_SHARD_INDEX="$i" &
+    pids+=($!)
+  done
+  rc=0
+  for ((i = 0; i < shards; ++i)); do
+    wait "${pids[$i]}"; r=$?
+    cat "$out/shard$i.log"
+    [[ $r == 0 ]] || rc=$r
+  done
+  # The serial part, alone on the GPU: the memory-measuring tests the caller's filter
+  # selects (gtest's list: suite lines end in '.', test lines are indented).
+  alone=$("$build/flashgpt_tests" --gtest_filter="$filter" --gtest_list_tests |
+          awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }' | grep '^CudaMemory\.' | paste -sd: -)
+  if [[ -n "$alone" ]]; then
+    run_tests "$alone" "$out/serial.log"; r=$?
+    cat "$out/serial.log"
+    [[ $r == 0 ]] || rc=$r
+  fi
+  echo "test_gpu.sh: $shards shards, then ${alone:-no test} alone"
+fi
+if [[ $rc == 124 ]]; then echo "test_gpu.sh: the suite ran past $limit s and was killed" >&2; fi
 set -e
-if grep -q '^\[  SKIPPED \]' "$out" && grep -q 'no CUDA GPU visible' "$out"; then
+if cat "$out"/*.log | grep -q '^\[  SKIPPED \]' && cat "$out"/*.log | grep -q 'no CUDA GPU visible'; then
   echo "test_gpu.sh: CUDA tests skipped although a GPU was expected" >&2
   rc=4
 fi
-rm -f "$out"
+rm -rf "$out"
 exit "$rc"
