@@ -60,24 +60,19 @@ __device__ __forceinline__ float warp_max(float x) {
   for (int o = kWarpSize / 2; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
   return x;
 }
-// Sum (max) over the block, result broadcast to every thread. Fixed order: deterministic.
+// Sum over the block, result broadcast to every thread. Fixed order: deterministic.
 // Uses 32 floats of shared memory; blockDim.x a multiple of 32, at most 1024.
-enum class Reduce { kSum, kMax };
-template <Reduce kOp>
-__device__ __forceinline__ float block_reduce(float x) {
+__device__ __forceinline__ float block_sum(float x) {
   __shared__ float partial[kWarpSize];
-  auto warp_reduce = [](float v) { return kOp == Reduce::kSum ? warp_sum(v) : warp_max(v); };
   int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   int nwarps = blockDim.x / kWarpSize;
-  x = warp_reduce(x);
+  x = warp_sum(x);
   __syncthreads();  // `partial` may still be read by a previous call
   if (lane == 0) partial[warp] = x;
   __syncthreads();
-  x = lane < nwarps ? partial[lane] : (kOp == Reduce::kSum ? 0.f : -INFINITY);
-  return warp_reduce(x);
+  x = lane < nwarps ? partial[lane] : 0.f;
+  return warp_sum(x);
 }
-__device__ __forceinline__ float block_sum(float x) { return block_reduce<Reduce::kSum>(x); }
-__device__ __forceinline__ float block_max(float x) { return block_reduce<Reduce::kMax>(x); }
 
 // 32-bit integer hash (a mix of multiply/xor-shift rounds), used for stochastic rounding.
 __device__ __forceinline__ uint32_t hash_u32(uint32_t x) {

@@ -84,7 +84,7 @@ struct Sm90BwdTile {
   // The dQ tiles (tma); with owner mode the partial of a tile's last contribution shares
   // their room (it is read only at steps that write no tile, after the TMA is done).
   static constexpr size_t dq_region(bool owner, bool tma) {
-    return !tma ? 0 : owner ? std::max(dq_bufs(tma) * kDqTileBytes, kAccBytes) : dq_bufs(tma) * kDqTileBytes;
+    return owner ? std::max(dq_bufs(tma) * kDqTileBytes, kAccBytes) : dq_bufs(tma) * kDqTileBytes;
   }
   // kv_bufs × (K, V); 2 × (Q, dO); dSᵀ; [tma: the dQ tiles, owner: or the dQ partial];
   // 2 × (LSE, D); slack to align the base to 1024 bytes.
@@ -470,7 +470,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     for (int half = 0; half < 2 && (kOwner || !kTmaDq); ++half) {
       const int r = dq_q0 + (warp % 4) * 16 + g + 8 * half, qry = q0 + r;
       if (qry >= p.T) continue;
-      float* dst = p.dq_accum + (bh * p.T + qry) * D + dq_d0 + 2 * t;
       if constexpr (kOwner) {
         // The last contribution reads the partial that the other threads copied in after
         // the step's barrier (the others went to shared memory above).
@@ -489,6 +488,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           }
         }
       } else {
+        float* dst = p.dq_accum + (bh * p.T + qry) * D + dq_d0 + 2 * t;
 #pragma unroll
         for (int dt = 0; dt < 8; ++dt) atomic_add_pair(dst + dt * 8, dq[dt][2 * half], dq[dt][2 * half + 1]);
       }
