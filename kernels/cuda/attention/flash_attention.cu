@@ -27,7 +27,8 @@
 //       tile shape of each sm80 kernel (flash_fwd_sm80.cu, flash_bwd_sm80.cu); 0 is the
 //       default. FWD_TILE=1 also gives the sm90ws forward 64-key tiles at D = 128 (the
 //       default there is 128-key tiles, one matmul at a time within a warpgroup;
-//       flash_fwd_sm90_ws.cu). The other Hopper kernels ignore them.
+//       flash_fwd_sm90_ws.cu), and at D = 64 three consumer warpgroups for 192 query
+//       rows a block (not measured yet). The other Hopper kernels ignore them.
 #include "kernels/cuda/attention/flash_attention.h"
 
 #include <climits>

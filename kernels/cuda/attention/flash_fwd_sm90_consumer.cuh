@@ -20,23 +20,29 @@
 
 namespace flashgpt::cuda::attn {
 
-template <int kHeadDim_, int kBlockN_>
+template <int kHeadDim_, int kBlockN_, int kBlockM_ = 128>
 struct Sm90FwdTileShape {
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = 128;  // query rows per block: 2 consumer warpgroups × 64
+  static constexpr int kBlockM = kBlockM_;  // query rows per block: 64 per consumer warpgroup
   static constexpr int kBlockN = kBlockN_;
+  // Rows of the block's Q tile in shared memory ([D/64][kQRows][64]): kBlockM rounded up to
+  // whole kBlockN-row boxes (the TMA loads Q in the K/V tiles' boxes; rows past kBlockM
+  // are loaded and unused).
+  static constexpr int kQRows = (kBlockM + kBlockN - 1) / kBlockN * kBlockN;
   static constexpr int kMTiles = 1;  // per warp: 16 rows (the m64 accumulator split over 4 warps)
   static constexpr int kNTiles = kBlockN / 8;
   static constexpr int kDTiles = kHeadDim / 8;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim 64 or 128");
   static_assert(kBlockN == 64 || kBlockN == 128, "wgmma wrappers exist for N = 64 and 128");
+  static_assert(kBlockM % 64 == 0, "64 query rows per consumer warpgroup");
 };
 
 #if FLASHGPT_HAS_WGMMA
 namespace sm90 {
 // S = Q·Kᵀ for one warpgroup's 64 query rows (q_base: their first row, column block 0 of a
-// [D/64][BM][64] tile) against the K tile at k_base ([D/64][BN][64]), issued and committed:
-// k-step kk is 16 columns = 32 bytes into column block kk/4.
+// [D/64][BM][64] tile; BM: the tile's rows in shared memory) against the K tile at k_base
+// ([D/64][BN][64]), issued and committed: k-step kk is 16 columns = 32 bytes into column
+// block kk/4.
 template <int D, int BM, int BN>
 __device__ __forceinline__ void issue_qk(float (&s)[BN / 8][4], uint32_t q_base, uint32_t k_base) {
 #pragma unroll
@@ -73,7 +79,7 @@ struct Sm90FwdConsumer {
   uint32_t a[BN / 16][4];  // P of the last tile, bf16 A fragments
 
   // wg: this warpgroup's index among the consumers (rows 64·wg..); warp: its warp index in
-  // the warpgroup; sQ: the block's Q tile ([D/64][BM][64]).
+  // the warpgroup; sQ: the block's Q tile ([D/64][kQRows][64]).
   __device__ Sm90FwdConsumer(const FlashParams& params, int m0_, int wg, int warp, int lane_, const bf16* sQ)
       : p(params), lane(lane_), m0(m0_), warp_row0(m0_ + wg * 64 + warp * 16),
         q_base(smem_u32(sQ) + wg * 64 * 128) {
@@ -83,7 +89,9 @@ struct Sm90FwdConsumer {
       for (int i = 0; i < 4; ++i) o[0][dt][i] = 0.f;
   }
 
-  __device__ __forceinline__ void issue_qk(Scores& s, uint32_t k_base) { sm90::issue_qk<D, BM, BN>(s[0], q_base, k_base); }
+  __device__ __forceinline__ void issue_qk(Scores& s, uint32_t k_base) {
+    sm90::issue_qk<D, Tile::kQRows, BN>(s[0], q_base, k_base);
+  }
   __device__ __forceinline__ void issue_pv(uint32_t v_base) { sm90::issue_pv<D, BN>(o[0], a, v_base); }
   // Masks tile nb's scores and runs its softmax step: P in s, O's factor in alpha.
   __device__ __forceinline__ void softmax(Scores& s, float (&alpha)[1][2], int nb) {

@@ -1,20 +1,21 @@
 // FlashAttention forward, Hopper path with warp specialisation (sm_90a), the structure of
 // FlashAttention-3's forward: FLASHGPT_ATTENTION_PATH=sm90ws.
 //
-// One block = 3 warpgroups for 128 query rows:
+// One block = a producer warpgroup and kConsumers = 2 (or, D = 64 with
+// FLASHGPT_ATTENTION_FWD_TILE=1, 3) consumer warpgroups for 64·kConsumers query rows:
 //   producer (warpgroup 0, 24 registers a thread after setmaxnreg): one thread issues TMA
 //     loads (cp.async.bulk.tensor through a 3-D tensor map over qkv viewed as
 //     (3·H·D, T, B), boxes of 64 columns × kBlockN rows, 128B swizzle: exactly the wgmma
 //     tile layout; rows past T arrive as zeros): the Q tile (128 rows) once, then K and V
 //     tiles into two rings of kStages buffers, each buffer with a "full" mbarrier (the TMA bytes) and an "empty"
-//     one (all 256 consumer threads are done reading it);
-//   consumers (warpgroups 1 and 2, 240 registers): 64 query rows each, the pipelined
+//     one (all the consumer threads are done reading it);
+//   consumers (warpgroups 1.., 240 registers, 160 with three): 64 query rows each, the pipelined
 //     schedule of flash_fwd_sm90_consumer.cuh (QKᵀ of tile j with P·V of tile j−1, the
 //     softmax of j under it; at D = 128 with 128-key tiles the two matmuls one after the
-//     other, step_serial), with no block-wide barrier. The two take turns (named
-//     barriers 1 and 2, "ping-pong"): a consumer issues its matmuls, and once its QKᵀ is
-//     done hands the turn over, so that one's softmax runs while the other's matmuls hold
-//     the tensor cores.
+//     other, step_serial), with no block-wide barrier. They take turns (named barriers
+//     1.., "ping-pong" with two, round robin with three): a consumer issues its matmuls,
+//     and once its QKᵀ is done hands the turn to the next, so that the others' softmax
+//     runs while one's matmuls hold the tensor cores.
 // The arithmetic is the sm90 forward's (flash_fwd_sm90.cu); with the default 128-key tiles
 // in the same order too, at both head dims: the same bits
 // (CudaFlashAttention.Sm90WsForwardIsBitwiseEqualToSm90). The fastest forward on an H200
@@ -35,17 +36,24 @@ namespace {
 // consumers' registers there (ptxas: 128 bytes of spills and serialised wgmmas); one matmul
 // at a time they do, and were measured 9-21% faster than the overlapped 64-key tiles
 // (BENCHMARKS.md, "Ninth session"). kOverlap: step_overlapped, else step_serial.
-template <int kHeadDim_, int kBlockN_ = 128>
-struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_> {
-  using Shape = Sm90FwdTileShape<kHeadDim_, kBlockN_>;
-  static constexpr bool kOverlap = kHeadDim_ * kBlockN_ <= 128 * 64;
-  static constexpr int kThreads = 384;  // producer + 2 consumer warpgroups
+// kConsumers = 3 (D = 64, FLASHGPT_ATTENTION_FWD_TILE=1): 192 query rows a block, as
+// FlashAttention-3 runs head dim 64: while one consumer's matmuls run, two others can
+// be in their softmax. The registers then split 24 (producer) / 160 (consumers), where
+// the overlapped step spills (ptxas: 160 bytes); step_serial fits (0 bytes).
+template <int kHeadDim_, int kBlockN_ = 128, int kConsumers_ = 2>
+struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
+  using Shape = Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_>;
+  static constexpr bool kOverlap = kHeadDim_ * kBlockN_ <= 128 * 64 && kConsumers_ == 2;
+  static constexpr int kConsumers = kConsumers_;
+  static constexpr int kThreads = 128 * (1 + kConsumers);  // producer + consumer warpgroups
+  static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
   static constexpr int kStages = 3;
   static constexpr uint32_t kTileBytes = uint32_t(Shape::kBlockN) * kHeadDim_ * sizeof(bf16);
-  static constexpr uint32_t kQBytes = uint32_t(Shape::kBlockM) * kHeadDim_ * sizeof(bf16);
+  static constexpr uint32_t kQBytes = uint32_t(Shape::kQRows) * kHeadDim_ * sizeof(bf16);
   // Q + kStages × (K, V), and slack to align the base to 1024 bytes (the swizzle period).
   static constexpr size_t kSmemBytes = kQBytes + 2 * size_t(kStages) * kTileBytes + 1024;
-  static_assert(Shape::kBlockM % Shape::kBlockN == 0, "Q is loaded in boxes of kBlockN rows");
+  static_assert(kConsumers == 2 || kConsumers == 3, "two or three consumer warpgroups");
+  static_assert(24 * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "the register file");
 };
 
 constexpr int kBoxCols = kTmaBoxCols;  // one 128-byte swizzle row of bf16
@@ -58,11 +66,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  bf16* sQ = reinterpret_cast<bf16*>(smem);  // [D/64][BM][64]
-  bf16* sK = sQ + BM * D;                    // [S][D/64][BN][64]
+  constexpr int QR = Tile::kQRows, kConsumers = Tile::kConsumers;
+  bf16* sQ = reinterpret_cast<bf16*>(smem);  // [D/64][QR][64]
+  bf16* sK = sQ + QR * D;                    // [S][D/64][BN][64]
   bf16* sV = sK + S * BN * D;                // [S][D/64][BN][64]
   __shared__ alignas(8) uint64_t q_full, k_full[S], k_empty[S], v_full[S], v_empty[S];
-  constexpr int kConsumerThreads = 256;
+  constexpr int kConsumerThreads = 128 * kConsumers;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp / 4;
   const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest (causal) tiles first
@@ -96,7 +105,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           sm90::tma_load_3d(dst + (c * rows + r) * kBoxCols, &qkv_map, bar, col0 + c * kBoxCols, row0 + r, b);
     };
     sm90::mbar_arrive_expect_tx(&q_full, Tile::kQBytes);
-    load(sQ, &q_full, BM, h * D, m0);
+    load(sQ, &q_full, QR, h * D, m0);
     for (int nb = 0; nb < n_blocks; ++nb) {
       const int s = nb % S;
       const uint32_t parity = ((nb / S) & 1) ^ 1;  // the release of this buffer's previous tile
@@ -111,23 +120,30 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   }
 
   // ---- consumers
-  sm90::setmaxnreg_inc<240>();
-  const int cw = wg - 1;  // 0 or 1: rows 64·cw.. of the block
+  sm90::setmaxnreg_inc<Tile::kConsumerRegs>();
+  const int cw = wg - 1;  // rows 64·cw.. of the block
   Sm90FwdConsumer<Tile, kCausal> c(p, m0, cw, warp % 4, lane, sQ);
   auto v_base = [&](int nb) { return smem_u32(sV + (nb % S) * BN * D); };
   auto parity = [](int nb) { return uint32_t((nb / S) & 1); };
   sm90::mbar_wait(&q_full, 0);
   // Ping-pong: consumer cw issues its matmuls after named barrier 1 + cw and, once its QKᵀ
-  // is done, lets the other go (barrier 2 − cw). Consumer 0 starts; consumer 1 skips its last hand-over, so
-  // every barrier is completed as often as it is waited on.
-  if (cw == 1) sm90::named_arrive(1, kConsumerThreads);
+  // is done, lets the next go (barrier 2 − cw with two; with three, 1 + (cw + 1) mod 3).
+  // Each barrier counts the 128 threads waiting and the 128 arriving. Consumer 0 starts;
+  // the last consumer skips its last hand-over, so every barrier is completed as often
+  // as it is waited on.
+  constexpr int kTurnThreads = 256;
+  if (cw == kConsumers - 1) sm90::named_arrive(1, kTurnThreads);
   for (int nb = 0; nb < n_blocks; ++nb) {
     const int s = nb % S;
     sm90::mbar_wait(&k_full[s], parity(nb));
     if (nb > 0) sm90::mbar_wait(&v_full[(nb - 1) % S], parity(nb - 1));
-    sm90::named_sync(1 + cw, kConsumerThreads);
-    auto after_qk = [&] {  // S done: the other consumer's turn; K of tile nb read
-      if (cw == 0 || nb + 1 < n_blocks) sm90::named_arrive(2 - cw, kConsumerThreads);
+    sm90::named_sync(1 + cw, kTurnThreads);
+    auto after_qk = [&] {  // S done: the next consumer's turn; K of tile nb read
+      if constexpr (kConsumers == 2) {
+        if (cw == 0 || nb + 1 < n_blocks) sm90::named_arrive(2 - cw, kTurnThreads);
+      } else {
+        if (cw != kConsumers - 1 || nb + 1 < n_blocks) sm90::named_arrive(cw + 1 < kConsumers ? cw + 2 : 1, kTurnThreads);
+      }
       sm90::mbar_arrive(&k_empty[s]);
     };
     auto after_pv = [&] { sm90::mbar_arrive(&v_empty[(nb - 1) % S]); };  // V of tile nb − 1 read
@@ -163,6 +179,8 @@ template <int kHeadDim, bool kCausal>
 void launch_fwd_sm90_ws(const FlashParams& p, int tile, cudaStream_t stream) {
   if constexpr (kHeadDim == 128) {
     if (tile == 1) return launch_tile<Sm90WsTile<kHeadDim, 64>, kCausal>(p, stream);
+  } else {
+    if (tile == 1) return launch_tile<Sm90WsTile<kHeadDim, 128, /*kConsumers=*/3>, kCausal>(p, stream);
   }
   launch_tile<Sm90WsTile<kHeadDim>, kCausal>(p, stream);
 }

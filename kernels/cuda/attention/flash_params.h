@@ -56,7 +56,8 @@ void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream
 // Warp-specialised Hopper forward (TMA producer, two consumer warpgroups in ping-pong;
 // flash_fwd_sm90_ws.cu). At D = 128, tile 0 (the default): 128-key tiles, one matmul at a
 // time within a warpgroup; tile 1 (FLASHGPT_ATTENTION_FWD_TILE=1): 64-key tiles with the
-// softmax under the previous P·V.
+// softmax under the previous P·V. At D = 64, tile 1: three consumer warpgroups (192 query
+// rows a block, round robin), one matmul at a time within each.
 template <int kHeadDim, bool kCausal>
 void launch_fwd_sm90_ws(const FlashParams& p, int tile, cudaStream_t stream);
 // True when this build has sm_90a code and the current device runs it.
