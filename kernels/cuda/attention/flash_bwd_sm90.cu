@@ -246,9 +246,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // added (or, owner mode's first contribution, stored), which thread 0 keeps in
   // sDqPending {q0, bh, store} (q0 < 0: none; shared, not registers).
   __shared__ int4 sDqPending;
-  __shared__ int2 sDqLast;  // owner mode: {q0, bh} of the bulk group issued last
   if (kTmaDq && tid == 0) sDqPending = make_int4(-1, 0, 0, 0);
-  if (kOwner && tid == 0) sDqLast = make_int2(-1, 0);
   auto issue_pending_dq = [&](int slot) {
     if (tid != 0) return;
     const int4 pending = sDqPending;
@@ -266,7 +264,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       }
     sm90::bulk_commit();
     sDqPending.x = -1;  // (owner mode: a step that writes no tile follows)
-    if constexpr (kOwner) sDqLast = make_int2(pending.x, pending.y);
   };
   for (;;) {
     const int buf = step & 1;
@@ -289,21 +286,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       // The TMA's writes into dQ are complete before the kernel reads them (the partial
       // of a tile's last contribution) or adds to them: the first contributions are
       // stores, all made in the unit's first key tile, and nothing orders a later add to
-      // the same place after them but a wait for all, at the second key tile's first step.
-      // For the partial of tile m, every group but the one issued just now is complete
-      // after wait_group 1; that one matters only when it is tile m's own (then a wait
-      // for all: causal, the unit's last key tile), else only its reading of the shared
-      // tile, whose room the partial takes. (Causal: at a key tile's first step the group
-      // just issued is the last query tile's.)
+      // the same place after them but this wait, at the second key tile's first step.
       if ((dq_last && !dq_first) || (n_block == 1 && first_step)) {
         if (tid == 0) {
-          const int2 last = sDqLast;
-          if ((n_block == 1 && first_step) || (last.x == m * BM && last.y == int(item_bh(item)))) {
-            sm90::bulk_wait_all();
-          } else {
-            sm90::bulk_wait<1>();
-            sm90::bulk_wait_read<0>();
-          }
+          sm90::bulk_wait_all();
           sm90::fence_proxy_async_global();
         }
         __syncthreads();
