@@ -421,11 +421,13 @@ TEST_P(FlashAttentionVsReference, OutputsAndGradients) {
   }
   if (path_wanted("sm90ws") && is_hopper()) {  // the warp-specialised TMA forward
     ScopedEnv path("FLASHGPT_ATTENTION_PATH", "sm90ws");
-    check_against(pb, ref, naive, "sm90ws");
-    // Its second tile shape: at D = 128 64-key tiles, the softmax under the last P·V; at
-    // D = 64 three consumer warpgroups (192 query rows a block).
-    ScopedEnv tile("FLASHGPT_ATTENTION_FWD_TILE", "1");
-    check_against(pb, ref, naive, "sm90ws tile 1");
+    // Both tile shapes (unset, the tile knob picks one of them by shape: "auto" below):
+    // two consumers with 128-key tiles; at D = 128 64-key tiles, the softmax under the
+    // last P·V, and at D = 64 three consumer warpgroups (192 query rows a block).
+    for (const char* tile : {"0", "1"}) {
+      ScopedEnv fwd_tile("FLASHGPT_ATTENTION_FWD_TILE", tile);
+      check_against(pb, ref, naive, std::string("sm90ws tile ") + tile);
+    }
   }
   if (path_wanted("auto")) {
     ScopedEnv path("FLASHGPT_ATTENTION_PATH", "auto");
@@ -588,7 +590,7 @@ TEST(CudaFlashAttention, DeterministicModeIsBitwiseRepeatable) {
 }
 
 // The two Hopper forwards do the same arithmetic in the same order with the same 128-key
-// tiles (sm90ws's default tile at both head dims; at D = 128 its matmuls one at a time,
+// tiles (sm90ws's tile 0 at both head dims; at D = 128 its matmuls one at a time,
 // which changes the schedule, not the order of the additions): the same bits. Lengths that
 // give 1, 2 and many key tiles, partial tiles, causal and not.
 TEST(CudaFlashAttention, Sm90WsForwardIsBitwiseEqualToSm90) {
@@ -598,13 +600,13 @@ TEST(CudaFlashAttention, Sm90WsForwardIsBitwiseEqualToSm90) {
     for (bool causal : {true, false})
       for (int T : {1, 17, 128, 129, 300, 1023, 4100}) {
         const Problem pb = random_problem(2, T, 3, D, causal, uint32_t(test::test_rng()()));
-        auto run = [&](const char* path) {
-          ScopedEnv p("FLASHGPT_ATTENTION_PATH", path);
+        auto run = [&](const char* path, const char* tile) {
+          ScopedEnv p("FLASHGPT_ATTENTION_PATH", path), t("FLASHGPT_ATTENTION_FWD_TILE", tile);
           DeviceRun r;
           run_flash(pb, r);
           return r;
         };
-        const DeviceRun plain = run("sm90"), ws = run("sm90ws");
+        const DeviceRun plain = run("sm90", "0"), ws = run("sm90ws", "0");
         if (HasFatalFailure()) return;
         const std::string shape = " D=" + std::to_string(D) + (causal ? " causal" : " full") +
                                   " T=" + std::to_string(T);
@@ -618,8 +620,7 @@ TEST(CudaFlashAttention, Sm90WsForwardIsBitwiseEqualToSm90) {
         expect_same(ws, "sm90ws");
         if (D == 64) {  // three consumers, 192 rows a block: the extra key tiles a row meets
                         // under a causal mask are wholly masked (P = 0, O scaled by exactly 1)
-          ScopedEnv tile("FLASHGPT_ATTENTION_FWD_TILE", "1");
-          const DeviceRun ws3 = run("sm90ws");
+          const DeviceRun ws3 = run("sm90ws", "1");
           if (HasFatalFailure()) return;
           expect_same(ws3, "sm90ws tile 1");
         }

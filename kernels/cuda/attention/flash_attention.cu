@@ -25,12 +25,15 @@
 //       one-block-per-SM to >= 90%, else tma (dq_mode.h).
 //   FLASHGPT_ATTENTION_FWD_TILE, FLASHGPT_ATTENTION_BWD_TILE = 0|1  tuning knobs: the
 //       tile shape of each sm80 kernel (flash_fwd_sm80.cu, flash_bwd_sm80.cu); 0 is the
-//       default. FWD_TILE=1 also gives the sm90ws forward 64-key tiles at D = 128 (the
-//       default there is 128-key tiles, one matmul at a time within a warpgroup;
-//       flash_fwd_sm90_ws.cu), and at D = 64 three consumer warpgroups for 192 query
-//       rows a block (not measured yet). The other Hopper kernels ignore them.
+//       default. FWD_TILE also picks the sm90ws forward's tile: 0 two consumer
+//       warpgroups with 128-key tiles (at D = 128 one matmul at a time within a
+//       warpgroup), 1 at D = 128 64-key tiles and at D = 64 three consumers for 192
+//       query rows a block (flash_fwd_sm90_ws.cu); unset, the measured choice of
+//       sm90ws_forward_tile (three consumers at D = 64 unless causal with T < 2048).
+//       The other Hopper kernels ignore them.
 #include "kernels/cuda/attention/flash_attention.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -82,13 +85,26 @@ bool deterministic_requested() {
   return env && std::string(env) == "1";
 }
 
-// Tuning knob: which of the two tile shapes per kernel (0, the default, or 1).
+// Tuning knob: which of the two tile shapes per kernel (0 or 1; -1 when unset: the
+// kernel's default, 0 everywhere but the sm90ws forward, see sm90ws_forward_tile).
 int tile_choice(const char* var) {
   const char* env = std::getenv(var);
-  if (!env || !*env) return 0;
+  if (!env || !*env) return -1;
   const std::string v = env;
   if (v != "0" && v != "1") fail_input(var, " must be 0 or 1, got '", v, "'");
   return v == "1" ? 1 : 0;
+}
+
+// The sm90ws forward's tile when FLASHGPT_ATTENTION_FWD_TILE is unset (requested < 0).
+// Measured on an H200 (BENCHMARKS.md "Twelfth session", the 21 shapes of the sweep): at
+// D = 64 three consumers (tile 1, 192 query rows a block) beat two by 8-16% without a
+// mask at every T and with a causal mask from T = 2048 on, and lose at causal T = 1024
+// (235 against 251 TFLOP/s; GPT-2's shape 200 against 217), where a 192-row block
+// straddles the diagonal for more of its keys. At D = 128, tile 1 (64-key tiles) loses
+// at every shape (9-20%).
+int sm90ws_forward_tile(int requested, int D, int T, bool causal) {
+  if (requested >= 0) return requested;
+  return D == 64 && (!causal || T >= 2048) ? 1 : 0;
 }
 
 // The sm90 backward's grid cap (FLASHGPT_ATTENTION_BWD_SCHEDULE): the SM count when
@@ -170,11 +186,11 @@ void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
   switch (choose_path(Pass::forward)) {
     case Path::sm80:
       if (a.D == 64)
-        a.causal ? attn::launch_fwd_sm80<64, /*kCausal=*/true>(p, fwd_tile, stream)
-                 : attn::launch_fwd_sm80<64, /*kCausal=*/false>(p, fwd_tile, stream);
+        a.causal ? attn::launch_fwd_sm80<64, /*kCausal=*/true>(p, std::max(fwd_tile, 0), stream)
+                 : attn::launch_fwd_sm80<64, /*kCausal=*/false>(p, std::max(fwd_tile, 0), stream);
       else
-        a.causal ? attn::launch_fwd_sm80<128, /*kCausal=*/true>(p, fwd_tile, stream)
-                 : attn::launch_fwd_sm80<128, /*kCausal=*/false>(p, fwd_tile, stream);
+        a.causal ? attn::launch_fwd_sm80<128, /*kCausal=*/true>(p, std::max(fwd_tile, 0), stream)
+                 : attn::launch_fwd_sm80<128, /*kCausal=*/false>(p, std::max(fwd_tile, 0), stream);
       break;
     case Path::sm90:
       if (a.D == 64)
@@ -184,14 +200,16 @@ void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
         a.causal ? attn::launch_fwd_sm90<128, /*kCausal=*/true>(p, stream)
                  : attn::launch_fwd_sm90<128, /*kCausal=*/false>(p, stream);
       break;
-    case Path::sm90ws:
+    case Path::sm90ws: {
+      const int ws_tile = sm90ws_forward_tile(fwd_tile, a.D, a.T, a.causal);
       if (a.D == 64)
-        a.causal ? attn::launch_fwd_sm90_ws<64, /*kCausal=*/true>(p, fwd_tile, stream)
-                 : attn::launch_fwd_sm90_ws<64, /*kCausal=*/false>(p, fwd_tile, stream);
+        a.causal ? attn::launch_fwd_sm90_ws<64, /*kCausal=*/true>(p, ws_tile, stream)
+                 : attn::launch_fwd_sm90_ws<64, /*kCausal=*/false>(p, ws_tile, stream);
       else
-        a.causal ? attn::launch_fwd_sm90_ws<128, /*kCausal=*/true>(p, fwd_tile, stream)
-                 : attn::launch_fwd_sm90_ws<128, /*kCausal=*/false>(p, fwd_tile, stream);
+        a.causal ? attn::launch_fwd_sm90_ws<128, /*kCausal=*/true>(p, ws_tile, stream)
+                 : attn::launch_fwd_sm90_ws<128, /*kCausal=*/false>(p, ws_tile, stream);
       break;
+    }
   }
 }
 
@@ -217,7 +235,7 @@ void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaS
   p.delta = a.delta.as<float>();
   p.dq_accum = static_cast<float*>(workspace);
   if (workspace) p.item_counter = reinterpret_cast<int*>(p.dq_accum + size_t(a.B) * a.H * a.T * a.D);
-  const int bwd_tile = tile_choice("FLASHGPT_ATTENTION_BWD_TILE");
+  const int bwd_tile = std::max(tile_choice("FLASHGPT_ATTENTION_BWD_TILE"), 0);
   const Path path = choose_path(Pass::backward);
   // Every dQ mode of the sm90 backward adds with float atomics: the deterministic mode runs the sm80 kernels.
   if (path == Path::sm90 && !deterministic) {
