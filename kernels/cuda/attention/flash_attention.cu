@@ -97,7 +97,7 @@ int tile_choice(const char* var) {
 
 // The sm90ws forward's tile when FLASHGPT_ATTENTION_FWD_TILE is unset (requested < 0).
 // Measured on an H200 (BENCHMARKS.md "Twelfth session", the 21 shapes of the sweep): at
-// D = 64 three consumers (tile 1, 192 query rows a block) beat two by 8-16% without a
+// D = 64 three consumers (tile 1, 192 query rows a block) beat two by 7-16% without a
 // mask at every T and with a causal mask from T = 2048 on, and lose at causal T = 1024
 // (235 against 251 TFLOP/s; GPT-2's shape 200 against 217), where a 192-row block
 // straddles the diagonal for more of its keys. At D = 128, tile 1 (64-key tiles) loses

@@ -1,8 +1,9 @@
 // FlashAttention forward, Hopper path with warp specialisation (sm_90a), the structure of
 // FlashAttention-3's forward: FLASHGPT_ATTENTION_PATH=sm90ws.
 //
-// One block = a producer warpgroup and kConsumers = 2 (or, D = 64 with
-// FLASHGPT_ATTENTION_FWD_TILE=1, 3) consumer warpgroups for 64·kConsumers query rows:
+// One block = a producer warpgroup and kConsumers = 2 (or, at D = 64, tile 1: 3; the
+// default there unless causal with T < 2048, flash_attention.cu) consumer warpgroups for
+// 64·kConsumers query rows:
 //   producer (warpgroup 0, 24 registers a thread after setmaxnreg): one thread issues TMA
 //     loads (cp.async.bulk.tensor through a 3-D tensor map over qkv viewed as
 //     (3·H·D, T, B), boxes of 64 columns × kBlockN rows, 128B swizzle: exactly the wgmma
@@ -16,10 +17,12 @@
 //     1.., "ping-pong" with two, round robin with three): a consumer issues its matmuls,
 //     and once its QKᵀ is done hands the turn to the next, so that the others' softmax
 //     runs while one's matmuls hold the tensor cores.
-// The arithmetic is the sm90 forward's (flash_fwd_sm90.cu); with the default 128-key tiles
-// in the same order too, at both head dims: the same bits
-// (CudaFlashAttention.Sm90WsForwardIsBitwiseEqualToSm90). The fastest forward on an H200
-// at every benchmarked shape (BENCHMARKS.md "## Attention"): auto's forward on Hopper.
+// The arithmetic is the sm90 forward's (flash_fwd_sm90.cu); with 128-key tiles in the same
+// order too, at both head dims and with two or three consumers: the same bits
+// (CudaFlashAttention.Sm90WsForwardIsBitwiseEqualToSm90; a 192-row block's rows also meet
+// key tiles wholly masked for them, which leave O and the sums exactly as they were). The
+// fastest forward on an H200 at every benchmarked shape (BENCHMARKS.md): auto's forward on
+// Hopper.
 #include <cuda.h>
 #include <cmath>
 #include "src/cuda/cuda_check.h"
@@ -36,7 +39,7 @@ namespace {
 // consumers' registers there (ptxas: 128 bytes of spills and serialised wgmmas); one matmul
 // at a time they do, and were measured 9-21% faster than the overlapped 64-key tiles
 // (BENCHMARKS.md, "Ninth session"). kOverlap: step_overlapped, else step_serial.
-// kConsumers = 3 (D = 64, FLASHGPT_ATTENTION_FWD_TILE=1): 192 query rows a block, as
+// kConsumers = 3 (D = 64, tile 1): 192 query rows a block, as
 // FlashAttention-3 runs head dim 64: while one consumer's matmuls run, two others can
 // be in their softmax. The registers then split 24 (producer) / 160 (consumers), where
 // the overlapped step spills (ptxas: 160 bytes); step_serial fits (0 bytes).
