@@ -13,7 +13,8 @@ bwd 2.5x fwd. Timing: CUDA events, warm-up, median of --iters.
 --paths runs our suite once per entry and shows a forward and a backward column for
 each. An entry is a FLASHGPT_ATTENTION_PATH value (sm80, sm90, sm90ws, auto), optionally
 with the sm80 kernels' tile knobs: "sm80/bt1" adds FLASHGPT_ATTENTION_BWD_TILE=1, "/ft1"
-FLASHGPT_ATTENTION_FWD_TILE=1 (also sm90ws's 64-key forward tile at D = 128; the other sm90
+FLASHGPT_ATTENTION_FWD_TILE=1 (also sm90ws's second forward tile: 64 keys at D = 128, three
+consumers at D = 64; "/ft0" its first, which unset it chooses by shape; the other sm90
 kernels ignore them); "/grid" runs the sm90
 backward with one block per work item (FLASHGPT_ATTENTION_BWD_SCHEDULE=grid) instead of
 the persistent default; "/atomic", "/tma" and "/owner" force its dQ mode (FLASHGPT_ATTENTION_BWD_DQ;
@@ -114,13 +115,14 @@ def main():
     ap.add_argument("--flashgpt", action="append", help="the flashgpt binary, or LABEL=BINARY (repeatable; default build/flashgpt)")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--paths", default="auto", help="comma-separated FLASHGPT_ATTENTION_PATH values, each optionally /bt1, /ft1 (tile knobs), /grid, /atomic, /tma or /owner")
+    ap.add_argument("--paths", default="auto", help="comma-separated FLASHGPT_ATTENTION_PATH values, each optionally /bt1, /ft0, /ft1 (tile knobs), /grid, /atomic, /tma or /owner")
     args = ap.parse_args()
     paths = args.paths.split(",")
     binaries = parse_binaries(args.flashgpt or ["build/flashgpt"])
 
     runs = {}  # column -> {(B,H,T,D,causal): result}
     knobs = {"bt1": ("FLASHGPT_ATTENTION_BWD_TILE", "1"), "ft1": ("FLASHGPT_ATTENTION_FWD_TILE", "1"),
+             "ft0": ("FLASHGPT_ATTENTION_FWD_TILE", "0"),
              "grid": ("FLASHGPT_ATTENTION_BWD_SCHEDULE", "grid"),
              "atomic": ("FLASHGPT_ATTENTION_BWD_DQ", "atomic"), "tma": ("FLASHGPT_ATTENTION_BWD_DQ", "tma"),
              "owner": ("FLASHGPT_ATTENTION_BWD_DQ", "owner")}

@@ -46,7 +46,7 @@ namespace {
 template <int kHeadDim_, int kBlockN_ = 128, int kConsumers_ = 2>
 struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
   using Shape = Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_>;
-  static constexpr bool kOverlap = kHeadDim_ * kBlockN_ <= 128 * 64 && kConsumers_ == 2;
+  static constexpr bool kOverlap = true;
   static constexpr int kConsumers = kConsumers_;
   static constexpr int kThreads = 128 * (1 + kConsumers);  // producer + consumer warpgroups
   static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;

@@ -30,19 +30,20 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(smem_u32(bar)) : "memory");
 }
 // Waits until the phase of parity `parity` has completed. A pipeline bug would otherwise
-// hang the GPU: after ~2^28 unsuccessful tries (seconds) the kernel traps instead.
+// hang the GPU: after 2^28 unsuccessful tries (seconds) the kernel traps instead. The
+// loop is inside the asm: as a C++ loop (each thread leaving it on its own) it made ptxas
+// treat the code after it as divergent, and the warp-specialised forward's consumers were
+// then allocated within the launch's even share of registers (168 at 384 threads), not
+// the 240 (160 with three consumers) that setmaxnreg gives them: the overlapped step
+// spilled at D = 128 and with three consumers at D = 64 (scripts/ptxas_report.sh).
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  const uint32_t addr = smem_u32(bar);
-  for (uint32_t tries = 0;; ++tries) {
-    uint32_t done;
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(addr), "r"(parity)
-        : "memory");
-    if (done) return;
-    if (tries == (1u << 28)) __trap();
-  }
+  asm volatile(
+      "{\n.reg .pred done, more;\n.reg .u32 tries;\nmov.u32 tries, 0;\n"
+      "WAIT_%=:\nmbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n@done bra.uni DONE_%=;\n"
+      "add.u32 tries, tries, 1;\nsetp.lt.u32 more, tries, 268435456;\n@more bra.uni WAIT_%=;\ntrap;\n"
+      "DONE_%=:\n}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
 }
 
 // TMA: the box at coordinates (c0, c1, c2) of the 3-D tensor map → shared memory at dst;
