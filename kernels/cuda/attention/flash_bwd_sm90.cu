@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // The step's tiles have landed, every warp is done with the other buffers and with
     // sdSt, and the cp.async writes are visible to the async proxy that wgmma reads through.
     if (first_step) cp_async_wait<0>();
-    sm90::mbar_wait(&q_full[buf], (step >> 1) & 1);
+    sm90::mbar_wait_spin(&q_full[buf], (step >> 1) & 1);
     sm90::fence_proxy_async();
     __syncthreads();
     if constexpr (kTmaDq) issue_pending_dq(kDqBufs == 2 ? buf ^ 1 : 0);  // the last step's dQ tile

@@ -300,7 +300,7 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_bulk_kernel(const DecodeP
   Pack<T> kp[kUnroll], vp[kUnroll];
   for (int i = 0; i < tiles; ++i) {
     const int s = i % kStages;
-    sm90::mbar_wait(&full[s], uint32_t(i / kStages) & 1u);
+    sm90::mbar_wait_spin(&full[s], uint32_t(i / kStages) & 1u);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {  // past the chunk's end: stale or unset, masked in consume
       const int key = u * Tr::kGroups + g;

@@ -8,11 +8,11 @@
 //              with the transpose flag (V is stored [key][d]: d-contiguous = N-major)
 // The schedule (FlashAttention-3's intra-warpgroup overlap): step_overlapped issues S_j and
 // P_{j−1}·V_{j−1} together, runs the softmax of tile j while the tensor cores finish
-// P_{j−1}·V_{j−1}, then rescales O; finish_overlapped adds the last P·V. step_serial does
-// the same operations without that overlap (P_{j−1}·V_{j−1}, then S_j, each waited for),
-// for tiles where S, O and the kept P do not fit the registers together. Either way the
-// arithmetic is that of flash_fwd_sm90.cu's plain loop (S_j, softmax, O rescaled,
-// P_j·V_j), in the same order.
+// P_{j−1}·V_{j−1}, then rescales O; finish_overlapped adds the last P·V. The arithmetic
+// is that of flash_fwd_sm90.cu's plain loop (S_j, softmax, O rescaled, P_j·V_j), in the
+// same order. S, O and the kept P fit the consumers' registers at every tile of the
+// warp-specialised forward (240 a thread with two consumers, 160 with three; mbar_wait's
+// comment in tma_sm90.cuh says why that needs the wait's loop inside its asm).
 #pragma once
 #include "kernels/cuda/attention/flash_fwd_parts.cuh"
 #include "kernels/cuda/attention/flash_params.h"
@@ -128,30 +128,7 @@ struct Sm90FwdConsumer {
     rescale_output<Tile>(o, alpha);
     keep_p(s);
   }
-  // Tile nb after the previous tile's P·V, one matmul at a time (the hooks as above, each
-  // after its matmul); the softmax then runs while the other consumer's matmuls do.
-  template <class AfterQk, class AfterPv>
-  __device__ __forceinline__ void step_serial(int nb, uint32_t k_base, uint32_t v_prev_base, AfterQk after_qk,
-                                              AfterPv after_pv) {
-    Scores s;
-    float alpha[1][2];
-    sm90::wgmma_fence();  // a and o were last written by ordinary instructions
-    if (nb > 0) {
-      issue_pv(v_prev_base);
-      sm90::wgmma_wait<0>();
-      sm90::fence_accumulators(o[0]);
-      after_pv();
-      sm90::wgmma_fence();
-    }
-    issue_qk(s, k_base);
-    sm90::wgmma_wait<0>();
-    sm90::fence_accumulators(s[0]);
-    after_qk();
-    softmax(s, alpha, nb);
-    rescale_output<Tile>(o, alpha);
-    keep_p(s);
-  }
-  // The last tile's P·V after step_overlapped or step_serial.
+  // The last tile's P·V after step_overlapped.
   __device__ __forceinline__ void finish_overlapped(uint32_t v_last_base) {
     sm90::wgmma_fence();
     issue_pv(v_last_base);

@@ -12,8 +12,7 @@
 //     one (all the consumer threads are done reading it);
 //   consumers (warpgroups 1.., 240 registers, 160 with three): 64 query rows each, the pipelined
 //     schedule of flash_fwd_sm90_consumer.cuh (QKᵀ of tile j with P·V of tile j−1, the
-//     softmax of j under it; at D = 128 with 128-key tiles the two matmuls one after the
-//     other, step_serial), with no block-wide barrier. They take turns (named barriers
+//     softmax of j under it), with no block-wide barrier. They take turns (named barriers
 //     1.., "ping-pong" with two, round robin with three): a consumer issues its matmuls,
 //     and once its QKᵀ is done hands the turn to the next, so that the others' softmax
 //     runs while one's matmuls hold the tensor cores.
@@ -34,19 +33,17 @@ namespace flashgpt::cuda::attn {
 namespace {
 
 // Key tiles of 128 (the default at both head dims), or at D = 128 of 64 with
-// FLASHGPT_ATTENTION_FWD_TILE=1. 128-key tiles at D = 128 run step_serial: with the overlap
-// of the softmax and the previous P·V, P (kept across the next QKᵀ), S and O do not fit the
-// consumers' registers there (ptxas: 128 bytes of spills and serialised wgmmas); one matmul
-// at a time they do, and were measured 9-21% faster than the overlapped 64-key tiles
-// (BENCHMARKS.md, "Ninth session"). kOverlap: step_overlapped, else step_serial.
-// kConsumers = 3 (D = 64, tile 1): 192 query rows a block, as
-// FlashAttention-3 runs head dim 64: while one consumer's matmuls run, two others can
-// be in their softmax. The registers then split 24 (producer) / 160 (consumers), where
-// the overlapped step spills (ptxas: 160 bytes); step_serial fits (0 bytes).
+// FLASHGPT_ATTENTION_FWD_TILE=1 (16-24% slower on an H200: BENCHMARKS.md "Twelfth session").
+// kConsumers = 3 (D = 64, tile 1): 192 query rows a block, as FlashAttention-3 runs head
+// dim 64: while one consumer's matmuls run, two others can be in their softmax. The
+// registers then split 24 (producer) / 160 (consumers). Every tile runs the overlapped
+// step: until the twelfth session it spilled at D = 128 with 128-key tiles and with three
+// consumers (ptxas held the consumers to 168 and 128 registers, see mbar_wait), and those
+// tiles ran their two matmuls one at a time (the overlap is 8-21% faster at D = 128, -1
+// to +7% with three consumers).
 template <int kHeadDim_, int kBlockN_ = 128, int kConsumers_ = 2>
 struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
   using Shape = Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_>;
-  static constexpr bool kOverlap = true;
   static constexpr int kConsumers = kConsumers_;
   static constexpr int kThreads = 128 * (1 + kConsumers);  // producer + consumer warpgroups
   static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
@@ -150,10 +147,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       sm90::mbar_arrive(&k_empty[s]);
     };
     auto after_pv = [&] { sm90::mbar_arrive(&v_empty[(nb - 1) % S]); };  // V of tile nb − 1 read
-    if constexpr (Tile::kOverlap)
-      c.step_overlapped(nb, smem_u32(sK + s * BN * D), v_base(nb > 0 ? nb - 1 : 0), after_qk, after_pv);
-    else
-      c.step_serial(nb, smem_u32(sK + s * BN * D), v_base(nb > 0 ? nb - 1 : 0), after_qk, after_pv);
+    c.step_overlapped(nb, smem_u32(sK + s * BN * D), v_base(nb > 0 ? nb - 1 : 0), after_qk, after_pv);
   }
   sm90::mbar_wait(&v_full[(n_blocks - 1) % S], parity(n_blocks - 1));
   c.finish_overlapped(v_base(n_blocks - 1));

@@ -45,6 +45,23 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
+// The same wait as a C++ loop around one try: the sm90 backward and the decode kernel,
+// which use no setmaxnreg, keep the code they were measured with (with mbar_wait their
+// .text changes, and one H200 sweep put two backward shapes 4-6% lower, within what
+// might be noise: BENCHMARKS.md "Twelfth session").
+__device__ __forceinline__ void mbar_wait_spin(uint64_t* bar, uint32_t parity) {
+  const uint32_t addr = smem_u32(bar);
+  for (uint32_t tries = 0;; ++tries) {
+    uint32_t done;
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+    if (done) return;
+    if (tries == (1u << 28)) __trap();
+  }
+}
 
 // TMA: the box at coordinates (c0, c1, c2) of the 3-D tensor map → shared memory at dst;
 // completion (its bytes) is counted on bar.
