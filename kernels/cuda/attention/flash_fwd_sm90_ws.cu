@@ -56,7 +56,7 @@ struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
   static_assert(24 * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "the register file");
 };
 
-constexpr int kBoxCols = kTmaBoxCols;  // one 128-byte swizzle row of bf16
+[[maybe_unused]] constexpr int kBoxCols = kTmaBoxCols;  // one 128-byte swizzle row of bf16 (sm_90a code only)
 
 template <class Tile, bool kCausal>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
