@@ -41,8 +41,10 @@
 // warp-specialised version of this loop (a TMA producer warpgroup at 24 registers, these
 // two warpgroups as consumers at 240 via setmaxnreg) was written and dropped before it
 // ran: ptxas spilled 600-970 bytes in its consumers, while this kernel compiles within
-// 255 registers without spills (ptxas_report.sh --strict checks). Warp specialisation
-// here needs smaller consumer tiles first.
+// 255 registers without spills (ptxas_report.sh --strict checks). The likely cause, found
+// in the forward since: mbar_wait's C++ spin loop (now mbar_wait_spin, which this kernel
+// still uses) made ptxas ignore setmaxnreg and hold the consumers to the launch's even
+// share, 168 registers at 384 threads; with mbar_wait's asm loop they get their 240.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
