@@ -27,9 +27,9 @@
 //       tile shape of each sm80 kernel (flash_fwd_sm80.cu, flash_bwd_sm80.cu); 0 is the
 //       default. FWD_TILE also picks the sm90ws forward's tile: 0 two consumer
 //       warpgroups with 128-key tiles, 1 at D = 128 64-key tiles and at D = 64 three
-//       consumers for 192 query rows a block (flash_fwd_sm90_ws.cu); unset, the measured choice of
-//       sm90ws_forward_tile (three consumers at D = 64 unless causal with T < 2048).
-//       The other Hopper kernels ignore them.
+//       consumers for 192 query rows a block (flash_fwd_sm90_ws.cu); unset, the
+//       measured choice of sm90ws_forward_tile in tile_choice.h (three consumers at
+//       D = 64 unless causal with T < 2048). The other Hopper kernels ignore them.
 #include "kernels/cuda/attention/flash_attention.h"
 
 #include <algorithm>
@@ -40,6 +40,7 @@
 #include <string>
 #include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/flash_params.h"
+#include "kernels/cuda/attention/tile_choice.h"
 #include "kernels/cuda/common.cuh"
 
 namespace flashgpt::cuda {
@@ -84,28 +85,8 @@ bool deterministic_requested() {
   return env && std::string(env) == "1";
 }
 
-// Tuning knob: which of the two tile shapes per kernel (0 or 1; -1 when unset: the
-// kernel's default, 0 everywhere but the sm90ws forward, see sm90ws_forward_tile).
-int tile_choice(const char* var) {
-  const char* env = std::getenv(var);
-  if (!env || !*env) return -1;
-  const std::string v = env;
-  if (v != "0" && v != "1") fail_input(var, " must be 0 or 1, got '", v, "'");
-  return v == "1" ? 1 : 0;
-}
-
-// The sm90ws forward's tile when FLASHGPT_ATTENTION_FWD_TILE is unset (requested < 0).
-// Measured on an H200 (BENCHMARKS.md "Twelfth session", the 21 shapes of the sweep): at
-// D = 64 three consumers (tile 1, 192 query rows a block) beat two by 7-16% without a
-// mask at every T and with a causal mask from T = 2048 on, and lose at causal T = 1024
-// (235 against 251 TFLOP/s; GPT-2's shape 200 against 217), where a 192-row block
-// straddles the diagonal for more of its keys. At D = 128, tile 1 (64-key tiles) loses
-// at every shape (16-24% since the 128-key tile overlaps its matmuls). The three-consumer
-// figures are from before its overlapped step (-1 to +7% since, same rule).
-int sm90ws_forward_tile(int requested, int D, int T, bool causal) {
-  if (requested >= 0) return requested;
-  return D == 64 && (!causal || T >= 2048) ? 1 : 0;
-}
+// Tuning knob `var` (tile_choice.h): 0, 1, or -1 when unset.
+int tile_choice(const char* var) { return attn::parse_tile_choice(var, std::getenv(var)); }
 
 // The sm90 backward's grid cap (FLASHGPT_ATTENTION_BWD_SCHEDULE): the SM count when
 // persistent (FLASHGPT_ATTENTION_BWD_BLOCKS=N, a test knob, sets N instead), 0 for a
@@ -201,7 +182,7 @@ void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
                  : attn::launch_fwd_sm90<128, /*kCausal=*/false>(p, stream);
       break;
     case Path::sm90ws: {
-      const int ws_tile = sm90ws_forward_tile(fwd_tile, a.D, a.T, a.causal);
+      const int ws_tile = attn::sm90ws_forward_tile(fwd_tile, a.D, a.T, a.causal);
       if (a.D == 64)
         a.causal ? attn::launch_fwd_sm90_ws<64, /*kCausal=*/true>(p, ws_tile, stream)
                  : attn::launch_fwd_sm90_ws<64, /*kCausal=*/false>(p, ws_tile, stream);

@@ -1,0 +1,59 @@
+// The attention tile knobs and the sm90ws forward's tile (kernels/cuda/attention/tile_choice.h),
+// on the CPU: the GPU tests (Cuda/FlashAttentionVsReference, both tiles of every kernel)
+// check that every tile computes the right attention; these check what each setting and
+// shape gets.
+#include <gtest/gtest.h>
+#include <string>
+#include "kernels/cuda/attention/tile_choice.h"
+#include "src/errors.h"
+
+namespace flashgpt {
+namespace {
+
+using cuda::attn::parse_tile_choice;
+using cuda::attn::sm90ws_forward_tile;
+constexpr const char* kVar = "FLASHGPT_ATTENTION_FWD_TILE";
+
+TEST(TileChoice, UnsetIsMinusOneAndZeroOrOneAreTaken) {
+  EXPECT_EQ(parse_tile_choice(kVar, nullptr), -1);
+  EXPECT_EQ(parse_tile_choice(kVar, ""), -1);
+  EXPECT_EQ(parse_tile_choice(kVar, "0"), 0);
+  EXPECT_EQ(parse_tile_choice(kVar, "1"), 1);
+}
+
+TEST(TileChoice, AnythingElseIsAnInputErrorNamingTheVariable) {
+  for (const char* bad : {"2", "-1", "01", " 1", "yes", "auto"}) {
+    try {
+      parse_tile_choice(kVar, bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(kVar), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(TileChoice, Sm90wsTakesThreeConsumersAtHeadDim64UnlessCausalAndShort) {
+  // GPT-2 124M's training step: causal, T = 1024: two consumers.
+  EXPECT_EQ(sm90ws_forward_tile(-1, 64, 1024, /*causal=*/true), 0);
+  EXPECT_EQ(sm90ws_forward_tile(-1, 64, 1, true), 0);
+  EXPECT_EQ(sm90ws_forward_tile(-1, 64, 2047, true), 0);
+  EXPECT_EQ(sm90ws_forward_tile(-1, 64, 2048, true), 1);   // the threshold itself
+  EXPECT_EQ(sm90ws_forward_tile(-1, 64, 65536, true), 1);  // the long-context step
+  for (int T : {1, 1024, 2048, 16384}) EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, /*causal=*/false), 1) << T;
+}
+
+TEST(TileChoice, Sm90wsKeeps128KeyTilesAtHeadDim128) {
+  for (bool causal : {true, false})
+    for (int T : {1, 1024, 2048, 16384, 65536}) EXPECT_EQ(sm90ws_forward_tile(-1, 128, T, causal), 0) << T;
+}
+
+TEST(TileChoice, ARequestedTileIsTakenEverywhere) {
+  for (int D : {64, 128})
+    for (bool causal : {true, false})
+      for (int T : {1, 1024, 4096})
+        for (int tile : {0, 1}) EXPECT_EQ(sm90ws_forward_tile(tile, D, T, causal), tile);
+}
+
+}  // namespace
+}  // namespace flashgpt
