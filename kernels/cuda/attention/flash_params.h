@@ -54,10 +54,9 @@ void launch_fwd_sm90(const FlashParams& p, cudaStream_t stream);
 template <int kHeadDim, bool kCausal>
 void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream_t stream);
 // Warp-specialised Hopper forward (TMA producer, two consumer warpgroups in ping-pong;
-// flash_fwd_sm90_ws.cu). At D = 128, tile 0 (the default): 128-key tiles, one matmul at a
-// time within a warpgroup; tile 1 (FLASHGPT_ATTENTION_FWD_TILE=1): 64-key tiles with the
-// softmax under the previous P·V. At D = 64, tile 1: three consumer warpgroups (192 query
-// rows a block, round robin), one matmul at a time within each.
+// flash_fwd_sm90_ws.cu), each consumer's softmax under its previous P·V. Tile 0: 128-key
+// tiles; tile 1: at D = 128 64-key tiles, at D = 64 three consumer warpgroups (192 query
+// rows a block, round robin). The caller picks the tile (tile_choice.h).
 template <int kHeadDim, bool kCausal>
 void launch_fwd_sm90_ws(const FlashParams& p, int tile, cudaStream_t stream);
 // True when this build has sm_90a code and the current device runs it.
