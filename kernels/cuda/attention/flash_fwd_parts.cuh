@@ -48,10 +48,10 @@ __device__ __forceinline__ void softmax_step(float (&s)[Tile::kMTiles][Tile::kNT
       // A row that has seen only masked keys keeps max -inf: subtract 0 instead, which
       // avoids (-inf) − (-inf) = NaN; its P is then exp2(-inf) = 0.
       const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
-      // Exactly 1 when the max did not change: computed, old·c − new·c contracts to an
-      // fma that leaves the product's rounding error, and exp2 of that is not always 1.
-      // So a key tile wholly masked for a row leaves its O, sum and LSE bit for bit as
-      // they were (the three-consumer forward's rows meet more such tiles than sm90's).
+      // Exactly 1 when the max did not change (computed, old·c − new·c contracts to an
+      // fma that leaves the product's rounding error, and exp2 of that is not always 1),
+      // so that a key tile wholly masked for a row leaves its O, sum and LSE bit for bit
+      // as they were (the three-consumer forward's rows meet more such tiles than sm90's).
       alpha[mt][half] = mx == row_max[mt][half] ? 1.f : fast_exp2(row_max[mt][half] * scale_log2 - m_scaled);
       row_max[mt][half] = mx;
       // Per-thread partial row sum: alpha is the same for the 4 threads of a row, so the
