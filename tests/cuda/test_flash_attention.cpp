@@ -590,8 +590,8 @@ TEST(CudaFlashAttention, DeterministicModeIsBitwiseRepeatable) {
 }
 
 // The two Hopper forwards do the same arithmetic in the same order with the same 128-key
-// tiles (sm90ws's tile 0 at both head dims; at D = 128 its matmuls one at a time,
-// which changes the schedule, not the order of the additions): the same bits. Lengths that
+// tiles (sm90ws's tile 0 at both head dims; its overlap of the softmax with the previous
+// P·V changes the schedule, not the order of the additions): the same bits. Lengths that
 // give 1, 2 and many key tiles, partial tiles, causal and not.
 TEST(CudaFlashAttention, Sm90WsForwardIsBitwiseEqualToSm90) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";

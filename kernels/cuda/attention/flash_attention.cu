@@ -165,14 +165,16 @@ void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
   p.lse = a.lse.as<float>();
   const int fwd_tile = tile_choice("FLASHGPT_ATTENTION_FWD_TILE");
   switch (choose_path(Pass::forward)) {
-    case Path::sm80:
+    case Path::sm80: {
+      const int sm80_tile = std::max(fwd_tile, 0);  // unset: tile 0
       if (a.D == 64)
-        a.causal ? attn::launch_fwd_sm80<64, /*kCausal=*/true>(p, std::max(fwd_tile, 0), stream)
-                 : attn::launch_fwd_sm80<64, /*kCausal=*/false>(p, std::max(fwd_tile, 0), stream);
+        a.causal ? attn::launch_fwd_sm80<64, /*kCausal=*/true>(p, sm80_tile, stream)
+                 : attn::launch_fwd_sm80<64, /*kCausal=*/false>(p, sm80_tile, stream);
       else
-        a.causal ? attn::launch_fwd_sm80<128, /*kCausal=*/true>(p, std::max(fwd_tile, 0), stream)
-                 : attn::launch_fwd_sm80<128, /*kCausal=*/false>(p, std::max(fwd_tile, 0), stream);
+        a.causal ? attn::launch_fwd_sm80<128, /*kCausal=*/true>(p, sm80_tile, stream)
+                 : attn::launch_fwd_sm80<128, /*kCausal=*/false>(p, sm80_tile, stream);
       break;
+    }
     case Path::sm90:
       if (a.D == 64)
         a.causal ? attn::launch_fwd_sm90<64, /*kCausal=*/true>(p, stream)

@@ -56,8 +56,6 @@ struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
   static_assert(24 * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "the register file");
 };
 
-[[maybe_unused]] constexpr int kBoxCols = kTmaBoxCols;  // one 128-byte swizzle row of bf16 (sm_90a code only)
-
 template <class Tile, bool kCausal>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     flash_fwd_sm90_ws_kernel(const __grid_constant__ CUtensorMap qkv_map, const FlashParams p) {
@@ -97,12 +95,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     sm90::setmaxnreg_dec<24>();
     if (tid != 0) return;
     // A tile of `rows` rows from row0 of the column range col0..col0+D into dst
-    // ([D/64][rows][64]): boxes of 64 columns × BN rows.
+    // ([D/64][rows][64]): boxes of kTmaBoxCols = 64 columns × BN rows.
     auto load = [&](bf16* dst, uint64_t* bar, int rows, int col0, int row0) {
 #pragma unroll
-      for (int c = 0; c < D / kBoxCols; ++c)
+      for (int c = 0; c < D / kTmaBoxCols; ++c)
         for (int r = 0; r < rows; r += BN)
-          sm90::tma_load_3d(dst + (c * rows + r) * kBoxCols, &qkv_map, bar, col0 + c * kBoxCols, row0 + r, b);
+          sm90::tma_load_3d(dst + (c * rows + r) * kTmaBoxCols, &qkv_map, bar, col0 + c * kTmaBoxCols, row0 + r, b);
     };
     sm90::mbar_arrive_expect_tx(&q_full, Tile::kQBytes);
     load(sQ, &q_full, QR, h * D, m0);
