@@ -283,7 +283,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     sm90::mbar_wait_spin(&q_full[buf], (step >> 1) & 1);
     sm90::fence_proxy_async();
     __syncthreads();
-    if constexpr (kTmaDq) issue_pending_dq(kDqBufs == 2 ? buf ^ 1 : 0);  // the last step's dQ tile
+    // The last step's dQ tile: owner mode here, before its waits below cover it; tma mode
+    // once this step's matmuls are issued.
+    if constexpr (kOwner) issue_pending_dq(0);
     if constexpr (kOwner) {
       // The TMA's writes into dQ are complete before the kernel reads them (the partial
       // of a tile's last contribution) or adds to them: the first contributions are
@@ -319,15 +321,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       }
       cp_async_commit();
     }
-    {
-      const int next_item = kOwner && n_block + 1 < n_blocks ? item + 1 : sItem[(ordinal + 1) & 1];
-      const bool same_item = m + 1 < m_blocks;  // else the next item's first query tile
-      const int q_item = same_item ? item : next_item;
-      if (tid == 0 && q_item < items) issue_q_tile(q_item, same_item ? m + 1 : first_m(next_item), buf ^ 1);
-      // (One K/V buffer: the next item's K and V load at its first step, above.)
-      if (kKvBufs == 2 && first_step && next_item < items) load_kv(next_item, kv_buf ^ 1);
-      cp_async_commit();
-    }
+    // The next step's query tile: its item and tile (issued below, after this step's matmuls).
+    const int next_item = kOwner && n_block + 1 < n_blocks ? item + 1 : sItem[(ordinal + 1) & 1];
+    const bool same_item = m + 1 < m_blocks;  // else the next item's first query tile
+    const int q_item = same_item ? item : next_item;
+    // (One K/V buffer: the next item's K and V load at its first step, above.)
+    if (kKvBufs == 2 && first_step && next_item < items) load_kv(next_item, kv_buf ^ 1);
+    cp_async_commit();
 
     const int n0 = n_block * BN;
     const int64_t bh = item_bh(item);
@@ -365,6 +365,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
                          /*accumulate=*/kk > 0);
     }
     sm90::wgmma_commit();
+    // Thread 0's TMA work, behind its warpgroup's share of this step's matmuls rather than
+    // in front of it: the next step's query tile into the other buffer (free since the
+    // barrier above) and, tma mode, the last step's dQ tile (written before that barrier).
+    if (tid == 0 && q_item < items) issue_q_tile(q_item, same_item ? m + 1 : first_m(next_item), buf ^ 1);
+    if constexpr (kTmaDq && !kOwner) issue_pending_dq(kDqBufs == 2 ? buf ^ 1 : 0);
     // The claim of the item after next (ordinal + 2), while the tensor cores work on Sᵀ
     // and dPᵀ: the atomic's round trip stalls only warp 0, and the number lands in the
     // slot read after the next step's barrier (thread 0 wrote the other slot).
