@@ -267,6 +267,24 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     sm90::bulk_commit();
     sDqPending.x = -1;  // (owner mode: a step that writes no tile follows)
   };
+  // Sᵀ = K·Qᵀ for the query tile in buffer q_base, issued and committed: k-step kk is 16
+  // head-dim columns = 32 bytes into column block kk/4. Within an item each step issues
+  // the next step's Sᵀ at its end (pre_issued), once its own matmuls are done, so that it
+  // runs under the next step's barrier and thread 0's TMA issues; an item's first step
+  // issues its own. (Issuing dPᵀ there too spilled 32-108 bytes.)
+  float s[Tile::kMTiles][4];
+  bool pre_issued = false;
+  auto issue_s = [&](uint32_t k_rows, uint32_t q_base) {
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t col_bytes = (kk & 3) * 32;
+      sm90::wgmma_ss<BM>(s, sm90::make_desc(k_rows + (kk >> 2) * BN * 128 + col_bytes, 16, sm90::kSwizzleAtom),
+                         sm90::make_desc(q_base + (kk >> 2) * BM * 128 + col_bytes, 16, sm90::kSwizzleAtom),
+                         /*accumulate=*/kk > 0);
+    }
+    sm90::wgmma_commit();
+  };
   for (;;) {
     const int buf = step & 1;
     const bool first_step = m == first_m(item);
@@ -344,19 +362,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const float* cDelta = sDelta + buf * Tile::kLseStride + lse_offset;
     const int q0 = m * BM;
 
-    // Sᵀ = K·Qᵀ, then dPᵀ = V·dOᵀ: k-step kk is 16 head-dim columns = 32 bytes into
-    // column block kk/4. Two commit groups, so that the softmax starts on Sᵀ while the
-    // tensor cores still work on dPᵀ.
-    float s[Tile::kMTiles][4], dp[Tile::kMTiles][4];
+    // Sᵀ (unless the last step issued it), then dPᵀ = V·dOᵀ the same way: two commit
+    // groups, so that the softmax starts on Sᵀ while the tensor cores still work on dPᵀ.
+    float dp[Tile::kMTiles][4];
+    if (!pre_issued) issue_s(k_rows, q_base);
+    pre_issued = false;
     sm90::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t col_bytes = (kk & 3) * 32;
-      sm90::wgmma_ss<BM>(s, sm90::make_desc(k_rows + (kk >> 2) * BN * 128 + col_bytes, 16, sm90::kSwizzleAtom),
-                         sm90::make_desc(q_base + (kk >> 2) * BM * 128 + col_bytes, 16, sm90::kSwizzleAtom),
-                         /*accumulate=*/kk > 0);
-    }
-    sm90::wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t col_bytes = (kk & 3) * 32;
@@ -501,6 +512,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       }
     }
 
+    // The next step's Sᵀ (its Q tile was issued during this step); not with atomic dQ, whose
+    // D = 128 kernel would spill 4 bytes.
+    if (kTmaDq && m + 1 < m_blocks) {
+      sm90::mbar_wait_spin(&q_full[buf ^ 1], ((step + 1) >> 1) & 1);
+      issue_s(k_rows, smem_u32(sQ + (buf ^ 1) * BM * D));
+      pre_issued = true;
+    }
     ++step;
     if (++m < m_blocks) continue;
 
