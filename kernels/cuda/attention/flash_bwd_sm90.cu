@@ -404,27 +404,39 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         }
         s[nt][i] = fast_exp2(fmaf(x, p.scale_log2, -cLse[col] * kLog2e));
       }
-    sm90::wgmma_wait<0>();
-    sm90::fence_accumulators(dp);
-    // dSᵀ = Pᵀ ∘ (dPᵀ − D), and both as bf16 A fragments (k-step kk = queries 16kk..).
+    // Pᵀ as bf16 A fragments (k-step kk = queries 16kk..) and dV += Pᵀ·dO, issued before
+    // dPᵀ is waited for (TMA and owner dQ; atomic dQ at D = 128 would spill 44 bytes), so
+    // that it runs while dPᵀ finishes and dSᵀ is computed. (k-step kk of dV and dK is
+    // queries 16kk.. = 16 rows of 128 bytes; the head dim spans D/64 column blocks, BM·128
+    // bytes apart: the leading-dimension offset, MN-major.)
+    constexpr bool kEarlyDv = kTmaDq;
     uint32_t pa[BM / 16][4], dsa[BM / 16][4];
+    auto issue_dv = [&] {
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; ++kk)
+        sm90::wgmma_rs_tb<D>(dv, pa[kk], sm90::make_desc(do_base + kk * 16 * 128, BM * 128, sm90::kSwizzleAtom));
+    };
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk) c_pair_to_a(pa[kk], s[2 * kk], s[2 * kk + 1]);
+    if constexpr (kEarlyDv) {
+      sm90::wgmma_fence();
+      issue_dv();
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<1>();  // dPᵀ done; dV may still run
+    } else {
+      sm90::wgmma_wait<0>();
+    }
+    sm90::fence_accumulators(dp);
+    // dSᵀ = Pᵀ ∘ (dPᵀ − D) as bf16 A fragments, and dK += dSᵀ·Q (scale applied in the
+    // epilogue).
 #pragma unroll
     for (int nt = 0; nt < Tile::kMTiles; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) dp[nt][i] = s[nt][i] * (dp[nt][i] - cDelta[nt * 8 + 2 * t + (i & 1)]);
 #pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk) {
-      c_pair_to_a(pa[kk], s[2 * kk], s[2 * kk + 1]);
-      c_pair_to_a(dsa[kk], dp[2 * kk], dp[2 * kk + 1]);
-    }
-
-    // dV += Pᵀ·dO and dK += dSᵀ·Q (scale applied in the epilogue): k-step kk is queries
-    // 16kk.. = 16 rows of 128 bytes; the head dim spans D/64 column blocks, BM·128
-    // bytes apart (the leading-dimension offset, MN-major).
+    for (int kk = 0; kk < BM / 16; ++kk) c_pair_to_a(dsa[kk], dp[2 * kk], dp[2 * kk + 1]);
     sm90::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk)
-      sm90::wgmma_rs_tb<D>(dv, pa[kk], sm90::make_desc(do_base + kk * 16 * 128, BM * 128, sm90::kSwizzleAtom));
+    if constexpr (!kEarlyDv) issue_dv();
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk)
       sm90::wgmma_rs_tb<D>(dk, dsa[kk], sm90::make_desc(q_base + kk * 16 * 128, BM * 128, sm90::kSwizzleAtom));
