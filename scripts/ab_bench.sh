@@ -1,56 +1,117 @@
 #!/usr/bin/env bash
 # Before/after measurements of a kernel or step change on the GPU machine, in one call:
-# builds this tree and each earlier tree given as LABEL=TARBALL, then times every binary
-# interleaved (each shape twice, binaries alternating) on the shapes the open issues are
-# judged by, and runs the attention sweep with one column per binary. The device gets no
-# .git, so make the tarballs here first: `git archive REV | gzip > base.tgz`.
-#   scripts/ab_bench.sh OUTDIR base=base.tgz [exp=exp.tgz ...] [--paths P1,P2] [--no-sweep]
-#                       [--no-step] [--dry-run]
-# This tree is labelled `new` and built in build/ (Release, arch 90a, with the tests, so
-# that scripts/test_gpu.sh can follow in the same call); the others in /tmp/ab/LABEL.
+# builds this tree and each variant, then times every binary interleaved (each shape twice,
+# binaries alternating) on the shapes the open issues are judged by, and runs the
+# attention sweep with one column per binary. A variant is LABEL=FILE:
+#   FILE.tgz    a whole earlier tree (the device gets no .git, so make it here first:
+#               `git archive REV | gzip > base.tgz`), configured and built in /tmp/ab/LABEL;
+#   FILE.patch  a diff against this tree (`git diff HEAD~2 -- FILE.cu > base.patch`, or
+#               -R the other way) of .cu/.cpp files of the library only: those files are
+#               patched in a copy, compiled with this build's own commands, put in a copy of
+#               its libflashgpt_core.a and linked, so a one-kernel variant costs one
+#               compile, not a build.
+#   scripts/ab_bench.sh OUTDIR LABEL=FILE [LABEL=FILE ...] [--label=NAME] [--paths=P1,P2]
+#                       [--no-sweep] [--no-step] [--no-long] [--archs=90a] [--dry-run]
+# This tree is labelled `new` (--label) and built in build/ (Release, --archs, default 90a,
+# with the tests, so that scripts/test_gpu.sh can follow in the same call).
 # Measured, in OUTDIR:
 #   pairs.log   `bench attention` at GPT-2 124M's shape (B 64, H 12, T 1024, D 64 causal)
-#               and at one T = 65,536 sequence (H 12, D 64 causal), then the long-context
-#               training step (T = 65,536, B = 1, no recompute)
+#               and at one T = 65,536 sequence (H 12, D 64 causal), then (unless --no-long)
+#               the long-context training step (T = 65,536, B = 1, no recompute)
 #   step.log    the GPT-2 124M training step (`bench train`, B = 64, 20 steps after 5)
 #   sweep.log   scripts/bench_attention.py over every binary (--paths, default auto), with
 #               PyTorch's FA2 and cuDNN in the same run
 # --dry-run prints the commands instead of running them.
 set -uo pipefail
-[[ $# -ge 1 ]] || { sed -n '2,18p' "$0"; exit 2; }
+[[ $# -ge 1 ]] || { sed -n '2,25p' "$0"; exit 2; }
 out=$(realpath -m "$1"); shift
-trees=() paths=auto sweep=1 step=1 dry=0
+trees=() paths=auto sweep=1 step=1 longstep=1 dry=0 self=new archs=90a
 for a in "$@"; do
   case $a in
     --paths=*) paths=${a#--paths=} ;;
-    --paths) echo "ab_bench.sh: write --paths=LIST" >&2; exit 2 ;;
+    --label=*) self=${a#--label=} ;;
+    --archs=*) archs=${a#--archs=} ;;
+    --paths|--label|--archs) echo "ab_bench.sh: write $a=VALUE" >&2; exit 2 ;;
     --no-sweep) sweep=0 ;;
     --no-step) step=0 ;;
+    --no-long) longstep=0 ;;
     --dry-run) dry=1 ;;
     *=*) trees+=("${a%%=*}=$(realpath -m "${a#*=}")") ;;
-    *) echo "ab_bench.sh: unknown argument '$a' (want LABEL=TARBALL or an option)" >&2; exit 2 ;;
+    *) echo "ab_bench.sh: unknown argument '$a' (want LABEL=FILE or an option)" >&2; exit 2 ;;
   esac
 done
-[[ ${#trees[@]} -ge 1 ]] || { echo "ab_bench.sh: give at least one LABEL=TARBALL to compare with" >&2; exit 2; }
+[[ ${#trees[@]} -ge 1 ]] || { echo "ab_bench.sh: give at least one LABEL=FILE to compare with" >&2; exit 2; }
+[[ $self =~ ^[A-Za-z0-9_-]+$ ]] || { echo "ab_bench.sh: bad label '$self'" >&2; exit 2; }
 cd "$(dirname "$0")/.."
+root=$PWD
 run() { if [[ $dry == 1 ]]; then echo "+ $*"; else eval "$@"; fi; }
 mkdir -p "$out"
 
-labels=(new) bins=(build/flashgpt)
+labels=("$self") bins=(build/flashgpt) kinds=(self)
 for t in "${trees[@]}"; do
-  label=${t%%=*} tgz=${t#*=}
-  [[ $label =~ ^[A-Za-z0-9_-]+$ && $label != new ]] || { echo "ab_bench.sh: bad label '$label'" >&2; exit 2; }
-  [[ -f $tgz || $dry == 1 ]] || { echo "ab_bench.sh: no tarball '$tgz'" >&2; exit 2; }
-  labels+=("$label") bins+=("/tmp/ab/$label/build/flashgpt")
+  label=${t%%=*} file=${t#*=}
+  [[ $label =~ ^[A-Za-z0-9_-]+$ && $label != "$self" && " ${labels[*]} " != *" $label "* ]] ||
+    { echo "ab_bench.sh: bad or repeated label '$label'" >&2; exit 2; }
+  [[ -f $file || $dry == 1 ]] || { echo "ab_bench.sh: no file '$file'" >&2; exit 2; }
+  case $file in
+    *.tgz|*.tar.gz) kinds+=(tree) ;;
+    *.patch|*.diff) kinds+=(patch)
+      # Only library sources: a header would need every file that includes it rebuilt.
+      if [[ $dry == 0 ]] && grep -E '^\+\+\+ ' "$file" | grep -vqE '^\+\+\+ [^/ ]+/(kernels|src|layers|optim|data|train)/.*\.(cu|cpp)$'; then
+        echo "ab_bench.sh: $file may change only .cu/.cpp files of the library (not main.cpp, headers or tests)" >&2; exit 2
+      fi ;;
+    *) echo "ab_bench.sh: '$file' is neither a .tgz tree nor a .patch" >&2; exit 2 ;;
+  esac
+  labels+=("$label") bins+=("/tmp/ab/$label/flashgpt")
 done
 
-# Builds: all at once, the cores shared out.
-jobs=$(( $(nproc) / ${#labels[@]} )); (( jobs >= 1 )) || jobs=1
-cfg="-DCMAKE_BUILD_TYPE=Release -DFLASHGPT_CUDA=ON -DFLASHGPT_CUDA_ARCHS=90a"
-run "cmake -S . -B build $cfg -DBUILD_TESTING=ON > '$out/build_new.log' 2>&1 && cmake --build build -j$jobs --target flashgpt flashgpt_tests >> '$out/build_new.log' 2>&1 &"
+# Builds: this tree and the .tgz trees at once, the cores shared out; then the patches.
+ntrees=0; for k in "${kinds[@]}"; do [[ $k == patch ]] || ntrees=$((ntrees + 1)); done
+jobs=$(( $(nproc) / ntrees )); (( jobs >= 1 )) || jobs=1
+cfg="-DCMAKE_BUILD_TYPE=Release -DFLASHGPT_CUDA=ON -DFLASHGPT_CUDA_ARCHS='$archs'"
+run "cmake -S . -B build $cfg -DBUILD_TESTING=ON > '$out/build_$self.log' 2>&1 && cmake --build build -j$jobs --target flashgpt flashgpt_tests >> '$out/build_$self.log' 2>&1 &"
 for ((i = 1; i < ${#labels[@]}; ++i)); do
+  [[ ${kinds[$i]} == tree ]] || continue
   label=${labels[$i]} tgz=${trees[$((i - 1))]#*=}
-  run "rm -rf /tmp/ab/$label && mkdir -p /tmp/ab/$label && tar xzf '$tgz' -C /tmp/ab/$label && cmake -S /tmp/ab/$label -B /tmp/ab/$label/build $cfg -DBUILD_TESTING=OFF > '$out/build_$label.log' 2>&1 && cmake --build /tmp/ab/$label/build -j$jobs --target flashgpt >> '$out/build_$label.log' 2>&1 &"
+  run "rm -rf /tmp/ab/$label && mkdir -p /tmp/ab/$label/src && tar xzf '$tgz' -C /tmp/ab/$label/src && cmake -S /tmp/ab/$label/src -B /tmp/ab/$label/build $cfg -DBUILD_TESTING=OFF > '$out/build_$label.log' 2>&1 && cmake --build /tmp/ab/$label/build -j$jobs --target flashgpt >> '$out/build_$label.log' 2>&1 && cp /tmp/ab/$label/build/flashgpt /tmp/ab/$label/flashgpt &"
+done
+run wait
+# A patch variant: the patched files compiled by this build's commands (compile_commands.json)
+# into a copy of its library, linked by its link command.
+build_patch() {
+  local label=$1 patchfile=$2 dir=/tmp/ab/$1
+  rm -rf "$dir" && mkdir -p "$dir/obj" && cp "$root/build/libflashgpt_core.a" "$dir/lib.a" || return 1
+  (cd "$root" && tar cf - --exclude=./build --exclude=./.git --exclude=./cache .) | (mkdir -p "$dir/src" && cd "$dir/src" && tar xf -) || return 1
+  patch -s -d "$dir/src" -p1 < "$patchfile" || return 1
+  python3 - "$root" "$dir" "$patchfile" <<'PY' || return 1
+import json, os, re, subprocess, sys
+root, dir, patchfile = sys.argv[1:]
+files = re.findall(r"^\+\+\+ [^/ ]+/(\S+)", open(patchfile).read(), re.M)
+cmds = {e["file"]: e for e in json.load(open(os.path.join(root, "build/compile_commands.json")))}
+members = subprocess.run(["ar", "t", os.path.join(root, "build/libflashgpt_core.a")], capture_output=True, text=True, check=True).stdout.split()
+procs = []
+for f in files:
+    e = cmds[os.path.join(root, f)]
+    name = os.path.basename(f) + ".o"
+    if members.count(name) != 1:
+        sys.exit(f"ab_bench.sh: {name} is not exactly one member of the library")
+    obj = os.path.join(dir, "obj", name)
+    cmd = e["command"].replace(os.path.join(root, f), os.path.join(dir, "src", f))
+    cmd = re.sub(r" -o \S+", " -o " + obj, cmd)
+    procs.append((obj, subprocess.Popen(cmd, shell=True, cwd=e["directory"])))
+for obj, p in procs:
+    if p.wait() != 0:
+        sys.exit(f"ab_bench.sh: compiling {obj} failed")
+    subprocess.run(["ar", "r", os.path.join(dir, "lib.a"), obj], check=True)
+PY
+  local link
+  link=$(sed -e "s| libflashgpt_core.a | $dir/lib.a |" -e "s| -o flashgpt | -o $dir/flashgpt |" "$root/build/CMakeFiles/flashgpt.dir/link.txt")
+  [[ $link == *"$dir/lib.a"* && $link == *"-o $dir/flashgpt"* ]] || { echo "ab_bench.sh: unexpected link command: $link" >&2; return 1; }
+  (cd "$root/build" && eval "$link")
+}
+for ((i = 1; i < ${#labels[@]}; ++i)); do
+  [[ ${kinds[$i]} == patch ]] || continue
+  run "build_patch ${labels[$i]} '${trees[$((i - 1))]#*=}' > '$out/build_${labels[$i]}.log' 2>&1 &"
 done
 run wait
 for ((i = 0; i < ${#labels[@]}; ++i)); do
@@ -64,7 +125,7 @@ for rep in 1 2; do
     run "echo '== ${labels[$i]} (round $rep)' >> '$out/pairs.log'"
     run "$b bench attention --batch 64 --heads 12 --seq 1024 --head-dim 64 --warmup 3 --iters 20 2>&1 | grep B= >> '$out/pairs.log'"
     run "$b bench attention --batch 1 --heads 12 --seq 65536 --head-dim 64 --warmup 2 --iters 5 2>&1 | grep B= >> '$out/pairs.log'"
-    run "$b bench train $long --warmup 2 --steps 5 2>&1 | grep -E 'step time|throughput' >> '$out/pairs.log'"
+    [[ $longstep == 0 ]] || run "$b bench train $long --warmup 2 --steps 5 2>&1 | grep -E 'step time|throughput' >> '$out/pairs.log'"
   done
 done
 if [[ $step == 1 ]]; then
