@@ -410,6 +410,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // queries 16kk.. = 16 rows of 128 bytes; the head dim spans D/64 column blocks, BM·128
     // bytes apart: the leading-dimension offset, MN-major.)
     constexpr bool kEarlyDv = kTmaDq;
+    // dK += dSᵀ·Q issued behind dQ (TMA dQ at D = 128; at D = 64 dSᵀ's registers, live
+    // through dQ's store then, spill 40-64 bytes), so that it runs while dQ goes to shared
+    // memory; waited for at the step's end.
+    constexpr bool kLateDk = kTmaDq && D == 128;
     uint32_t pa[BM / 16][4], dsa[BM / 16][4];
     auto issue_dv = [&] {
 #pragma unroll
@@ -435,14 +439,19 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       for (int i = 0; i < 4; ++i) dp[nt][i] = s[nt][i] * (dp[nt][i] - cDelta[nt * 8 + 2 * t + (i & 1)]);
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) c_pair_to_a(dsa[kk], dp[2 * kk], dp[2 * kk + 1]);
-    sm90::wgmma_fence();
-    if constexpr (!kEarlyDv) issue_dv();
+    auto issue_dk = [&] {
 #pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk)
-      sm90::wgmma_rs_tb<D>(dk, dsa[kk], sm90::make_desc(q_base + kk * 16 * 128, BM * 128, sm90::kSwizzleAtom));
-    sm90::wgmma_commit();
+      for (int kk = 0; kk < BM / 16; ++kk)
+        sm90::wgmma_rs_tb<D>(dk, dsa[kk], sm90::make_desc(q_base + kk * 16 * 128, BM * 128, sm90::kSwizzleAtom));
+    };
+    if constexpr (!kLateDk) {
+      sm90::wgmma_fence();
+      if constexpr (!kEarlyDv) issue_dv();
+      issue_dk();
+      sm90::wgmma_commit();
+    }
 
-    // dSᵀ → shared memory while dV and dK run. A fragment register r of k-step kk holds
+    // dSᵀ → shared memory while dV (and, but for kLateDk, dK) run. A fragment register r of k-step kk holds
     // the bf16 pair (row g + 8·(r&1), columns 16kk + 8·(r>>1) + 2t, +1).
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk)
@@ -451,6 +460,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         const int row = warp_key0 + g + 8 * (r & 1), col = kk * 16 + 8 * (r >> 1) + 2 * t;
         *reinterpret_cast<uint32_t*>(sdSt + sm90::tile_offset<BN>(row, col)) = dsa[kk][r];
       }
+    if constexpr (kLateDk) {  // dV: done with Pᵀ's registers before dQ needs registers
+      sm90::wgmma_wait<0>();
+      sm90::fence_accumulators(dv);
+    }
     if constexpr (kOwner) cp_async_wait<1>();  // this step's dQ partial (if any) has landed
     // TMA dQ: the reduce that last read this step's dQ slot is done reading it (issued
     // a step ago with two slots; with one, at this step's start).
@@ -471,10 +484,16 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           sm90::make_desc(k_base + (dq_d0 / 64) * BN * 128 + kk * 16 * 128, BN * 128, sm90::kSwizzleAtom),
           /*accumulate=*/kk > 0);
     sm90::wgmma_commit();
-    sm90::wgmma_wait<0>();  // dV, dK and dQ
+    if constexpr (kLateDk) {
+      sm90::wgmma_fence();
+      issue_dk();
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<1>();  // dQ
+    } else {
+      sm90::wgmma_wait<0>();  // dV, dK and dQ
+      sm90::fence_accumulators(dv);
+    }
     sm90::fence_accumulators(dq);
-    sm90::fence_accumulators(dk);
-    sm90::fence_accumulators(dv);
 
     if (kTmaDq && !(kOwner && dq_last)) {
       // This warpgroup's 64×64 block into the tile's boxes (64 rows × 32 columns, 128-byte
@@ -531,6 +550,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       issue_s(k_rows, smem_u32(sQ + (buf ^ 1) * BM * D));
       pre_issued = true;
     }
+    if constexpr (kLateDk) {  // dK (the next Sᵀ, if issued, may still run)
+      if (pre_issued) sm90::wgmma_wait<1>();
+      else sm90::wgmma_wait<0>();
+    }
+    sm90::fence_accumulators(dk);
     ++step;
     if (++m < m_blocks) continue;
 
