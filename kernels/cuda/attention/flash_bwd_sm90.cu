@@ -283,7 +283,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     sm90::mbar_wait_spin(&q_full[buf], (step >> 1) & 1);
     sm90::fence_proxy_async();
     __syncthreads();
-    if constexpr (kTmaDq) issue_pending_dq(kDqBufs == 2 ? buf ^ 1 : 0);  // the last step's dQ tile
+    // The last step's dQ tile: owner mode here, before its waits below cover it; tma mode
+    // once this step's matmuls are issued.
+    if constexpr (kOwner) issue_pending_dq(0);
     if constexpr (kOwner) {
       // The TMA's writes into dQ are complete before the kernel reads them (the partial
       // of a tile's last contribution) or adds to them: the first contributions are
@@ -319,15 +321,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       }
       cp_async_commit();
     }
-    {
-      const int next_item = kOwner && n_block + 1 < n_blocks ? item + 1 : sItem[(ordinal + 1) & 1];
-      const bool same_item = m + 1 < m_blocks;  // else the next item's first query tile
-      const int q_item = same_item ? item : next_item;
-      if (tid == 0 && q_item < items) issue_q_tile(q_item, same_item ? m + 1 : first_m(next_item), buf ^ 1);
-      // (One K/V buffer: the next item's K and V load at its first step, above.)
-      if (kKvBufs == 2 && first_step && next_item < items) load_kv(next_item, kv_buf ^ 1);
-      cp_async_commit();
-    }
+    // The next step's query tile: its item and tile (issued below, after this step's matmuls).
+    const int next_item = kOwner && n_block + 1 < n_blocks ? item + 1 : sItem[(ordinal + 1) & 1];
+    const bool same_item = m + 1 < m_blocks;  // else the next item's first query tile
+    const int q_item = same_item ? item : next_item;
+    // (One K/V buffer: the next item's K and V load at its first step, above.)
+    if (kKvBufs == 2 && first_step && next_item < items) load_kv(next_item, kv_buf ^ 1);
+    cp_async_commit();
 
     const int n0 = n_block * BN;
     const int64_t bh = item_bh(item);
@@ -365,6 +365,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
                          /*accumulate=*/kk > 0);
     }
     sm90::wgmma_commit();
+    // Thread 0's TMA work, behind its warpgroup's share of this step's matmuls rather than
+    // in front of it: the next step's query tile into the other buffer (free since the
+    // barrier above) and, tma mode, the last step's dQ tile (written before that barrier).
+    if (tid == 0 && q_item < items) issue_q_tile(q_item, same_item ? m + 1 : first_m(next_item), buf ^ 1);
+    if constexpr (kTmaDq && !kOwner) issue_pending_dq(kDqBufs == 2 ? buf ^ 1 : 0);
     // The claim of the item after next (ordinal + 2), while the tensor cores work on Sᵀ
     // and dPᵀ: the atomic's round trip stalls only warp 0, and the number lands in the
     // slot read after the next step's barrier (thread 0 wrote the other slot).
@@ -388,33 +393,51 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         }
         s[nt][i] = fast_exp2(fmaf(x, p.scale_log2, -cLse[col] * kLog2e));
       }
-    sm90::wgmma_wait<0>();
-    sm90::fence_accumulators(dp);
-    // dSᵀ = Pᵀ ∘ (dPᵀ − D), and both as bf16 A fragments (k-step kk = queries 16kk..).
+    // Pᵀ as bf16 A fragments (k-step kk = queries 16kk..) and, TMA and owner dQ, dV += Pᵀ·dO
+    // issued before dPᵀ is waited for (D = 128: at D = 64 it spills), so that it runs while dPᵀ finishes and dSᵀ is
+    // computed. (k-step kk of dV and dK is queries 16kk.. = 16 rows of 128 bytes; the head
+    // dim spans D/64 column blocks, BM·128 bytes apart: the leading-dimension offset.)
+    constexpr bool kEarlyDv = kTmaDq && D == 128;
+    // dK += dSᵀ·Q issued behind dQ (TMA dQ at D = 128), so that it runs while dQ goes to
+    // shared memory; at D = 64 dSᵀ's registers, live through dQ's store then, would spill.
+    constexpr bool kLateDk = kTmaDq && D == 128;
     uint32_t pa[BM / 16][4], dsa[BM / 16][4];
+    auto issue_dv = [&] {
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; ++kk)
+        sm90::wgmma_rs_tb<D>(dv, pa[kk], sm90::make_desc(do_base + kk * 16 * 128, BM * 128, sm90::kSwizzleAtom));
+    };
+    auto issue_dk = [&] {
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; ++kk)
+        sm90::wgmma_rs_tb<D>(dk, dsa[kk], sm90::make_desc(q_base + kk * 16 * 128, BM * 128, sm90::kSwizzleAtom));
+    };
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk) c_pair_to_a(pa[kk], s[2 * kk], s[2 * kk + 1]);
+    if constexpr (kEarlyDv) {
+      sm90::wgmma_fence();
+      issue_dv();
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<1>();  // dPᵀ done; dV may still run
+    } else {
+      sm90::wgmma_wait<0>();
+    }
+    sm90::fence_accumulators(dp);
+    // dSᵀ = Pᵀ ∘ (dPᵀ − D) as bf16 A fragments.
 #pragma unroll
     for (int nt = 0; nt < Tile::kMTiles; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) dp[nt][i] = s[nt][i] * (dp[nt][i] - cDelta[nt * 8 + 2 * t + (i & 1)]);
 #pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk) {
-      c_pair_to_a(pa[kk], s[2 * kk], s[2 * kk + 1]);
-      c_pair_to_a(dsa[kk], dp[2 * kk], dp[2 * kk + 1]);
+    for (int kk = 0; kk < BM / 16; ++kk) c_pair_to_a(dsa[kk], dp[2 * kk], dp[2 * kk + 1]);
+    if constexpr (!kLateDk) {
+      sm90::wgmma_fence();
+      if constexpr (!kEarlyDv) issue_dv();
+      issue_dk();
+      sm90::wgmma_commit();
     }
 
-    // dV += Pᵀ·dO and dK += dSᵀ·Q (scale applied in the epilogue): k-step kk is queries
-    // 16kk.. = 16 rows of 128 bytes; the head dim spans D/64 column blocks, BM·128
-    // bytes apart (the leading-dimension offset, MN-major).
-    sm90::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk)
-      sm90::wgmma_rs_tb<D>(dv, pa[kk], sm90::make_desc(do_base + kk * 16 * 128, BM * 128, sm90::kSwizzleAtom));
-#pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk)
-      sm90::wgmma_rs_tb<D>(dk, dsa[kk], sm90::make_desc(q_base + kk * 16 * 128, BM * 128, sm90::kSwizzleAtom));
-    sm90::wgmma_commit();
-
-    // dSᵀ → shared memory while dV and dK run. A fragment register r of k-step kk holds
+    // dSᵀ → shared memory while dV (and, but for kLateDk, dK) run. A fragment register r of k-step kk holds
     // the bf16 pair (row g + 8·(r&1), columns 16kk + 8·(r>>1) + 2t, +1).
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk)
@@ -423,6 +446,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         const int row = warp_key0 + g + 8 * (r & 1), col = kk * 16 + 8 * (r >> 1) + 2 * t;
         *reinterpret_cast<uint32_t*>(sdSt + sm90::tile_offset<BN>(row, col)) = dsa[kk][r];
       }
+    if constexpr (kLateDk) {  // dV: done with Pᵀ's registers before dQ needs registers
+      sm90::wgmma_wait<0>();
+      sm90::fence_accumulators(dv);
+    }
     if constexpr (kOwner) cp_async_wait<1>();  // this step's dQ partial (if any) has landed
     // TMA dQ: the reduce that last read this step's dQ slot is done reading it (issued
     // a step ago with two slots; with one, at this step's start).
@@ -443,10 +470,16 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           sm90::make_desc(k_base + (dq_d0 / 64) * BN * 128 + kk * 16 * 128, BN * 128, sm90::kSwizzleAtom),
           /*accumulate=*/kk > 0);
     sm90::wgmma_commit();
-    sm90::wgmma_wait<0>();  // dV, dK and dQ
+    if constexpr (kLateDk) {
+      sm90::wgmma_fence();
+      issue_dk();
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<1>();  // dQ
+    } else {
+      sm90::wgmma_wait<0>();  // dV, dK and dQ
+      sm90::fence_accumulators(dv);
+    }
     sm90::fence_accumulators(dq);
-    sm90::fence_accumulators(dk);
-    sm90::fence_accumulators(dv);
 
     if (kTmaDq && !(kOwner && dq_last)) {
       // This warpgroup's 64×64 block into the tile's boxes (64 rows × 32 columns, 128-byte
@@ -496,6 +529,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       }
     }
 
+    if constexpr (kLateDk) sm90::wgmma_wait<0>();  // dK
+    sm90::fence_accumulators(dk);
     ++step;
     if (++m < m_blocks) continue;
 
