@@ -10,7 +10,10 @@
 //
 // One block = 2 warpgroups = kBlockN = 128 keys (64 per warpgroup); query tiles of
 // kBlockM rows. Thread 0 loads each query tile's Q, dO, LSE and D by TMA, one step ahead,
-// into two buffers that complete on mbarriers. Per query tile (a step), each warpgroup:
+// into two buffers that complete on mbarriers; it issues them (and the TMA dQ below) just
+// after its warpgroup's Sᵀ and dPᵀ wgmmas, not before: wgmma waits for all four warps of
+// a warpgroup, so TMA work in front of it held the tensor cores back (3-4% of the
+// backward's time on an H200). Per query tile (a step), each warpgroup:
 //   Sᵀ  = K·Qᵀ      wgmma m64n{BM}k16, A (its 64 keys of K) and B (Q) K-major in smem
 //   dPᵀ = V·dOᵀ     the same with V and dO (issued right behind Sᵀ)
 //   Pᵀ = exp2(Sᵀ·c − LSE·log2 e), dSᵀ = Pᵀ ∘ (dPᵀ − D)    on the accumulators
@@ -19,6 +22,9 @@
 //   dSᵀ → shared memory (bf16, [key][query]); barrier over both warpgroups
 //   dQ = dS·K       wgmma m64n64k16, A (dS) and B (K) MN-major in smem, all 128 keys;
 //                   each warpgroup takes one 64×64 block of the BM×D tile of dQ
+// At D = 64 dV and dK are issued together once dSᵀ is ready; at D = 128 (TMA dQ) dV goes
+// before dPᵀ is waited for and dK behind dQ, so that they run under the dSᵀ arithmetic and
+// under dQ's trip to shared memory (kSpreadDkDv; +2-4% at T >= 4K).
 //   dQ → the (B·H, T, D) fp32 accumulator, in one of three modes (DqMode):
 //     tma:    into a shared-memory tile (swizzled 64×32 boxes); after the next step's
 //             first barrier thread 0 adds it with cp.reduce.async.bulk.tensor, which runs
@@ -37,7 +43,9 @@
 // A-fragment layout of the register operand: neither goes through shared memory for
 // dV and dK. Not (yet) here: warp specialisation (the two warpgroups step in lockstep,
 // two barriers a step), overlap of one tile's softmax with the next tile's matmuls
-// (FlashAttention-3), a deterministic dQ (that mode runs the sm80 kernels). A
+// (FlashAttention-3), a deterministic dQ (that mode runs the sm80 kernels). Measured
+// slower and dropped: issuing the next step's Sᵀ at the end of each step (it waits for
+// the next query tile half a step sooner; 12% slower at GPT-2's shape). A
 // warp-specialised version of this loop (a TMA producer warpgroup at 24 registers, these
 // two warpgroups as consumers at 240 via setmaxnreg) was written and dropped before it
 // ran: ptxas spilled 600-970 bytes in its consumers, while this kernel compiles within
@@ -393,14 +401,14 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         }
         s[nt][i] = fast_exp2(fmaf(x, p.scale_log2, -cLse[col] * kLog2e));
       }
-    // Pᵀ as bf16 A fragments (k-step kk = queries 16kk..) and, TMA and owner dQ, dV += Pᵀ·dO
-    // issued before dPᵀ is waited for (D = 128: at D = 64 it spills), so that it runs while dPᵀ finishes and dSᵀ is
-    // computed. (k-step kk of dV and dK is queries 16kk.. = 16 rows of 128 bytes; the head
-    // dim spans D/64 column blocks, BM·128 bytes apart: the leading-dimension offset.)
-    constexpr bool kEarlyDv = kTmaDq && D == 128;
-    // dK += dSᵀ·Q issued behind dQ (TMA dQ at D = 128), so that it runs while dQ goes to
-    // shared memory; at D = 64 dSᵀ's registers, live through dQ's store then, would spill.
-    constexpr bool kLateDk = kTmaDq && D == 128;
+    // Pᵀ and dSᵀ as bf16 A fragments (k-step kk = queries 16kk..) for dV += Pᵀ·dO and
+    // dK += dSᵀ·Q (k-step kk is queries 16kk.. = 16 rows of 128 bytes; the head dim spans
+    // D/64 column blocks, BM·128 bytes apart: the leading-dimension offset, MN-major).
+    // kSpreadDkDv (TMA dQ at D = 128): dV is issued before dPᵀ is waited for, so that it
+    // runs while dPᵀ finishes and dSᵀ is computed, and dK behind dQ, so that it runs while
+    // dQ goes to shared memory. At D = 64 either order spills (Pᵀ's or dSᵀ's registers
+    // stay live longer) and both are issued together once dSᵀ is ready.
+    constexpr bool kSpreadDkDv = kTmaDq && D == 128;
     uint32_t pa[BM / 16][4], dsa[BM / 16][4];
     auto issue_dv = [&] {
 #pragma unroll
@@ -414,7 +422,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     };
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) c_pair_to_a(pa[kk], s[2 * kk], s[2 * kk + 1]);
-    if constexpr (kEarlyDv) {
+    if constexpr (kSpreadDkDv) {
       sm90::wgmma_fence();
       issue_dv();
       sm90::wgmma_commit();
@@ -430,15 +438,15 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       for (int i = 0; i < 4; ++i) dp[nt][i] = s[nt][i] * (dp[nt][i] - cDelta[nt * 8 + 2 * t + (i & 1)]);
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) c_pair_to_a(dsa[kk], dp[2 * kk], dp[2 * kk + 1]);
-    if constexpr (!kLateDk) {
+    if constexpr (!kSpreadDkDv) {
       sm90::wgmma_fence();
-      if constexpr (!kEarlyDv) issue_dv();
+      issue_dv();
       issue_dk();
       sm90::wgmma_commit();
     }
 
-    // dSᵀ → shared memory while dV (and, but for kLateDk, dK) run. A fragment register r of k-step kk holds
-    // the bf16 pair (row g + 8·(r&1), columns 16kk + 8·(r>>1) + 2t, +1).
+    // dSᵀ → shared memory while dV (and, but for kSpreadDkDv, dK) run. A fragment register
+    // r of k-step kk holds the bf16 pair (row g + 8·(r&1), columns 16kk + 8·(r>>1) + 2t, +1).
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk)
 #pragma unroll
@@ -446,7 +454,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         const int row = warp_key0 + g + 8 * (r & 1), col = kk * 16 + 8 * (r >> 1) + 2 * t;
         *reinterpret_cast<uint32_t*>(sdSt + sm90::tile_offset<BN>(row, col)) = dsa[kk][r];
       }
-    if constexpr (kLateDk) {  // dV: done with Pᵀ's registers before dQ needs registers
+    if constexpr (kSpreadDkDv) {  // dV: done with Pᵀ's registers before dQ needs registers
       sm90::wgmma_wait<0>();
       sm90::fence_accumulators(dv);
     }
@@ -470,7 +478,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           sm90::make_desc(k_base + (dq_d0 / 64) * BN * 128 + kk * 16 * 128, BN * 128, sm90::kSwizzleAtom),
           /*accumulate=*/kk > 0);
     sm90::wgmma_commit();
-    if constexpr (kLateDk) {
+    if constexpr (kSpreadDkDv) {
       sm90::wgmma_fence();
       issue_dk();
       sm90::wgmma_commit();
@@ -529,7 +537,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       }
     }
 
-    if constexpr (kLateDk) sm90::wgmma_wait<0>();  // dK
+    if constexpr (kSpreadDkDv) sm90::wgmma_wait<0>();  // dK
     sm90::fence_accumulators(dk);
     ++step;
     if (++m < m_blocks) continue;
