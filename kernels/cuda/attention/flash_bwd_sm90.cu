@@ -12,7 +12,7 @@
 // kBlockM rows. Thread 0 loads each query tile's Q, dO, LSE and D by TMA, one step ahead,
 // into two buffers that complete on mbarriers; it issues them (and the TMA dQ below) just
 // after its warpgroup's Sᵀ and dPᵀ wgmmas, not before: wgmma waits for all four warps of
-// a warpgroup, so TMA work in front of it held the tensor cores back (3-4% of the
+// a warpgroup, so TMA work in front of it held the tensor cores back (2-4% of the
 // backward's time on an H200). Per query tile (a step), each warpgroup:
 //   Sᵀ  = K·Qᵀ      wgmma m64n{BM}k16, A (its 64 keys of K) and B (Q) K-major in smem
 //   dPᵀ = V·dOᵀ     the same with V and dO (issued right behind Sᵀ)
@@ -22,14 +22,11 @@
 //   dSᵀ → shared memory (bf16, [key][query]); barrier over both warpgroups
 //   dQ = dS·K       wgmma m64n64k16, A (dS) and B (K) MN-major in smem, all 128 keys;
 //                   each warpgroup takes one 64×64 block of the BM×D tile of dQ
-// At D = 64 dV and dK are issued together once dSᵀ is ready; at D = 128 (TMA dQ) dV goes
-// before dPᵀ is waited for and dK behind dQ, so that they run under the dSᵀ arithmetic and
-// under dQ's trip to shared memory (kSpreadDkDv; +2-4% at T >= 4K).
 //   dQ → the (B·H, T, D) fp32 accumulator, in one of three modes (DqMode):
-//     tma:    into a shared-memory tile (swizzled 64×32 boxes); after the next step's
-//             first barrier thread 0 adds it with cp.reduce.async.bulk.tensor, which runs
-//             while the block computes (at D = 128 the two dQ tiles take the room of the
-//             second K/V buffer: the next item's K and V load at its first step)
+//     tma:    into a shared-memory tile (swizzled 64×32 boxes); at the next step, behind
+//             the first matmuls, thread 0 adds it with cp.reduce.async.bulk.tensor, which
+//             runs while the block computes (at D = 128 the two dQ tiles take the room of
+//             the second K/V buffer: the next item's K and V load at its first step)
 //     atomic: per-thread 8-byte red.global.add.v2.f32 (every warp's registers stay held
 //             until the atomics drain: ~20% of the stall samples in ncu; 3-22% slower
 //             than tma on an H200)
@@ -38,7 +35,11 @@
 //             of each query tile is a TMA store, the middle ones TMA adds (both through
 //             the shared-memory tile, as tma), the last one adds the partial (read back
 //             once the TMA is done) and writes bf16, with no zeroed accumulator and no
-//             postprocess.
+//             postprocess (thread 0 hands a tile to the TMA at the next step's start, so
+//             that the waits for the TMA there cover it).
+// At D = 64 dV and dK are issued together once dSᵀ is ready; at D = 128 (TMA dQ) dV goes
+// before dPᵀ is waited for and dK behind dQ, so that they run under the dSᵀ arithmetic and
+// under dQ's trip to shared memory (kSpreadDkDv; +2-4% at T >= 4K).
 // Because Sᵀ is computed with keys as M, Pᵀ and dSᵀ come out of the accumulators in the
 // A-fragment layout of the register operand: neither goes through shared memory for
 // dV and dK. Not (yet) here: warp specialisation (the two warpgroups step in lockstep,

@@ -48,7 +48,8 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 // The same wait as a C++ loop around one try: the sm90 backward and the decode kernel,
 // which use no setmaxnreg, keep the code they were measured with. The backward with
 // mbar_wait instead measured the same within noise (BENCHMARKS.md "Thirteenth session":
-// 38.23-38.31 ms against 38.13-38.14 at T = 65,536, sweep within 3%), so it did not move.
+// 38.23-38.31 ms against 38.13-38.14 at T = 65,536, the sweep within -3%..+2%), so it
+// did not move.
 __device__ __forceinline__ void mbar_wait_spin(uint64_t* bar, uint32_t parity) {
   const uint32_t addr = smem_u32(bar);
   for (uint32_t tries = 0;; ++tries) {
