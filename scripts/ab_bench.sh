@@ -47,7 +47,7 @@ root=$PWD
 run() { if [[ $dry == 1 ]]; then echo "+ $*"; else eval "$@"; fi; }
 mkdir -p "$out"
 
-labels=("$self") bins=(build/flashgpt) kinds=(self)
+labels=("$self") bins=(build/flashgpt) kinds=(self) files=(.)  # index i: one binary
 for t in "${trees[@]}"; do
   label=${t%%=*} file=${t#*=}
   [[ $label =~ ^[A-Za-z0-9_-]+$ && $label != "$self" && " ${labels[*]} " != *" $label "* ]] ||
@@ -62,7 +62,7 @@ for t in "${trees[@]}"; do
       fi ;;
     *) echo "ab_bench.sh: '$file' is neither a .tgz tree nor a .patch" >&2; exit 2 ;;
   esac
-  labels+=("$label") bins+=("/tmp/ab/$label/flashgpt")
+  labels+=("$label") bins+=("/tmp/ab/$label/flashgpt") files+=("$file")
 done
 
 # Builds: this tree and the .tgz trees at once, the cores shared out; then the patches.
@@ -72,7 +72,7 @@ cfg="-DCMAKE_BUILD_TYPE=Release -DFLASHGPT_CUDA=ON -DFLASHGPT_CUDA_ARCHS='$archs
 run "cmake -S . -B build $cfg -DBUILD_TESTING=ON > '$out/build_$self.log' 2>&1 && cmake --build build -j$jobs --target flashgpt flashgpt_tests >> '$out/build_$self.log' 2>&1 &"
 for ((i = 1; i < ${#labels[@]}; ++i)); do
   [[ ${kinds[$i]} == tree ]] || continue
-  label=${labels[$i]} tgz=${trees[$((i - 1))]#*=}
+  label=${labels[$i]} tgz=${files[$i]}
   run "rm -rf /tmp/ab/$label && mkdir -p /tmp/ab/$label/src && tar xzf '$tgz' -C /tmp/ab/$label/src && cmake -S /tmp/ab/$label/src -B /tmp/ab/$label/build $cfg -DBUILD_TESTING=OFF > '$out/build_$label.log' 2>&1 && cmake --build /tmp/ab/$label/build -j$jobs --target flashgpt >> '$out/build_$label.log' 2>&1 && cp /tmp/ab/$label/build/flashgpt /tmp/ab/$label/flashgpt &"
 done
 run wait
@@ -111,7 +111,7 @@ PY
 }
 for ((i = 1; i < ${#labels[@]}; ++i)); do
   [[ ${kinds[$i]} == patch ]] || continue
-  run "build_patch ${labels[$i]} '${trees[$((i - 1))]#*=}' > '$out/build_${labels[$i]}.log' 2>&1 &"
+  run "build_patch ${labels[$i]} '${files[$i]}' > '$out/build_${labels[$i]}.log' 2>&1 &"
 done
 run wait
 for ((i = 0; i < ${#labels[@]}; ++i)); do

@@ -252,10 +252,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   int step = 0;  // steps done by this block: the Q buffer is its parity
   int ordinal = 0;  // units begun before this one (atomic mode: a unit is an item)
   // TMA dQ: each step writes its dQ tile to shared memory, slot buf (the step parity)
-  // with two slots, else slot 0, and thread 0 hands it to the TMA unit after the next
-  // barrier (the writes are visible then): the tile of query row q0 of (batch·head) bh,
-  // added (or, owner mode's first contribution, stored), which thread 0 keeps in
-  // sDqPending {q0, bh, store} (q0 < 0: none; shared, not registers).
+  // with two slots, else slot 0, and thread 0 hands it to the TMA unit in the next step,
+  // after its first barrier (the writes are visible then): the tile of query row q0 of
+  // (batch·head) bh, added (or, owner mode's first contribution, stored), which thread 0
+  // keeps in sDqPending {q0, bh, store} (q0 < 0: none; shared, not registers).
   __shared__ int4 sDqPending;
   if (kTmaDq && tid == 0) sDqPending = make_int4(-1, 0, 0, 0);
   auto issue_pending_dq = [&](int slot) {
@@ -292,10 +292,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     sm90::mbar_wait_spin(&q_full[buf], (step >> 1) & 1);
     sm90::fence_proxy_async();
     __syncthreads();
-    // The last step's dQ tile: owner mode here, before its waits below cover it; tma mode
-    // once this step's matmuls are issued.
-    if constexpr (kOwner) issue_pending_dq(0);
     if constexpr (kOwner) {
+      // The last step's dQ tile, here so that the waits below cover it (tma mode hands it
+      // over once this step's matmuls are issued).
+      issue_pending_dq(0);
       // The TMA's writes into dQ are complete before the kernel reads them (the partial
       // of a tile's last contribution) or adds to them: the first contributions are
       // stores, all made in the unit's first key tile, and nothing orders a later add to

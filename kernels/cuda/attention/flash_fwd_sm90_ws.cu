@@ -2,12 +2,12 @@
 // FlashAttention-3's forward: FLASHGPT_ATTENTION_PATH=sm90ws.
 //
 // One block = a producer warpgroup and kConsumers = 2 (or, at D = 64, tile 1: 3; the
-// default there unless causal with T < 2048, flash_attention.cu) consumer warpgroups for
+// default there unless causal with T < 2048, tile_choice.h) consumer warpgroups for
 // 64·kConsumers query rows:
 //   producer (warpgroup 0, 24 registers a thread after setmaxnreg): one thread issues TMA
 //     loads (cp.async.bulk.tensor through a 3-D tensor map over qkv viewed as
 //     (3·H·D, T, B), boxes of 64 columns × kBlockN rows, 128B swizzle: exactly the wgmma
-//     tile layout; rows past T arrive as zeros): the Q tile (128 rows) once, then K and V
+//     tile layout; rows past T arrive as zeros): the Q tile (kQRows rows) once, then K and V
 //     tiles into two rings of kStages buffers, each buffer with a "full" mbarrier (the TMA bytes) and an "empty"
 //     one (all the consumer threads are done reading it);
 //   consumers (warpgroups 1.., 240 registers, 160 with three): 64 query rows each, the pipelined
