@@ -29,10 +29,11 @@ TEST(DqMode, AutoTakesOwnerWhenTheHeadsFillTheLastWave) {
   EXPECT_EQ(choose_dq_mode(nullptr, 1, 17, 64, 10), DqMode::tma);       // 17 of 20
 }
 
-TEST(DqMode, HeadDim128NeverTakesOwner) {
-  EXPECT_EQ(choose_dq_mode(nullptr, 64, 12, 128, kSms), DqMode::tma);
-  EXPECT_EQ(choose_dq_mode("owner", 64, 12, 128, kSms), DqMode::tma);
-  EXPECT_EQ(choose_dq_mode("owner", 1, 1, 128, kSms), DqMode::tma);
+TEST(DqMode, HeadDim128TakesOwnerOnlyWhenAsked) {
+  EXPECT_EQ(choose_dq_mode(nullptr, 64, 12, 128, kSms), DqMode::tma);  // auto: tma, full waves or not
+  EXPECT_EQ(choose_dq_mode("auto", 16, 16, 128, kSms), DqMode::tma);
+  EXPECT_EQ(choose_dq_mode("owner", 64, 12, 128, kSms), DqMode::owner);
+  EXPECT_EQ(choose_dq_mode("owner", 1, 1, 128, kSms), DqMode::owner);
   EXPECT_EQ(choose_dq_mode("atomic", 64, 12, 128, kSms), DqMode::atomic);
 }
 

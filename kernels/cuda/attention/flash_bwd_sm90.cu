@@ -30,13 +30,21 @@
 //     atomic: per-thread 8-byte red.global.add.v2.f32 (every warp's registers stay held
 //             until the atomics drain: ~20% of the stall samples in ncu; 3-22% slower
 //             than tma on an H200)
-//     owner (D = 64): a block claims all K/V tiles of one (batch, head) and walks them in
+//     owner:  a block claims all K/V tiles of one (batch, head) and walks them in
 //             order, so it is the only writer of that head's dQ: the first contribution
 //             of each query tile is a TMA store, the middle ones TMA adds (both through
 //             the shared-memory tile, as tma), the last one adds the partial (read back
 //             once the TMA is done) and writes bf16, with no zeroed accumulator and no
 //             postprocess (thread 0 hands a tile to the TMA at the next step's start, so
-//             that the waits for the TMA there cover it).
+//             that the waits for the TMA there cover it). A query tile's last contribution
+//             is its key tile on the diagonal (causal) or the last key tile. At D = 128
+//             (64-query tiles, two dQ slots) the TMA-reading-a-slot wait before the
+//             barrier lets one bulk group stay in flight: the steps that write no tile (a
+//             last contribution) must not sit between two that do unless they drain the
+//             TMA, and they do: those with an earlier contribution wait for all of it,
+//             and those without one (causal query tiles 0 and 1, or one key tile) come
+//             first in a unit, after the last item of the previous unit, whose steps
+//             write no tile either.
 // At D = 64 dV and dK are issued together once dSᵀ is ready; at D = 128 (TMA dQ) dV goes
 // before dPᵀ is waited for and dK behind dQ, so that they run under the dSᵀ arithmetic and
 // under dQ's trip to shared memory (kSpreadDkDv; +2-4% at T >= 4K).
@@ -134,15 +142,15 @@ __device__ __forceinline__ void st_shared_f32x2(uint32_t addr, float x, float y)
 
 // kTmaDq: dQ by TMA reduce-adds through maps.dq, the (B·H, T, D) fp32 accumulator as a
 // tensor of boxes of 64 rows × 32 columns. kOwner (with kTmaDq): one block owns all the
-// key tiles of a (batch, head) and so is the only writer of its dQ (D = 64 only; see
-// launch_bwd_sm90): TMA stores, then adds, then the partial read back.
+// key tiles of a (batch, head) and so is the only writer of its dQ: TMA stores, then
+// adds, then the partial read back.
 template <class Tile, bool kCausal, bool kOwner, bool kTmaDq>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     flash_bwd_sm90_kernel(const __grid_constant__ Sm90BwdMaps maps, const FlashParams p) {
 #if FLASHGPT_HAS_WGMMA
   constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN;
   constexpr int kKvBufs = Tile::kv_bufs(kTmaDq), kDqBufs = Tile::dq_bufs(kTmaDq);
-  static_assert(!kOwner || (BM == BN && !Tile::kDqSplitsD), "owner mode: 128-query tiles (D = 64)");
+  static_assert(BN % BM == 0, "a key tile spans whole query tiles (owner mode's last contribution)");
   static_assert(!kOwner || kTmaDq, "owner mode writes dQ through the TMA tile");
   extern __shared__ unsigned char smem_raw[];
   // The hardware applies the 128B swizzle from address bits: tiles start 1024-aligned.
@@ -285,28 +293,27 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // Owner mode: this step's dQ contribution is the query tile's first (a TMA store)
     // or its last (added to the partial, scaled, rounded to bf16 into dqkv).
     const bool dq_first = n_block == 0;
-    const bool dq_last = kCausal ? n_block == m : n_block == n_blocks - 1;
+    const bool dq_last = kCausal ? n_block == m * BM / BN : n_block == n_blocks - 1;
     // The step's tiles have landed, every warp is done with the other buffers and with
     // sdSt, and the cp.async writes are visible to the async proxy that wgmma reads through.
     if (first_step) cp_async_wait<0>();
     sm90::mbar_wait_spin(&q_full[buf], (step >> 1) & 1);
     sm90::fence_proxy_async();
     __syncthreads();
-    if constexpr (kOwner) {
-      // The last step's dQ tile, here so that the waits below cover it (tma mode hands it
-      // over once this step's matmuls are issued).
-      issue_pending_dq(0);
-      // The TMA's writes into dQ are complete before the kernel reads them (the partial
-      // of a tile's last contribution) or adds to them: the first contributions are
-      // stores, all made in the unit's first key tile, and nothing orders a later add to
-      // the same place after them but this wait, at the second key tile's first step.
-      if ((dq_last && !dq_first) || (n_block == 1 && first_step)) {
-        if (tid == 0) {
-          sm90::bulk_wait_all();
-          sm90::fence_proxy_async_global();
-        }
-        __syncthreads();
+    // Owner mode: the TMA's writes into dQ are complete before the kernel reads them (the
+    // partial of a tile's last contribution) or adds to them: the first contributions are
+    // stores, all made in the unit's first key tile, and nothing orders a later add to
+    // the same place after them but this wait, at the second key tile's first step.
+    const bool owner_waits = kOwner && ((dq_last && !dq_first) || (n_block == 1 && first_step));
+    // The last step's dQ tile: here on a step that waits, so that the wait covers it; on
+    // every other step once this step's matmuls are issued (below; then a no-op if done).
+    if (owner_waits) issue_pending_dq(kDqBufs == 2 ? buf ^ 1 : 0);
+    if (owner_waits) {
+      if (tid == 0) {
+        sm90::bulk_wait_all();
+        sm90::fence_proxy_async_global();
       }
+      __syncthreads();
     }
     if constexpr (kKvBufs == 1) {
       if (first_step) {  // one K/V buffer, free now: the item's K and V, waited for here
@@ -376,9 +383,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     sm90::wgmma_commit();
     // Thread 0's TMA work, behind its warpgroup's share of this step's matmuls rather than
     // in front of it: the next step's query tile into the other buffer (free since the
-    // barrier above) and, tma mode, the last step's dQ tile (written before that barrier).
+    // barrier above) and the last step's dQ tile (written before that barrier), unless an
+    // owner-mode wait above took it.
     if (tid == 0 && q_item < items) issue_q_tile(q_item, same_item ? m + 1 : first_m(next_item), buf ^ 1);
-    if constexpr (kTmaDq && !kOwner) issue_pending_dq(kDqBufs == 2 ? buf ^ 1 : 0);
+    if constexpr (kTmaDq) issue_pending_dq(kDqBufs == 2 ? buf ^ 1 : 0);
     // The claim of the item after next (ordinal + 2), while the tensor cores work on Sᵀ
     // and dPᵀ: the atomic's round trip stalls only warp 0, and the number lands in the
     // slot read after the next step's barrier (thread 0 wrote the other slot).
@@ -625,17 +633,14 @@ template <int kHeadDim, bool kCausal>
 void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream_t stream) {
   using Tile = typename Sm90BwdConfig<kHeadDim>::Tile;
   const bool owner = dq == DqMode::owner;
-  FG_ASSERT(!owner || kHeadDim == 64, "owner-mode dQ is for head dim 64");  // the dispatcher's rule
   // flash_attention.cu checks that the item count fits in an int.
   const int64_t units = owner ? int64_t(p.B) * p.H : int64_t((p.T + Tile::kBlockN - 1) / Tile::kBlockN) * p.B * p.H;
   const int64_t grid = max_blocks > 0 ? std::min<int64_t>(units, max_blocks) : units;
   launch_bwd_preprocess<kHeadDim>(p, /*zero_dq_accum=*/!owner, stream);
   CUDA_CHECK(cudaMemsetAsync(p.item_counter, 0, sizeof(int), stream));
-  if constexpr (kHeadDim == 64) {
-    if (owner) {
-      launch_main<Tile, kCausal, /*kOwner=*/true, /*kTmaDq=*/true>(p, grid, stream);
-      return;  // dQ is written in bf16 by the kernel: no postprocess
-    }
+  if (owner) {
+    launch_main<Tile, kCausal, /*kOwner=*/true, /*kTmaDq=*/true>(p, grid, stream);
+    return;  // dQ is written in bf16 by the kernel: no postprocess
   }
   if (dq == DqMode::tma) launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true>(p, grid, stream);
   else launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/false>(p, grid, stream);
