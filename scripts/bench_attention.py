@@ -18,7 +18,7 @@ consumers at D = 64; "/ft0" its first, which unset it chooses by shape; the othe
 kernels ignore them); "/grid" runs the sm90
 backward with one block per work item (FLASHGPT_ATTENTION_BWD_SCHEDULE=grid) instead of
 the persistent default; "/atomic", "/tma" and "/owner" force its dQ mode (FLASHGPT_ATTENTION_BWD_DQ;
-owner applies at D = 64 only).
+owner at D = 128 only when asked for; auto there is tma).
 --flashgpt may be given more than once, as LABEL=BINARY: every binary runs every path,
 so two builds (before and after a change) are compared in the same run.
 The /FA2 and /cuDNN columns divide the best of our columns by FA2 and by cuDNN.
