@@ -20,9 +20,8 @@
 //       the same accumulator, each query tile's partial staged in shared memory and added
 //       by the TMA unit (tma); or one block per (batch, head) walking its key tiles in
 //       order, which stores the first contribution and adds the middle ones through the
-//       TMA tile and writes the last in bf16 (owner). auto: owner at D = 64 when the
-//       (batch, head) pairs fill the last wave of one-block-per-SM to >= 90%, else tma
-//       (dq_mode.h; D = 128 runs owner only when asked for).
+//       TMA tile and writes the last in bf16 (owner). auto: owner when the (batch, head)
+//       pairs fill the last wave of one-block-per-SM to >= 90%, else tma (dq_mode.h).
 //   FLASHGPT_ATTENTION_FWD_TILE, FLASHGPT_ATTENTION_BWD_TILE = 0|1  tuning knobs: the
 //       tile shape of each sm80 kernel (flash_fwd_sm80.cu, flash_bwd_sm80.cu); 0 is the
 //       default. FWD_TILE also picks the sm90ws forward's tile: 0 two consumer
@@ -224,7 +223,7 @@ void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaS
   if (path == Path::sm90 && !deterministic) {
     const int max_blocks = backward_max_blocks();
     const attn::DqMode dq =
-        attn::choose_dq_mode(std::getenv("FLASHGPT_ATTENTION_BWD_DQ"), a.B, a.H, a.D, device_sm_count());
+        attn::choose_dq_mode(std::getenv("FLASHGPT_ATTENTION_BWD_DQ"), a.B, a.H, device_sm_count());
     if (a.D == 64)
       a.causal ? attn::launch_bwd_sm90<64, /*kCausal=*/true>(p, max_blocks, dq, stream)
                : attn::launch_bwd_sm90<64, /*kCausal=*/false>(p, max_blocks, dq, stream);
