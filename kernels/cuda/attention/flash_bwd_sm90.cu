@@ -197,27 +197,14 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     return kOwner ? (u < heads ? u * n_blocks : items) : u;
   };
 
-  // K (and V, unless with_v is false) of item it into K/V buffer kv_buf, by all threads.
-  auto k_of = [&](int it) {
+  auto load_kv = [&](int it, int kv_buf) {
     const int bh = item_bh(it);
-    return p.qkv + int64_t(bh / p.H) * p.T * p.qkv_row_stride + int64_t(p.H + bh % p.H) * D;
-  };
-  auto load_kv = [&](int it, int kv_buf, bool with_v) {
-    const bf16* k = k_of(it);
+    const bf16* k = p.qkv + int64_t(bh / p.H) * p.T * p.qkv_row_stride + int64_t(p.H + bh % p.H) * D;
     const int n0 = item_n(it) * BN;
     constexpr bool kRolled = kKvBufs == 1;  // (loaded while dK and dV are live: no registers to spare)
     sm90::load_tile_async<BN, D, Tile::kThreads, kRolled>(sK + kv_buf * BN * D, k, p.qkv_row_stride, n0, p.T, tid);
-    if (with_v)
-      sm90::load_tile_async<BN, D, Tile::kThreads, kRolled>(sV + kv_buf * BN * D, k + int64_t(p.H) * D,
-                                                            p.qkv_row_stride, n0, p.T, tid);
-  };
-  // One K/V buffer: warpgroup wg's 64 rows of item it's V, by its 128 threads, issued
-  // in the previous item's last step as soon as that warpgroup's dPᵀ (the only reader of
-  // those rows) is done, so that half of the next item's tiles load under this step.
-  auto load_v_rows = [&](int it) {
-    sm90::load_tile_async<64, D, 128, /*kRolled=*/true, BN>(sV + wg * 64 * 64, k_of(it) + int64_t(p.H) * D,
-                                                            p.qkv_row_stride, item_n(it) * BN + wg * 64, p.T,
-                                                            tid % 128);
+    sm90::load_tile_async<BN, D, Tile::kThreads, kRolled>(sV + kv_buf * BN * D, k + int64_t(p.H) * D,
+                                                          p.qkv_row_stride, n0, p.T, tid);
   };
   // Q, dO, LSE and D of query tile m of item it into buffer buf, by TMA from thread 0,
   // completing on q_full[buf]. Q and dO rows >= T arrive as zeros (outside the tensor);
@@ -247,7 +234,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     sm90::fence_mbar_init();
   }
   __syncthreads();
-  if (kKvBufs == 2) load_kv(item, 0, true);  // (one buffer: at the item's first step)
+  if (kKvBufs == 2) load_kv(item, 0);  // (one buffer: at the item's first step)
   cp_async_commit();
   if (tid == 0) {
     issue_q_tile(item, m, 0);
@@ -330,9 +317,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       }
     }
     if constexpr (kKvBufs == 1) {
-      if (first_step) {  // one K/V buffer, free now: the item's K (and V at the block's
-                         // first item; else it came in the last step), waited for here
-        load_kv(item, 0, /*with_v=*/step == 0);
+      if (first_step) {  // one K/V buffer, free now: the item's K and V, waited for here
+        load_kv(item, 0);
         cp_async_commit();
         cp_async_wait<0>();
         sm90::fence_proxy_async();
@@ -357,7 +343,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const bool same_item = m + 1 < m_blocks;  // else the next item's first query tile
     const int q_item = same_item ? item : next_item;
     // (One K/V buffer: the next item's K and V load at its first step, above.)
-    if (kKvBufs == 2 && first_step && next_item < items) load_kv(next_item, kv_buf ^ 1, true);
+    if (kKvBufs == 2 && first_step && next_item < items) load_kv(next_item, kv_buf ^ 1);
     cp_async_commit();
 
     const int n0 = n_block * BN;
@@ -432,7 +418,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // dQ goes to shared memory. At D = 64 either order spills (Pᵀ's or dSᵀ's registers
     // stay live longer) and both are issued together once dSᵀ is ready.
     constexpr bool kSpreadDkDv = kTmaDq && D == 128;
-    static_assert(kKvBufs == 2 || kSpreadDkDv, "one K/V buffer: the next item's V rows load behind dV's issue");
     uint32_t pa[BM / 16][4], dsa[BM / 16][4];
     auto issue_dv = [&] {
 #pragma unroll
@@ -481,10 +466,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if constexpr (kSpreadDkDv) {  // dV: done with Pᵀ's registers before dQ needs registers
       sm90::wgmma_wait<0>();
       sm90::fence_accumulators(dv);
-      if (kKvBufs == 1 && m + 1 == m_blocks && next_item < items) {
-        load_v_rows(next_item);  // this warpgroup's V rows are read no more this item
-        cp_async_commit();
-      }
     }
     if constexpr (kOwner) cp_async_wait<1>();  // this step's dQ partial (if any) has landed
     // TMA dQ: the reduce that last read this step's dQ slot is done reading it (issued
