@@ -17,8 +17,7 @@ FLASHGPT_ATTENTION_FWD_TILE=1 (also sm90ws's second forward tile: 64 keys at D =
 consumers at D = 64; "/ft0" its first, which unset it chooses by shape; the other sm90
 kernels ignore them); "/grid" runs the sm90
 backward with one block per work item (FLASHGPT_ATTENTION_BWD_SCHEDULE=grid) instead of
-the persistent default; "/atomic", "/tma" and "/owner" force its dQ mode (FLASHGPT_ATTENTION_BWD_DQ;
-owner at D = 128 only when asked for; auto there is tma).
+the persistent default; "/atomic", "/tma" and "/owner" force its dQ mode (FLASHGPT_ATTENTION_BWD_DQ).
 --flashgpt may be given more than once, as LABEL=BINARY: every binary runs every path,
 so two builds (before and after a change) are compared in the same run.
 The /FA2 and /cuDNN columns divide the best of our columns by FA2 and by cuDNN.
