@@ -9,9 +9,9 @@ namespace flashgpt::cuda::attn {
 
 // atomic: per-thread fp32 atomics into a zeroed accumulator; tma: each query tile's
 // partial staged in shared memory and added by the TMA unit (cp.reduce.async.bulk.tensor);
-// owner: whole (batch, head) units per block, the first contribution
-// stored and the middle ones added through the same TMA tile, the last added to the
-// partial and written in bf16 by the kernel (no zeroed accumulator, no postprocess).
+// owner: whole (batch, head) units per block, the first contribution stored and the
+// middle ones added through the same TMA tile, the last added to the partial and written
+// in bf16 by the kernel (no zeroed accumulator, no postprocess).
 enum class DqMode { atomic, tma, owner };
 
 // auto picks owner when the (batch, head) units fill the last wave of one block per SM
@@ -26,7 +26,7 @@ constexpr double kOwnerWaveFill = 0.9;
 // 48%, 73%), seventh session; tma beat atomic on every shape measured and owner beat tma
 // at 256, 512 and 768 units (+1 to +6%), tenth session; with owner's own dQ by TMA too,
 // owner took 1.065 ms against tma's 1.174-1.181 at 768 units (eleventh session). At
-// D = 128 owner beat tma by 4-15% at 128 and 256 units (T = 1K, 2K) and took 2-8x as
+// D = 128 owner beat tma by 3.5-15% at 128 and 256 units (T = 1K, 2K) and took 2-8x as
 // long at 16, 32 and 64 (fourteenth session).
 inline DqMode choose_dq_mode(const char* requested, int64_t B, int64_t H, int64_t sms) {
   const std::string v = requested && *requested ? requested : "auto";
