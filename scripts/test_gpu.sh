@@ -72,7 +72,7 @@ else
 fi
 if [[ $rc == 124 ]]; then echo "test_gpu.sh: the suite ran past $limit s and was killed" >&2; fi
 set -e
-if cat "$out"/*.log | grep -q '^\[  SKIPPED \]' && cat "$out"/*.log | grep -q 'no CUDA GPU visible'; then
+if grep -qh '^\[  SKIPPED \]' "$out"/*.log && grep -qh 'no CUDA GPU visible' "$out"/*.log; then
   echo "test_gpu.sh: CUDA tests skipped although a GPU was expected" >&2
   rc=4
 fi
