@@ -390,7 +390,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // The claim of the item after next (ordinal + 2), while the tensor cores work on Sᵀ
     // and dPᵀ: the atomic's round trip stalls only warp 0, and the number lands in the
     // slot read after the next step's barrier (thread 0 wrote the other slot).
-    if (tid == 0 && m == first_m(item) && (!kOwner || item_n(item) == 0) && sItem[(ordinal + 1) & 1] < items)
+    if (tid == 0 && first_step && (!kOwner || n_block == 0) && sItem[(ordinal + 1) & 1] < items)
       sItem[ordinal & 1] = claim();
     sm90::wgmma_wait<1>();
     sm90::fence_accumulators(s);

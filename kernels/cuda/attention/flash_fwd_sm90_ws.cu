@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   auto parity = [](int nb) { return uint32_t((nb / S) & 1); };
   sm90::mbar_wait(&q_full, 0);
   // Ping-pong: consumer cw issues its matmuls after named barrier 1 + cw and, once its QKᵀ
-  // is done, lets the next go (barrier 2 − cw with two; with three, 1 + (cw + 1) mod 3).
+  // is done, lets the next go (barrier 1 + (cw + 1) mod kConsumers: 2 − cw with two).
   // Each barrier counts the 128 threads waiting and the 128 arriving. Consumer 0 starts;
   // the last consumer skips its last hand-over, so every barrier is completed as often
   // as it is waited on.
@@ -137,11 +137,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if (nb > 0) sm90::mbar_wait(&v_full[(nb - 1) % S], parity(nb - 1));
     sm90::named_sync(1 + cw, kTurnThreads);
     auto after_qk = [&] {  // S done: the next consumer's turn; K of tile nb read
-      if constexpr (kConsumers == 2) {
-        if (cw == 0 || nb + 1 < n_blocks) sm90::named_arrive(2 - cw, kTurnThreads);
-      } else {
-        if (cw != kConsumers - 1 || nb + 1 < n_blocks) sm90::named_arrive(cw + 1 < kConsumers ? cw + 2 : 1, kTurnThreads);
-      }
+      if (cw != kConsumers - 1 || nb + 1 < n_blocks) sm90::named_arrive(cw + 1 < kConsumers ? cw + 2 : 1, kTurnThreads);
       sm90::mbar_arrive(&k_empty[s]);
     };
     auto after_pv = [&] { sm90::mbar_arrive(&v_empty[(nb - 1) % S]); };  // V of tile nb − 1 read
