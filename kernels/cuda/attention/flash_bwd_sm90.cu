@@ -25,9 +25,8 @@
 //   dQ → the (B·H, T, D) fp32 accumulator, in one of three modes (DqMode):
 //     tma:    into a shared-memory tile (swizzled 64×32 boxes); at the next step, behind
 //             the first matmuls, thread 0 adds it with cp.reduce.async.bulk.tensor, which
-//             runs while the block computes (at D = 128 the dQ tile takes the room of a
-//             second V buffer: the next item's V loads in this item's last step, once
-//             each warpgroup's dV is done, while K is double-buffered as at D = 64)
+//             runs while the block computes (at D = 128 the two dQ tiles take the room of
+//             the second K/V buffer: the next item's K and V load at its first step)
 //     atomic: per-thread 8-byte red.global.add.v2.f32 (every warp's registers stay held
 //             until the atomics drain: ~20% of the stall samples in ncu; 3-22% slower
 //             than tma on an H200)
@@ -38,7 +37,14 @@
 //             once the TMA is done) and writes bf16, with no zeroed accumulator and no
 //             postprocess (thread 0 hands a tile to the TMA at the next step's start, so
 //             that the waits for the TMA there cover it). A query tile's last contribution
-//             is its key tile on the diagonal (causal) or the last key tile.
+//             is its key tile on the diagonal (causal) or the last key tile. At D = 128
+//             (64-query tiles, two dQ slots) the TMA-reading-a-slot wait before the
+//             barrier lets one bulk group stay in flight: the steps that write no tile (a
+//             last contribution) must not sit between two that do unless they drain the
+//             TMA, and they do: those with an earlier contribution wait for all of it,
+//             and those without one (causal query tiles 0 and 1, or one key tile) come
+//             first in a unit, after the last item of the previous unit, whose steps
+//             write no tile either.
 // At D = 64 dV and dK are issued together once dSᵀ is ready; at D = 128 (TMA dQ) dV goes
 // before dPᵀ is waited for and dK behind dQ, so that they run under the dSᵀ arithmetic and
 // under dQ's trip to shared memory (kSpreadDkDv; +2-4% at T >= 4K).
@@ -83,11 +89,10 @@ struct Sm90BwdTile {
   // (16 bytes, so rows stay cp.async-aligned and the fragment reads spread over banks).
   static constexpr int kAccStride = kHeadDim + 4;
   // TMA dQ: the query tile's dQ partial (fp32) in boxes of 64 rows × 32 columns (128-byte
-  // rows, the TMA's 128-byte swizzle), one tile. K is double-buffered (by item parity);
-  // V too, but at D = 128 with the dQ tile shared memory holds one V (v_bufs): the next
-  // item's V loads in this item's last step instead.
-  static constexpr int v_bufs(bool tma) { return tma && kHeadDim == 128 ? 1 : 2; }
-  static constexpr int dq_bufs(bool tma) { return tma ? 1 : 0; }
+  // rows, the TMA's 128-byte swizzle), kDqBufs of them; with them the K/V pair is not
+  // double-buffered at D = 128 (kKvBufs), or shared memory would not hold it all.
+  static constexpr int kv_bufs(bool tma) { return tma && kHeadDim == 128 ? 1 : 2; }
+  static constexpr int dq_bufs(bool tma) { return !tma ? 0 : kHeadDim == 128 ? 2 : 1; }
   static constexpr int kDqBoxCols = 32, kDqBoxRows = 64;
   static constexpr size_t kDqTileBytes = size_t(kBlockM) * kHeadDim * sizeof(float);
   // LSE and D of a query tile: the TMA reads kBlockM + 4 floats from the 16-byte boundary
@@ -100,10 +105,10 @@ struct Sm90BwdTile {
   static constexpr size_t dq_region(bool owner, bool tma) {
     return owner ? std::max(dq_bufs(tma) * kDqTileBytes, kAccBytes) : dq_bufs(tma) * kDqTileBytes;
   }
-  // 2 × K, v_bufs × V; 2 × (Q, dO); dSᵀ; [tma: the dQ tile, owner: or the dQ partial];
+  // kv_bufs × (K, V); 2 × (Q, dO); dSᵀ; [tma: the dQ tiles, owner: or the dQ partial];
   // 2 × (LSE, D); slack to align the base to 1024 bytes.
   static constexpr size_t smem_bytes(bool owner, bool tma) {
-    return size_t((2 + v_bufs(tma)) * kBlockN + 4 * kBlockM) * kHeadDim * sizeof(bf16) +
+    return size_t(2 * kv_bufs(tma) * kBlockN + 4 * kBlockM) * kHeadDim * sizeof(bf16) +
            size_t(kBlockN) * kBlockM * sizeof(bf16) + dq_region(owner, tma) + 4 * kLseStride * sizeof(float) + 1024;
   }
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim 64 or 128");
@@ -144,7 +149,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     flash_bwd_sm90_kernel(const __grid_constant__ Sm90BwdMaps maps, const FlashParams p) {
 #if FLASHGPT_HAS_WGMMA
   constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN;
-  constexpr int kVBufs = Tile::v_bufs(kTmaDq), kDqBufs = Tile::dq_bufs(kTmaDq);
+  constexpr int kKvBufs = Tile::kv_bufs(kTmaDq), kDqBufs = Tile::dq_bufs(kTmaDq);
   static_assert(BN % BM == 0, "a key tile spans whole query tiles (owner mode's last contribution)");
   static_assert(!kOwner || kTmaDq, "owner mode writes dQ through the TMA tile");
   extern __shared__ unsigned char smem_raw[];
@@ -152,9 +157,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // (Offsetting smem_raw keeps the pointers in the shared state space: plain loads and
   // stores through them compile to LDS/STS, not generic LD/ST.)
   unsigned char* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
-  bf16* sK = reinterpret_cast<bf16*>(smem);  // [2][BN][D]   wgmma layout, by item parity
-  bf16* sV = sK + 2 * BN * D;                // [v_bufs][BN][D]  (two: by item parity)
-  bf16* sQ = sV + kVBufs * BN * D;           // [2][BM][D]   by step parity
+  bf16* sK = reinterpret_cast<bf16*>(smem);  // [kv_bufs][BN][D]   wgmma layout, by item parity
+  bf16* sV = sK + kKvBufs * BN * D;          // [kv_bufs][BN][D]
+  bf16* sQ = sV + kKvBufs * BN * D;          // [2][BM][D]   by step parity
   bf16* sdO = sQ + 2 * BM * D;               // [2][BM][D]
   bf16* sdSt = sdO + 2 * BM * D;             // [BN][BM]  dSᵀ, keys × queries
   float* sDq = reinterpret_cast<float*>(sdSt + BN * BM);   // tma: [dq_bufs][BM·D] boxes
@@ -192,28 +197,14 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     return kOwner ? (u < heads ? u * n_blocks : items) : u;
   };
 
-  auto k_of = [&](int it) {  // item it's K in qkv (V follows H·D columns on)
+  auto load_kv = [&](int it, int kv_buf) {
     const int bh = item_bh(it);
-    return p.qkv + int64_t(bh / p.H) * p.T * p.qkv_row_stride + int64_t(p.H + bh % p.H) * D;
-  };
-  // Item it's K, and V unless with_v is false, into buffer kv_buf (V: 0 with one V buffer),
-  // by all threads.
-  auto load_kv = [&](int it, int kv_buf, bool with_v) {
-    const bf16* k = k_of(it);
+    const bf16* k = p.qkv + int64_t(bh / p.H) * p.T * p.qkv_row_stride + int64_t(p.H + bh % p.H) * D;
     const int n0 = item_n(it) * BN;
-    constexpr bool kRolled = kVBufs == 1;  // (D = 128: dK and dV are live, no registers to spare)
+    constexpr bool kRolled = kKvBufs == 1;  // (loaded while dK and dV are live: no registers to spare)
     sm90::load_tile_async<BN, D, Tile::kThreads, kRolled>(sK + kv_buf * BN * D, k, p.qkv_row_stride, n0, p.T, tid);
-    if (with_v)
-      sm90::load_tile_async<BN, D, Tile::kThreads, kRolled>(sV + (kVBufs == 1 ? 0 : kv_buf) * BN * D,
-                                                            k + int64_t(p.H) * D, p.qkv_row_stride, n0, p.T, tid);
-  };
-  // One V buffer: warpgroup wg's 64 rows of item it's V, by its 128 threads, in the
-  // previous item's last step once this warpgroup's dV is done (its dPᵀ, the only reader
-  // of those rows, long before).
-  auto load_v_rows = [&](int it) {
-    sm90::load_tile_async<64, D, 128, /*kRolled=*/true, BN>(sV + wg * 64 * 64, k_of(it) + int64_t(p.H) * D,
-                                                            p.qkv_row_stride, item_n(it) * BN + wg * 64, p.T,
-                                                            tid % 128);
+    sm90::load_tile_async<BN, D, Tile::kThreads, kRolled>(sV + kv_buf * BN * D, k + int64_t(p.H) * D,
+                                                          p.qkv_row_stride, n0, p.T, tid);
   };
   // Q, dO, LSE and D of query tile m of item it into buffer buf, by TMA from thread 0,
   // completing on q_full[buf]. Q and dO rows >= T arrive as zeros (outside the tensor);
@@ -243,7 +234,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     sm90::fence_mbar_init();
   }
   __syncthreads();
-  load_kv(item, 0, true);
+  if (kKvBufs == 2) load_kv(item, 0);  // (one buffer: at the item's first step)
   cp_async_commit();
   if (tid == 0) {
     issue_q_tile(item, m, 0);
@@ -263,10 +254,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // One step = one query tile m of one item. Thread 0 issues the next step's Q tile (TMA)
   // at the start of each step, into the other buffer. Each step commits one cp.async
   // group (owner mode: two, the first this step's dQ partial when it is the tile's last
-  // contribution): at an item's first step the next item's K and V (with one V buffer
-  // K only), else nothing; with one V buffer the last step commits one more, the next
-  // item's V. So an item's first step waits for all groups: the next item's K (and V)
-  // load during the whole of this item (V: during its last step).
+  // contribution): at an item's first step the next item's K and V (two K/V buffers),
+  // else nothing. So an item's first step waits for all groups: the next item's K and V
+  // load during the whole of this item.
   int step = 0;  // steps done by this block: the Q buffer is its parity
   int ordinal = 0;  // units begun before this one (atomic mode: a unit is an item)
   // TMA dQ: each step writes its dQ tile to shared memory, slot buf (the step parity)
@@ -298,8 +288,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const int buf = step & 1;
     const bool first_step = m == first_m(item);
     const int n_block = item_n(item);
-    // K/V buffer: the parity of the items begun before this one (one V buffer: always 0).
-    const int kv_buf = (kOwner ? ordinal * n_blocks + n_block : ordinal) & 1;
+    // K/V buffer: the parity of the items begun before this one.
+    const int kv_buf = kKvBufs == 1 ? 0 : (kOwner ? ordinal * n_blocks + n_block : ordinal) & 1;
     // Owner mode: this step's dQ contribution is the query tile's first (a TMA store)
     // or its last (added to the partial, scaled, rounded to bf16 into dqkv).
     const bool dq_first = n_block == 0;
@@ -326,6 +316,15 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         __syncthreads();
       }
     }
+    if constexpr (kKvBufs == 1) {
+      if (first_step) {  // one K/V buffer, free now: the item's K and V, waited for here
+        load_kv(item, 0);
+        cp_async_commit();
+        cp_async_wait<0>();
+        sm90::fence_proxy_async();
+        __syncthreads();
+      }
+    }
     if constexpr (kOwner) {
       if (dq_last && !dq_first) {  // the partial of query tile m, by the other contributions
         const int64_t bh = item_bh(item);
@@ -343,7 +342,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const int next_item = kOwner && n_block + 1 < n_blocks ? item + 1 : sItem[(ordinal + 1) & 1];
     const bool same_item = m + 1 < m_blocks;  // else the next item's first query tile
     const int q_item = same_item ? item : next_item;
-    if (first_step && next_item < items) load_kv(next_item, kv_buf ^ 1, /*with_v=*/kVBufs == 2);
+    // (One K/V buffer: the next item's K and V load at its first step, above.)
+    if (kKvBufs == 2 && first_step && next_item < items) load_kv(next_item, kv_buf ^ 1);
     cp_async_commit();
 
     const int n0 = n_block * BN;
@@ -351,7 +351,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const uint32_t q_base = smem_u32(sQ + buf * BM * D), do_base = smem_u32(sdO + buf * BM * D);
     // Rebuilt each step rather than kept live across the loop (no spills at D = 128).
     const uint32_t k_base = sm90::opaque(smem_u32(sK) + kv_buf * (BN * D * 2));
-    const uint32_t v_base = sm90::opaque(smem_u32(sV) + (kVBufs == 1 ? 0 : kv_buf) * (BN * D * 2));
+    const uint32_t v_base = sm90::opaque(smem_u32(sV) + kv_buf * (BN * D * 2));
     const uint32_t dst_base = sm90::opaque(smem_u32(sdSt));
     // This warpgroup's 64 keys as the A operand: rows 64·wg.. of column block 0.
     const uint32_t k_rows = k_base + wg * 64 * 128, v_rows = v_base + wg * 64 * 128;
@@ -418,7 +418,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // dQ goes to shared memory. At D = 64 either order spills (Pᵀ's or dSᵀ's registers
     // stay live longer) and both are issued together once dSᵀ is ready.
     constexpr bool kSpreadDkDv = kTmaDq && D == 128;
-    static_assert(kVBufs == 2 || kSpreadDkDv, "one V buffer: the next item's V rows load once dV is done");
     uint32_t pa[BM / 16][4], dsa[BM / 16][4];
     auto issue_dv = [&] {
 #pragma unroll
@@ -467,10 +466,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if constexpr (kSpreadDkDv) {  // dV: done with Pᵀ's registers before dQ needs registers
       sm90::wgmma_wait<0>();
       sm90::fence_accumulators(dv);
-      if (kVBufs == 1 && m + 1 == m_blocks && next_item < items) {
-        load_v_rows(next_item);  // this warpgroup's V rows are read no more this item
-        cp_async_commit();
-      }
     }
     if constexpr (kOwner) cp_async_wait<1>();  // this step's dQ partial (if any) has landed
     // TMA dQ: the reduce that last read this step's dQ slot is done reading it (issued
@@ -600,7 +595,6 @@ template <class Tile, bool kCausal, bool kOwner, bool kTmaDq>
 void launch_main(const FlashParams& p, int64_t grid, cudaStream_t stream) {
   auto kernel = flash_bwd_sm90_kernel<Tile, kCausal, kOwner, kTmaDq>;
   constexpr size_t smem = Tile::smem_bytes(kOwner, kTmaDq);
-  static_assert(smem <= 227 * 1024, "a Hopper block's shared memory holds 227 KB");
   static const bool opted_in = opt_in_dynamic_smem(kernel, smem);  // once
   (void)opted_in;
   constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM;

@@ -34,10 +34,8 @@ __device__ __forceinline__ int tile_offset(int row, int col) {
 
 // Copies rows [row0, row0 + kRows) x kCols of a (T, row_stride) bf16 matrix into a
 // wgmma-layout tile; rows >= T become zeros. kRolled: a loop, not unrolled (fewer live
-// registers where the caller has few to spare). kLayoutRows: the rows of the tile whose
-// layout is written (tile then points at one of its rows, a multiple of 8: a band of a
-// taller tile).
-template <int kRows, int kCols, int kThreads, bool kRolled = false, int kLayoutRows = kRows>
+// registers where the caller has few to spare).
+template <int kRows, int kCols, int kThreads, bool kRolled = false>
 __device__ __forceinline__ void load_tile_async(bf16* tile, const bf16* src, int64_t row_stride,
                                                 int row0, int T, int tid) {
   constexpr int kChunksPerRow = kCols / 8;
@@ -49,7 +47,7 @@ __device__ __forceinline__ void load_tile_async(bf16* tile, const bf16* src, int
     const int r = i / kChunksPerRow, c = (i % kChunksPerRow) * 8;
     const bool in_range = row0 + r < T;
     const bf16* g = src + int64_t(in_range ? row0 + r : 0) * row_stride + c;
-    cp_async_16(smem_u32(tile + tile_offset<kLayoutRows>(r, c)), g, in_range);
+    cp_async_16(smem_u32(tile + tile_offset<kRows>(r, c)), g, in_range);
   }
 }
 
