@@ -70,11 +70,6 @@
 #include "kernels/cuda/attention/tma_sm90.cuh"
 #include "kernels/cuda/attention/wgmma_sm90.cuh"
 
-// The 8-query tiles (mod 8) whose exponentials take poly_exp2 (split_exp2; 0: none).
-#ifndef FLASHGPT_BWD_POLY_EXP2_MASK
-#define FLASHGPT_BWD_POLY_EXP2_MASK 0x88
-#endif
-
 namespace flashgpt::cuda::attn {
 namespace {
 
@@ -413,7 +408,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           const int key = n0 + warp_key0 + g + (i >> 1) * 8, qry = q0 + col;
           if (qry >= p.T || key >= p.T || (kCausal && key > qry)) x = -INFINITY;
         }
-        s[nt][i] = split_exp2<FLASHGPT_BWD_POLY_EXP2_MASK>(fmaf(x, p.scale_log2, -cLse[col] * kLog2e), nt);
+        s[nt][i] = fast_exp2(fmaf(x, p.scale_log2, -cLse[col] * kLog2e));
       }
     // Pᵀ and dSᵀ as bf16 A fragments (k-step kk = queries 16kk..) for dV += Pᵀ·dO and
     // dK += dSᵀ·Q (k-step kk is queries 16kk.. = 16 rows of 128 bytes; the head dim spans

@@ -7,11 +7,6 @@
 #include "kernels/cuda/attention/flash_params.h"
 #include "kernels/cuda/attention/sm80_primitives.cuh"
 
-// The 8-key tiles (mod 8) whose exponentials take poly_exp2 (split_exp2; 0: none).
-#ifndef FLASHGPT_FWD_POLY_EXP2_MASK
-#define FLASHGPT_FWD_POLY_EXP2_MASK 0xA4
-#endif
-
 namespace flashgpt::cuda::attn {
 
 // Scores of keys >= T, and (causal) of keys after the query, become -inf.
@@ -67,7 +62,7 @@ __device__ __forceinline__ void softmax_step(float (&s)[Tile::kMTiles][Tile::kNT
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           float& x = s[mt][nt][2 * half + j];
-          x = split_exp2<FLASHGPT_FWD_POLY_EXP2_MASK>(fmaf(x, scale_log2, -m_scaled), nt);
+          x = fast_exp2(fmaf(x, scale_log2, -m_scaled));
           sum += x;
         }
       row_sum[mt][half] = row_sum[mt][half] * alpha[mt][half] + sum;

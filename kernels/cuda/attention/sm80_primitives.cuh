@@ -148,35 +148,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// 2^x by a polynomial on the FMA pipe instead of the special-function unit, for x <= 0
-// (or slightly above) and -inf, as attention's exponentials are: FlashAttention-4's way to
-// take part of the softmax off the special-function unit, whose 16 results a clock per SM
-// are what the tensor cores wait on at head dim 64. x = j + f with j = round(x) (the
-// 1.5·2^23 trick) and f in [-0.5, 0.5]; 2^f by a cubic fitted for the least largest
-// relative error on that range (7.5e-5, against bf16's 2^-9 rounding of P); j goes into
-// the exponent field by an integer add. Below -125 (where 2^j·2^f could leave the normal
-// range; ex2.approx.ftz flushes below -126) and at -inf: 0.
-__device__ __forceinline__ float poly_exp2(float x) {
-  constexpr float kRound = 12582912.f;  // 1.5·2^23
-  const float xc = fmaxf(x, -125.f);
-  const float t = xc + kRound;  // round(xc) in the low mantissa bits of t
-  const float f = xc - (t - kRound);
-  const float p = fmaf(fmaf(fmaf(0.05517145f, f, 0.24261062f), f, 0.69326097f), f, 0.99992812f);
-  const float y = __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-  return x < -125.f ? 0.f : y;
-}
-// 2^x for an element of 8-column accumulator tile nt: by poly_exp2 where bit nt mod 8 of
-// kPolyMask is set, else on the special-function unit (mask 0: all there). By tile mod 8,
-// so that which scores take the polynomial depends on the key (or query) index mod 64
-// only, not on a kernel's tile shape: kernels that must agree bit for bit still do.
-template <unsigned kPolyMask>
-__device__ __forceinline__ float split_exp2(float x, int nt) {
-  if constexpr (kPolyMask != 0) {
-    if ((kPolyMask >> (nt % 8)) & 1u) return poly_exp2(x);
-  }
-  return fast_exp2(x);
-}
-
 // Reductions over the 4 threads (a "quad") that share one accumulator row.
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
