@@ -57,7 +57,7 @@ for t in "${trees[@]}"; do
     *.tgz|*.tar.gz) kinds+=(tree) ;;
     *.patch|*.diff) kinds+=(patch)
       # Only library sources: a header would need every file that includes it rebuilt.
-      if [[ -f $file ]] && grep -E '^\+\+\+ ' "$file" | grep -vqE '^\+\+\+ [^/ ]+/(kernels|src|layers|optim|data|train)/.*\.(cu|cpp)$'; then
+      if [[ -f $file ]] && grep -E '^\+\+\+ ' "$file" | grep -vqE '^\+\+\+ [^/ ]+/(kernels|src|layers|optim|data|train)/[^[:space:]]*\.(cu|cpp)([[:space:]].*)?$'; then
         echo "ab_bench.sh: $file may change only .cu/.cpp files of the library (not main.cpp, headers or tests)" >&2; exit 2
       fi ;;
     *) echo "ab_bench.sh: '$file' is neither a .tgz tree nor a .patch" >&2; exit 2 ;;
