@@ -14,6 +14,7 @@
 //    for a small matrix may differ.
 // Each test needs 20-45 GiB of device memory and skips on smaller GPUs.
 #include <cuda_bf16.h>
+#include <algorithm>
 #include <cstring>
 #include <tuple>
 #include "kernels/cuda/cuda_kernels.h"
@@ -107,7 +108,10 @@ class CudaInt64 : public CudaTest {
                          cudaMemcpyDeviceToHost), cudaSuccess);
     return h;
   }
-  // A new tensor holding rows [row0, row0 + rows) of t.
+  // A new tensor holding rows [row0, row0 + rows) of t. The copy is checked against the
+  // rows read back from t, so that a failure below is the kernel's and not the copy's (two
+  // runs beside other test processes found rows near a 4 GiB multiple of a tensor differing:
+  // BENCHMARKS.md, fourteenth session).
   Tensor copy_rows(const Tensor& t, int64_t row0, int64_t rows) {
     Tensor s = t;
     s.shape[0] = rows;
@@ -116,15 +120,36 @@ class CudaInt64 : public CudaTest {
     const size_t row_bytes = t.nbytes() / size_t(t.shape[0]);
     EXPECT_EQ(cudaMemcpy(s.data, static_cast<char*>(t.data) + size_t(row0) * row_bytes, s.nbytes(),
                          cudaMemcpyDeviceToDevice), cudaSuccess);
+    EXPECT_EQ(first_difference(host_rows(t, row0, rows), host_rows(s, 0, rows)), s.nbytes())
+        << "the device-to-device copy of rows from " << row0 << " differs from the rows read back (byte offset)";
     return s;
+  }
+  // Rows [row0, row0 + rows) of t (bf16, drawn by fill(t, seed, scale)) hold the values
+  // drawn for them: the tensor's memory itself, apart from any kernel or copy.
+  void expect_drawn(const Tensor& t, int64_t row0, int64_t rows, uint64_t seed, float scale = 1.0f) {
+    const auto h = host_rows(t, row0, rows);
+    const int64_t cols = t.numel() / t.shape[0];
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const bf16 want = __float2bfloat16_rn(scale * uniform_at(uint64_t(row0 * cols + i), seed));
+      if (std::memcmp(&h[size_t(i) * sizeof(bf16)], &want, sizeof(bf16)) != 0) {
+        if (first < 0) first = i;
+        ++bad;
+      }
+    }
+    EXPECT_EQ(bad, 0) << "input rows from " << row0 << " do not hold the values drawn for them, first at element "
+                      << first << " of the slice";
+  }
+  static size_t first_difference(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+      if (a[i] != b[i]) return i;
+    return std::min(a.size(), b.size());
   }
   // Rows [row0, row0 + rows) of big are bitwise those of small.
   void expect_same_rows(const Tensor& big, int64_t row0, const Tensor& small, const std::string& what) {
     const auto a = host_rows(big, row0, small.shape[0]), b = host_rows(small, 0, small.shape[0]);
     ASSERT_EQ(a.size(), b.size());
-    size_t first = a.size();
-    for (size_t i = 0; i < a.size() && first == a.size(); ++i)
-      if (a[i] != b[i]) first = i;
+    const size_t first = first_difference(a, b);
     EXPECT_EQ(first, a.size()) << what << ": rows from " << row0 << " differ from the same rows alone, first at byte "
                                << first << " (element " << int64_t(first / dtype_size(big.dtype)) << " of the slice)";
   }
@@ -177,6 +202,9 @@ TEST_F(CudaInt64, LayerNormPast2To31Elements) {
   gpu_->layernorm_backward(dinp, dw, db, dout, res, w, mean, rstd);
   gpu_->synchronize();
   for (auto [row0, rows, dinp0] : {std::tuple{cross, int64_t(1024), dinp_cross}, std::tuple{tail, int64_t(1000), dinp_tail}}) {
+    expect_drawn(a, row0, rows, 3);
+    expect_drawn(b, row0, rows, 4);
+    expect_drawn(dout, row0, rows, 5);
     Tensor as = copy_rows(a, row0, rows), bs = copy_rows(b, row0, rows), douts = copy_rows(dout, row0, rows);
     Tensor ress = dev(DType::bf16, {rows, C}), outs = dev(DType::bf16, {rows, C});
     Tensor means = dev(DType::f32, {rows}), rstds = dev(DType::f32, {rows});
@@ -407,6 +435,8 @@ TEST_F(CudaInt64, FlashAttentionPast2To31Elements) {
       run(B, qkv, out, lse, delta, dout, dqkv);
       gpu_->synchronize();
       for (int64_t b : {cross, int64_t(B - 1)}) {
+        expect_drawn(qkv, b * T, T, 40);
+        expect_drawn(dout, b * T, T, 41);
         Tensor qs = copy_rows(qkv, b * T, T), dOs = copy_rows(dout, b * T, T);
         Tensor os = dev(DType::bf16, {T, int64_t(H) * D}), dqs = dev(DType::bf16, {T, W});
         Tensor ls = dev(DType::f32, {H, T}), dls = dev(DType::f32, {H, T});
