@@ -106,15 +106,6 @@ int backward_max_blocks() {
   return device_sm_count();
 }
 
-// The sm90 backward's item order (FLASHGPT_ATTENTION_BWD_ORDER): head (the default):
-// (batch, head) major, a head's key tiles in order; key: key tile major.
-bool backward_head_major() {
-  const char* env = std::getenv("FLASHGPT_ATTENTION_BWD_ORDER");
-  const std::string v = env && *env ? env : "head";
-  if (v != "head" && v != "key") fail_input("FLASHGPT_ATTENTION_BWD_ORDER must be head or key, got '", v, "'");
-  return v == "head";
-}
-
 void check_tensor(const Tensor& t, const char* name, DType dtype, int64_t numel) {
   if (!t.defined()) fail_input("flash attention: ", name, " is not set");
   if (t.device != Device::cuda) fail_input("flash attention: ", name, " must be on the GPU");
@@ -231,7 +222,6 @@ void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaS
   // Every dQ mode of the sm90 backward adds with float atomics: the deterministic mode runs the sm80 kernels.
   if (path == Path::sm90 && !deterministic) {
     const int max_blocks = backward_max_blocks();
-    p.bwd_head_major = backward_head_major();
     const attn::DqMode dq =
         attn::choose_dq_mode(std::getenv("FLASHGPT_ATTENTION_BWD_DQ"), a.B, a.H, device_sm_count());
     if (a.D == 64)

@@ -187,9 +187,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const int heads = p.B * p.H;
   const int n_blocks = (p.T + BN - 1) / BN, m_blocks = (p.T + BM - 1) / BM;
   const int items = n_blocks * heads;
-  const bool head_major = kOwner || p.bwd_head_major;
-  auto item_n = [&](int it) { return head_major ? it % n_blocks : it / heads; };  // key tile
-  auto item_bh = [&](int it) { return head_major ? it / n_blocks : it % heads; };
+  auto item_n = [&](int it) { return kOwner ? it % n_blocks : it / heads; };  // key tile
+  auto item_bh = [&](int it) { return kOwner ? it / n_blocks : it % heads; };
   // Causal: queries before an item's first key see none of it.
   auto first_m = [&](int it) { return kCausal ? item_n(it) * BN / BM : 0; };
   // The first item of the unit claimed now (past the end: items).
