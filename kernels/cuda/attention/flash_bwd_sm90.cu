@@ -172,10 +172,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const int wg = warp / 4, g = lane >> 2, t = lane & 3;
   const int warp_key0 = wg * 64 + (warp % 4) * 16;  // this warp's first key within the tile
 
-  // Work items: one per (key tile, batch·head). Under a causal mask the tma and atomic
-  // modes number them key tile major, so that the items with the most query tiles come
-  // first (head major measured 4.5-11% slower there: one head's long items left for the
-  // end), with a full mask (batch·head) major (below). Block x
+  // Work items: one per (key tile, batch·head). Atomic mode numbers them key tile major,
+  // so that under a causal mask the items with the most query tiles come first. Block x
   // starts with item x; every further item comes from the counter p.item_counter (zeroed
   // before the launch), in order, to whichever block asks first: the longest items
   // first, and no block left with more than its share. With a block per item, each
@@ -189,11 +187,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const int heads = p.B * p.H;
   const int n_blocks = (p.T + BN - 1) / BN, m_blocks = (p.T + BM - 1) / BM;
   const int items = n_blocks * heads;
-  // Full masks (every item as long) number them (batch·head) major in every mode: the
-  // blocks then work on one head's key tiles at once, whose Q, dO and dQ stay in L2.
-  constexpr bool kHeadMajor = kOwner || !kCausal;
-  auto item_n = [&](int it) { return kHeadMajor ? it % n_blocks : it / heads; };  // key tile
-  auto item_bh = [&](int it) { return kHeadMajor ? it / n_blocks : it % heads; };
+  auto item_n = [&](int it) { return kOwner ? it % n_blocks : it / heads; };  // key tile
+  auto item_bh = [&](int it) { return kOwner ? it / n_blocks : it % heads; };
   // Causal: queries before an item's first key see none of it.
   auto first_m = [&](int it) { return kCausal ? item_n(it) * BN / BM : 0; };
   // The first item of the unit claimed now (past the end: items).
