@@ -13,7 +13,8 @@
 #   device's free memory (CudaMemory.*) or need tens of GiB of it (CudaInt64.*) then run
 #   alone, after the shards. (CudaInt64's layernorm and attention tests failed beside
 #   three other shards in two runs on an H200, data near a 4 GiB multiple of a tensor
-#   differing, and passed alone: BENCHMARKS.md, fourteenth session.)
+#   differing, and passed alone, and beside a 60 GiB matmul process: BENCHMARKS.md,
+#   fourteenth and fifteenth sessions.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 filter=${FLASHGPT_TEST_FILTER:-'*Cuda*'}

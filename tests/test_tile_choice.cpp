@@ -11,6 +11,7 @@ namespace flashgpt {
 namespace {
 
 using cuda::attn::parse_tile_choice;
+using cuda::attn::sm80_tile;
 using cuda::attn::sm90ws_forward_tile;
 constexpr const char* kVar = "FLASHGPT_ATTENTION_FWD_TILE";
 
@@ -31,6 +32,12 @@ TEST(TileChoice, AnythingElseIsAnInputErrorNamingTheVariable) {
       EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
     }
   }
+}
+
+TEST(TileChoice, Sm80TakesTheRequestedTileAndTileZeroWhenUnset) {
+  EXPECT_EQ(sm80_tile(parse_tile_choice(kVar, nullptr)), 0);
+  EXPECT_EQ(sm80_tile(0), 0);
+  EXPECT_EQ(sm80_tile(1), 1);
 }
 
 TEST(TileChoice, Sm90wsTakesThreeConsumersAtHeadDim64UnlessCausalAndShort) {

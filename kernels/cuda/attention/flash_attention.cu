@@ -165,13 +165,13 @@ void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
   const int fwd_tile = tile_choice("FLASHGPT_ATTENTION_FWD_TILE");
   switch (choose_path(Pass::forward)) {
     case Path::sm80: {
-      const int sm80_tile = std::max(fwd_tile, 0);  // unset: tile 0
+      const int tile = attn::sm80_tile(fwd_tile);
       if (a.D == 64)
-        a.causal ? attn::launch_fwd_sm80<64, /*kCausal=*/true>(p, sm80_tile, stream)
-                 : attn::launch_fwd_sm80<64, /*kCausal=*/false>(p, sm80_tile, stream);
+        a.causal ? attn::launch_fwd_sm80<64, /*kCausal=*/true>(p, tile, stream)
+                 : attn::launch_fwd_sm80<64, /*kCausal=*/false>(p, tile, stream);
       else
-        a.causal ? attn::launch_fwd_sm80<128, /*kCausal=*/true>(p, sm80_tile, stream)
-                 : attn::launch_fwd_sm80<128, /*kCausal=*/false>(p, sm80_tile, stream);
+        a.causal ? attn::launch_fwd_sm80<128, /*kCausal=*/true>(p, tile, stream)
+                 : attn::launch_fwd_sm80<128, /*kCausal=*/false>(p, tile, stream);
       break;
     }
     case Path::sm90:
@@ -217,7 +217,7 @@ void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaS
   p.delta = a.delta.as<float>();
   p.dq_accum = static_cast<float*>(workspace);
   if (workspace) p.item_counter = reinterpret_cast<int*>(p.dq_accum + size_t(a.B) * a.H * a.T * a.D);
-  const int bwd_tile = std::max(tile_choice("FLASHGPT_ATTENTION_BWD_TILE"), 0);
+  const int bwd_tile = attn::sm80_tile(tile_choice("FLASHGPT_ATTENTION_BWD_TILE"));
   const Path path = choose_path(Pass::backward);
   // Every dQ mode of the sm90 backward adds with float atomics: the deterministic mode runs the sm80 kernels.
   if (path == Path::sm90 && !deterministic) {

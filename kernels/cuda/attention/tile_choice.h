@@ -17,6 +17,9 @@ inline int parse_tile_choice(const char* var, const char* value) {
   return v == "1" ? 1 : 0;
 }
 
+// The sm80 kernels' tile (forward and backward): the one requested, tile 0 when unset.
+inline int sm80_tile(int requested) { return requested >= 0 ? requested : 0; }
+
 // The sm90ws forward's tile for head dim D, T tokens, causal or not; `requested` < 0
 // (the knob unset) chooses. Measured on an H200 (BENCHMARKS.md "Twelfth session", call 3,
 // the 21 shapes of the sweep, every tile with the overlapped step): at D = 64 three
