@@ -9,10 +9,13 @@
 #   OUT_details.txt   ncu's details page (speed of light, occupancy, warp states, ...)
 #   OUT_sass.csv      per SASS instruction: executions, warp-state samples by reason
 #   OUT_stalls.txt    scripts/ncu_stalls.py's summary of OUT_sass.csv
+#   OUT_raw.csv       every metric (the raw page): scripts/ncu_summary.py OUT_raw.csv
+#                     [OTHER_raw.csv ...] puts the ones that say what holds a kernel in
+#                     one table, a column per report
 # e.g. scripts/ncu_profile.sh /tmp/bwd flash_bwd_sm90 -- build/flashgpt bench attention \
 #        --batch 4 --heads 16 --seq 4096 --head-dim 128 --full --warmup 3 --iters 1
 set -euo pipefail
-if [[ $# -lt 4 ]]; then sed -n '2,13p' "$0" >&2; exit 2; fi
+if [[ $# -lt 4 ]]; then sed -n '2,16p' "$0" >&2; exit 2; fi
 out=$1 kernel=$2; shift 2
 skip=3
 if [[ $1 != -- ]]; then skip=$1; shift; fi
@@ -24,4 +27,5 @@ ncu --clock-control none -k "regex:$kernel" --launch-skip "$skip" --launch-count
 ncu -i "$out.ncu-rep" --page details > "${out}_details.txt"
 ncu -i "$out.ncu-rep" --page source --csv --print-source sass > "${out}_sass.csv"
 python3 "$here/ncu_stalls.py" "${out}_sass.csv" > "${out}_stalls.txt"
-echo "ncu_profile.sh: ${out}_details.txt, ${out}_sass.csv, ${out}_stalls.txt"
+ncu -i "$out.ncu-rep" --page raw --csv > "${out}_raw.csv"
+echo "ncu_profile.sh: ${out}_details.txt, ${out}_sass.csv, ${out}_stalls.txt, ${out}_raw.csv"
