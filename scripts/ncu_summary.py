@@ -30,11 +30,17 @@ STALL_END = "_per_issue_active.ratio"
 
 def read_raw(path):
     """The metric -> (unit, value) of a raw page with one kernel (the first one if more)."""
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))
+    except OSError as e:
+        sys.exit(f"ncu_summary.py: cannot read {path}: {e.strerror}")
     if len(rows) < 3:
         sys.exit(f"ncu_summary.py: {path} holds no kernel (want the CSV of `ncu --page raw --csv`)")
-    return {h: (u, v) for h, u, v in zip(rows[0], rows[1], rows[2])}
+    metrics = {h: (u, v) for h, u, v in zip(rows[0], rows[1], rows[2])}
+    if not any(name in metrics for _, name, _ in ROWS):
+        sys.exit(f"ncu_summary.py: {path} has none of the metrics of this table (want `ncu --page raw --csv`)")
+    return metrics
 
 
 def number(metrics, name):
