@@ -61,9 +61,11 @@ else
     [[ $r == 0 ]] || rc=$r
   done
   # The serial part, alone on the GPU: those of them the caller's filter selects
-  # (gtest's list: suite lines end in '.', test lines are indented).
+  # (gtest's list: suite lines end in '.', test lines are indented; the suites of
+  # $serial as an extended regex).
+  suites=${serial//.\*/}
   alone=$("$build/flashgpt_tests" --gtest_filter="$filter" --gtest_list_tests |
-          awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }' | grep -E '^Cuda(Memory|Int64)\.' | paste -sd: -)
+          awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }' | grep -E "^(${suites//:/|})\." | paste -sd: -)
   if [[ -n "$alone" ]]; then
     run_tests "$alone" "$out/serial.log"; r=$?
     cat "$out/serial.log"

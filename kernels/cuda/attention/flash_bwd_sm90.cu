@@ -260,17 +260,19 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   int step = 0;  // steps done by this block: the Q buffer is its parity
   int ordinal = 0;  // units begun before this one (atomic mode: a unit is an item)
   // TMA dQ: each step writes its dQ tile to shared memory, slot buf (the step parity)
-  // with two slots, else slot 0, and thread 0 hands it to the TMA unit in the next step,
-  // after its first barrier (the writes are visible then): the tile of query row q0 of
-  // (batch·head) bh, added (or, owner mode's first contribution, stored), which thread 0
-  // keeps in sDqPending {q0, bh, store} (q0 < 0: none; shared, not registers).
+  // with two slots, else slot 0 (dq_slot), and thread 0 hands it to the TMA unit in the
+  // next step, after its first barrier (the writes are visible then): the tile of query
+  // row q0 of (batch·head) bh, added (or, owner mode's first contribution, stored), which
+  // thread 0 keeps in sDqPending {q0, bh, store} (q0 < 0: none; shared, not registers).
   __shared__ int4 sDqPending;
   if (kTmaDq && tid == 0) sDqPending = make_int4(-1, 0, 0, 0);
-  auto issue_pending_dq = [&](int slot) {
+  auto dq_slot = [](int step_parity) { return kDqBufs == 2 ? step_parity : 0; };
+  // The pending tile, written at a step of parity step_parity.
+  auto issue_pending_dq = [&](int step_parity) {
     if (tid != 0) return;
     const int4 pending = sDqPending;
     if (pending.x < 0) return;
-    const float* tile = sDq + slot * BM * D;
+    const float* tile = sDq + dq_slot(step_parity) * BM * D;
     constexpr int kBoxFloats = Tile::kDqBoxRows * Tile::kDqBoxCols;
 #pragma unroll
     for (int rb = 0; rb < BM / Tile::kDqBoxRows; ++rb)
@@ -303,7 +305,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if constexpr (kOwner) {
       // The last step's dQ tile, here so that the waits below cover it (tma mode hands it
       // over once this step's matmuls are issued; owner mode measured 1-2% slower so).
-      issue_pending_dq(kDqBufs == 2 ? buf ^ 1 : 0);
+      issue_pending_dq(buf ^ 1);
       // The TMA's writes into dQ are complete before the kernel reads them (the partial
       // of a tile's last contribution) or adds to them: the first contributions are
       // stores, all made in the unit's first key tile, and nothing orders a later add to
@@ -386,7 +388,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // in front of it: the next step's query tile into the other buffer (free since the
     // barrier above) and, tma mode, the last step's dQ tile (written before that barrier).
     if (tid == 0 && q_item < items) issue_q_tile(q_item, same_item ? m + 1 : first_m(next_item), buf ^ 1);
-    if constexpr (kTmaDq && !kOwner) issue_pending_dq(kDqBufs == 2 ? buf ^ 1 : 0);
+    if constexpr (kTmaDq && !kOwner) issue_pending_dq(buf ^ 1);
     // The claim of the item after next (ordinal + 2), while the tensor cores work on Sᵀ
     // and dPᵀ: the atomic's round trip stalls only warp 0, and the number lands in the
     // slot read after the next step's barrier (thread 0 wrote the other slot).
@@ -503,7 +505,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       // rows whose 16-byte chunks are XOR-swizzled by row % 8, as the TMA reads them);
       // rows >= T too (the TMA skips them). Each float2 store of a warp: 2 wavefronts.
       // (The address is laundered: hoisted out of the loop, the 16 addresses would spill.)
-      const uint32_t tile = sm90::opaque(smem_u32(sDq) + (kDqBufs == 2 ? buf : 0) * BM * D * 4);
+      const uint32_t tile = sm90::opaque(smem_u32(sDq) + dq_slot(buf) * BM * D * 4);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int r = dq_q0 + (warp % 4) * 16 + g + 8 * half, rr = r % Tile::kDqBoxRows;
@@ -582,7 +584,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   if constexpr (kTmaDq) {  // the last tile, and shared memory stays until it is read
     sm90::fence_proxy_async();
     __syncthreads();
-    issue_pending_dq(kDqBufs == 2 ? (step - 1) & 1 : 0);
+    issue_pending_dq((step - 1) & 1);
     if (tid == 0) sm90::bulk_wait_all();
   }
 #else
