@@ -457,14 +457,18 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     }
 
     // dSᵀ → shared memory while dV (and, but for kSpreadDkDv, dK) run. A fragment register
-    // r of k-step kk holds the bf16 pair (row g + 8·(r&1), columns 16kk + 8·(r>>1) + 2t, +1).
+    // r of k-step kk holds the bf16 pair (row g + 8·(r&1), columns 16kk + 8·(r>>1) + 2t, +1):
+    // register r of every lane is the 8x8 matrix of rows 8·(r&1).. and columns 16kk +
+    // 8·(r>>1).., so one stmatrix a k-step stores them all; lane l gives the address of row
+    // l%8 of matrix l/8 (a 16-byte chunk of the swizzled tile).
+    // (tile_offset's 16-byte chunk of column 16kk + 8·(mat>>1) is 2kk mod 8 XOR x below.)
+    {
+      const int mat = lane >> 3, row = warp_key0 + 8 * (mat & 1) + (lane & 7), x = (mat >> 1) ^ (lane & 7);
+      const uint32_t row_addr = dst_base + row * 128;
 #pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int row = warp_key0 + g + 8 * (r & 1), col = kk * 16 + 8 * (r >> 1) + 2 * t;
-        *reinterpret_cast<uint32_t*>(sdSt + sm90::tile_offset<BN>(row, col)) = dsa[kk][r];
-      }
+      for (int kk = 0; kk < BM / 16; ++kk)
+        sm90::stmatrix_x4(row_addr + (kk >> 2) * (BN * 128) + (((2 * kk) & 7) ^ x) * 16, dsa[kk]);
+    }
     if constexpr (kSpreadDkDv) {  // dV: done with Pᵀ's registers before dQ needs registers
       sm90::wgmma_wait<0>();
       sm90::fence_accumulators(dv);

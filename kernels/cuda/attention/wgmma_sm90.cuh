@@ -64,6 +64,15 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t smem_addr, uint32_t lbo, 
   return d;
 }
 
+// Four 8x8 b16 matrices from registers into shared memory (stmatrix, sm_90): register j of
+// every lane goes to matrix j, at the place the mma fragment layout gives it (row lane/4,
+// columns 2(lane%4), +1); lanes 8j..8j+7 give the addresses of matrix j's 8 rows (16
+// bytes each). One instruction where four 32-bit stores would be.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
+               : "memory");
+}
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int kPending>
