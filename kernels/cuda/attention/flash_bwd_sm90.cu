@@ -187,8 +187,20 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const int heads = p.B * p.H;
   const int n_blocks = (p.T + BN - 1) / BN, m_blocks = (p.T + BM - 1) / BM;
   const int items = n_blocks * heads;
-  auto item_n = [&](int it) { return kOwner ? it % n_blocks : it / heads; };  // key tile
-  auto item_bh = [&](int it) { return kOwner ? it / n_blocks : it % heads; };
+  // tma and atomic modes: groups of p.bwd_head_group (batch·head)s one after the other,
+  // each key tile major (1: (batch·head) major; all of them: key tile major).
+  const int group = std::min(std::max(p.bwd_head_group, 1), heads);
+  auto group_first = [&](int it) { return it / (group * n_blocks) * group; };
+  auto item_n = [&](int it) {  // key tile
+    if (kOwner) return it % n_blocks;
+    const int g0 = group_first(it);
+    return (it - g0 * n_blocks) / min(group, heads - g0);
+  };
+  auto item_bh = [&](int it) {
+    if (kOwner) return it / n_blocks;
+    const int g0 = group_first(it);
+    return g0 + (it - g0 * n_blocks) % min(group, heads - g0);
+  };
   // Causal: queries before an item's first key see none of it.
   auto first_m = [&](int it) { return kCausal ? item_n(it) * BN / BM : 0; };
   // The first item of the unit claimed now (past the end: items).
