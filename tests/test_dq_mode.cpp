@@ -10,6 +10,7 @@ namespace flashgpt {
 namespace {
 
 using cuda::attn::choose_dq_mode;
+using cuda::attn::choose_head_group;
 using cuda::attn::DqMode;
 constexpr int64_t kSms = 132;
 
@@ -49,6 +50,38 @@ TEST(DqMode, ARequestedModeIsTaken) {
 TEST(DqMode, AnUnknownRequestIsAnInputError) {
   for (const char* bad : {"owners", "TMA", "atomics", " auto"})
     EXPECT_THROW(choose_dq_mode(bad, 64, 12, kSms), InputError) << bad;
+}
+
+constexpr int64_t kL2 = 50 << 20;  // an H200's L2: 50 MiB
+
+TEST(HeadGroup, AutoFitsTheGroupsRowsInTheL2) {
+  // T·D·8 bytes a pair: 8 MiB at D = 64, T = 16K. Causal masks: 4/3 of the L2 (66.7 MiB),
+  // full masks: 2/3 (33.3 MiB).
+  EXPECT_EQ(choose_head_group(nullptr, 32, 16384, 64, /*causal=*/true, kL2), 8);
+  EXPECT_EQ(choose_head_group("auto", 32, 16384, 64, /*causal=*/false, kL2), 4);
+  EXPECT_EQ(choose_head_group("", 12, 65536, 64, /*causal=*/true, kL2), 2);   // 32 MiB a pair
+  EXPECT_EQ(choose_head_group(nullptr, 32, 8192, 128, /*causal=*/false, kL2), 4);
+  // At least one pair, however long the sequence; at most every pair.
+  EXPECT_EQ(choose_head_group(nullptr, 12, 1 << 20, 64, /*causal=*/true, kL2), 1);
+  EXPECT_EQ(choose_head_group(nullptr, 12, 1 << 20, 128, /*causal=*/false, kL2), 1);
+  EXPECT_EQ(choose_head_group(nullptr, 3, 1024, 64, /*causal=*/false, kL2), 3);
+  // The budget's edge: 4 pairs of 8 MiB fit in 33.3 MiB, 5 do not; a larger L2 takes more.
+  EXPECT_EQ(choose_head_group(nullptr, 64, 16384, 64, /*causal=*/false, 48 << 20), 4);
+  EXPECT_EQ(choose_head_group(nullptr, 64, 16384, 64, /*causal=*/false, 60 << 20), 5);
+}
+
+TEST(HeadGroup, CausalDim128TakesEveryPair) {
+  EXPECT_EQ(choose_head_group(nullptr, 16, 16384, 128, /*causal=*/true, kL2), 16);
+  EXPECT_EQ(choose_head_group(nullptr, 12, 1 << 20, 128, /*causal=*/true, kL2), 12);
+}
+
+TEST(HeadGroup, ARequestIsTakenUpToEveryPair) {
+  EXPECT_EQ(choose_head_group("all", 32, 16384, 64, true, kL2), 32);
+  EXPECT_EQ(choose_head_group("1", 32, 16384, 64, true, kL2), 1);
+  EXPECT_EQ(choose_head_group("3", 32, 16384, 128, true, kL2), 3);
+  EXPECT_EQ(choose_head_group("100", 32, 16384, 64, false, kL2), 32);
+  for (const char* bad : {"0", "-2", "+2", " 2", "2x", "ALL", "four", "1e3"})
+    EXPECT_THROW(choose_head_group(bad, 32, 16384, 64, true, kL2), InputError) << bad;
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
-// How the sm90 attention backward adds up dQ (FLASHGPT_ATTENTION_BWD_DQ). Host-only, so
-// the CPU tests check the rule (tests/test_dq_mode.cpp).
+// How the sm90 attention backward adds up dQ (FLASHGPT_ATTENTION_BWD_DQ) and in which
+// order it takes its items (FLASHGPT_ATTENTION_BWD_HEAD_GROUP). Host-only, so the CPU
+// tests check the rules (tests/test_dq_mode.cpp).
 #pragma once
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include "src/errors.h"
 
@@ -37,6 +40,40 @@ inline DqMode choose_dq_mode(const char* requested, int64_t B, int64_t H, int64_
   if (v == "owner") return DqMode::owner;
   const int64_t units = B * H, waves = (units + sms - 1) / sms;
   return double(units) / double(waves * sms) >= kOwnerWaveFill ? DqMode::owner : DqMode::tma;
+}
+
+// In tma and atomic modes an item is one key tile of one (batch, head) pair, and the
+// blocks claim items in order: groups of `group` pairs one after the other, key tile
+// major within a group (every pair's first key tile, then every pair's second, ...;
+// causal masks: the longest items first). A group's Q and dO (bf16) and dQ accumulator
+// (fp32), T·D·8 bytes a pair, are what its items read again and again: a group that fits
+// in the L2 reads them from DRAM about once. Owner mode runs whole pairs and ignores it.
+inline int64_t head_group_bytes(int64_t T, int64_t D) { return T * D * 8; }
+
+// The group for `requested` (FLASHGPT_ATTENTION_BWD_HEAD_GROUP: auto, all, or a positive
+// number of pairs; null or empty = auto; anything else is an InputError). auto: as many
+// pairs as fit in 2/3 of the L2 (full masks) or 4/3 of it (causal masks, whose items
+// at any one time cover only part of each pair's rows), at least 1; at D = 128 with a
+// causal mask every pair (one group: key tile major). Measured on an H200 (50 MiB of L2;
+// BENCHMARKS.md, sixteenth session, backward ms with groups of 1, 2, 4, 8 and all): D = 64
+// causal 1 x 32 x 16K 6.52-6.55 with 8 against 6.68-6.74 with all, 64K (12 pairs)
+// 37.76-37.78 with 2 against 38.25; full 1 x 32 x 16K 12.22-12.42 with 1-4 against 12.87,
+// D = 128 full 2 x 16 x 8K 5.93-5.99 with 4 against 6.23-6.32; but D = 128 causal
+// 1 x 16 x 16K 5.91-5.94 with all against 5.98-6.15 with 8 and 6.55-6.66 with 1.
+inline int64_t choose_head_group(const char* requested, int64_t pairs, int64_t T, int64_t D, bool causal,
+                                 int64_t l2_bytes) {
+  const std::string v = requested && *requested ? requested : "auto";
+  if (v == "all") return pairs;
+  if (v != "auto") {
+    char* end = nullptr;
+    const long long g = std::strtoll(v.c_str(), &end, 10);
+    if (*end != '\0' || v[0] < '0' || v[0] > '9' || g < 1)
+      fail_input("FLASHGPT_ATTENTION_BWD_HEAD_GROUP must be auto, all or a positive integer, got '", v, "'");
+    return std::min<int64_t>(g, pairs);
+  }
+  if (causal && D == 128) return pairs;
+  const int64_t budget = causal ? l2_bytes * 4 / 3 : l2_bytes * 2 / 3;
+  return std::clamp<int64_t>(budget / head_group_bytes(T, D), 1, pairs);
 }
 
 }  // namespace flashgpt::cuda::attn

@@ -106,18 +106,6 @@ int backward_max_blocks() {
   return device_sm_count();
 }
 
-// The sm90 backward's item groups (FLASHGPT_ATTENTION_BWD_HEAD_GROUP=N, an experiment's
-// knob): N (batch, head)s at a time, each group key tile major; unset: one group.
-int backward_head_group() {
-  const char* n = std::getenv("FLASHGPT_ATTENTION_BWD_HEAD_GROUP");
-  if (!n || !*n) return 1 << 30;
-  char* end = nullptr;
-  const long g = std::strtol(n, &end, 10);
-  if (*end != '\0' || g < 1 || g > INT32_MAX)
-    fail_input("FLASHGPT_ATTENTION_BWD_HEAD_GROUP must be a positive integer, got '", n, "'");
-  return int(g);
-}
-
 void check_tensor(const Tensor& t, const char* name, DType dtype, int64_t numel) {
   if (!t.defined()) fail_input("flash attention: ", name, " is not set");
   if (t.device != Device::cuda) fail_input("flash attention: ", name, " must be on the GPU");
@@ -234,7 +222,9 @@ void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaS
   // Every dQ mode of the sm90 backward adds with float atomics: the deterministic mode runs the sm80 kernels.
   if (path == Path::sm90 && !deterministic) {
     const int max_blocks = backward_max_blocks();
-    p.bwd_head_group = backward_head_group();
+    static const int l2_bytes = current_device_attribute(cudaDevAttrL2CacheSize);
+    p.bwd_head_group = int(attn::choose_head_group(std::getenv("FLASHGPT_ATTENTION_BWD_HEAD_GROUP"), int64_t(a.B) * a.H,
+                                                   a.T, a.D, a.causal, l2_bytes));
     const attn::DqMode dq =
         attn::choose_dq_mode(std::getenv("FLASHGPT_ATTENTION_BWD_DQ"), a.B, a.H, device_sm_count());
     if (a.D == 64)
