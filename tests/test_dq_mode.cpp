@@ -54,23 +54,30 @@ TEST(DqMode, AnUnknownRequestIsAnInputError) {
 
 constexpr int64_t kL2 = 50 << 20;  // an H200's L2: 50 MiB
 
-TEST(HeadGroup, AutoFitsTheGroupsRowsInTheL2) {
-  // T·D·8 bytes a pair: 8 MiB at D = 64, T = 16K. Causal masks: 4/3 of the L2 (66.7 MiB),
-  // full masks: 2/3 (33.3 MiB).
-  EXPECT_EQ(choose_head_group(nullptr, 32, 16384, 64, /*causal=*/true, kL2), 8);
+TEST(HeadGroup, FullMasksFitTheGroupsRowsInTwoThirdsOfTheL2) {
+  // T·D·8 bytes a pair: 8 MiB at D = 64, T = 16K; 2/3 of the L2 is 33.3 MiB.
+  EXPECT_EQ(choose_head_group(nullptr, 32, 16384, 64, /*causal=*/false, kL2), 4);
   EXPECT_EQ(choose_head_group("auto", 32, 16384, 64, /*causal=*/false, kL2), 4);
-  EXPECT_EQ(choose_head_group("", 12, 65536, 64, /*causal=*/true, kL2), 2);   // 32 MiB a pair
-  EXPECT_EQ(choose_head_group(nullptr, 32, 8192, 128, /*causal=*/false, kL2), 4);
+  EXPECT_EQ(choose_head_group("", 32, 8192, 128, /*causal=*/false, kL2), 4);
+  EXPECT_EQ(choose_head_group(nullptr, 64, 4096, 128, /*causal=*/false, kL2), 8);
   // At least one pair, however long the sequence; at most every pair.
-  EXPECT_EQ(choose_head_group(nullptr, 12, 1 << 20, 64, /*causal=*/true, kL2), 1);
   EXPECT_EQ(choose_head_group(nullptr, 12, 1 << 20, 128, /*causal=*/false, kL2), 1);
   EXPECT_EQ(choose_head_group(nullptr, 3, 1024, 64, /*causal=*/false, kL2), 3);
-  // The budget's edge: 4 pairs of 8 MiB fit in 33.3 MiB, 5 do not; a larger L2 takes more.
+  // The budget's edge: 4 pairs of 8 MiB fit in 32 MiB, 5 do not; a larger L2 takes more.
   EXPECT_EQ(choose_head_group(nullptr, 64, 16384, 64, /*causal=*/false, 48 << 20), 4);
   EXPECT_EQ(choose_head_group(nullptr, 64, 16384, 64, /*causal=*/false, 60 << 20), 5);
 }
 
-TEST(HeadGroup, CausalDim128TakesEveryPair) {
+TEST(HeadGroup, CausalMasksGroupOnlyPairsThatFillHalfTheL2AtDim64) {
+  // Key tile major (every pair) up to T = 51,199 at D = 64 (a pair's rows under 25 MiB)...
+  EXPECT_EQ(choose_head_group(nullptr, 32, 16384, 64, /*causal=*/true, kL2), 32);
+  EXPECT_EQ(choose_head_group(nullptr, 64, 8192, 64, /*causal=*/true, kL2), 64);
+  EXPECT_EQ(choose_head_group(nullptr, 12, 51199, 64, /*causal=*/true, kL2), 12);
+  // ...then groups within 4/3 of the L2 (66.7 MiB): 2 pairs of 25 or 32 MiB, then 1.
+  EXPECT_EQ(choose_head_group(nullptr, 12, 51200, 64, /*causal=*/true, kL2), 2);
+  EXPECT_EQ(choose_head_group(nullptr, 12, 65536, 64, /*causal=*/true, kL2), 2);
+  EXPECT_EQ(choose_head_group(nullptr, 12, 1 << 20, 64, /*causal=*/true, kL2), 1);
+  // D = 128: every pair, however long.
   EXPECT_EQ(choose_head_group(nullptr, 16, 16384, 128, /*causal=*/true, kL2), 16);
   EXPECT_EQ(choose_head_group(nullptr, 12, 1 << 20, 128, /*causal=*/true, kL2), 12);
 }

@@ -51,15 +51,17 @@ inline DqMode choose_dq_mode(const char* requested, int64_t B, int64_t H, int64_
 inline int64_t head_group_bytes(int64_t T, int64_t D) { return T * D * 8; }
 
 // The group for `requested` (FLASHGPT_ATTENTION_BWD_HEAD_GROUP: auto, all, or a positive
-// number of pairs; null or empty = auto; anything else is an InputError). auto: as many
-// pairs as fit in 2/3 of the L2 (full masks) or 4/3 of it (causal masks, whose items
-// at any one time cover only part of each pair's rows), at least 1; at D = 128 with a
-// causal mask every pair (one group: key tile major). Measured on an H200 (50 MiB of L2;
-// BENCHMARKS.md, sixteenth session, backward ms with groups of 1, 2, 4, 8 and all): D = 64
-// causal 1 x 32 x 16K 6.52-6.55 with 8 against 6.68-6.74 with all, 64K (12 pairs)
-// 37.76-37.78 with 2 against 38.25; full 1 x 32 x 16K 12.22-12.42 with 1-4 against 12.87,
-// D = 128 full 2 x 16 x 8K 5.93-5.99 with 4 against 6.23-6.32; but D = 128 causal
-// 1 x 16 x 16K 5.91-5.94 with all against 5.98-6.15 with 8 and 6.55-6.66 with 1.
+// number of pairs; null or empty = auto; anything else is an InputError). auto, full
+// masks: as many pairs as fit in 2/3 of the L2, at least 1. Causal masks: every pair (one
+// group, key tile major), except at D = 64 when one pair's rows fill half the L2 or more
+// (T >= 51,200 with 50 MiB): then as many as fit in 4/3 of it. Measured on an H200 (50 MiB
+// of L2; BENCHMARKS.md, sixteenth session, backward TFLOP/s or ms, against every pair in
+// the same run): full masks gained 4-5% (D = 64, T = 8K and 16K; D = 128, T = 4K-16K)
+// and were unchanged elsewhere; D = 64 causal with T = 65,536 (12 pairs, groups of 2)
+// took 37.76-37.78 ms against 38.25 and the long-context step 702-704 against 711-714;
+// but causal groups at T <= 16K lost up to 5% (2 x 32 x 8K, groups of 16: 379.0 TFLOP/s
+// against 397.5) or moved either way between calls (1 x 32 x 16K, groups of 8: -2.5%,
+// then +1.3%), and at D = 128 (1 x 16 x 16K) every group size lost 1-11%.
 inline int64_t choose_head_group(const char* requested, int64_t pairs, int64_t T, int64_t D, bool causal,
                                  int64_t l2_bytes) {
   const std::string v = requested && *requested ? requested : "auto";
@@ -71,7 +73,7 @@ inline int64_t choose_head_group(const char* requested, int64_t pairs, int64_t T
       fail_input("FLASHGPT_ATTENTION_BWD_HEAD_GROUP must be auto, all or a positive integer, got '", v, "'");
     return std::min<int64_t>(g, pairs);
   }
-  if (causal && D == 128) return pairs;
+  if (causal && (D == 128 || 2 * head_group_bytes(T, D) < l2_bytes)) return pairs;
   const int64_t budget = causal ? l2_bytes * 4 / 3 : l2_bytes * 2 / 3;
   return std::clamp<int64_t>(budget / head_group_bytes(T, D), 1, pairs);
 }
