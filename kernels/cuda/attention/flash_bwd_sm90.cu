@@ -175,8 +175,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const int wg = warp / 4, g = lane >> 2, t = lane & 3;
   const int warp_key0 = wg * 64 + (warp % 4) * 16;  // this warp's first key within the tile
 
-  // Work items: one per (key tile, batch·head). Atomic mode numbers them key tile major,
-  // so that under a causal mask the items with the most query tiles come first. Block x
+  // Work items: one per (key tile, batch·head). The tma and atomic modes number them in
+  // groups of p.bwd_head_group (batch·head)s (dq_mode.h's choose_head_group: as many as
+  // keep their Q, dO and dQ rows in the L2), key tile major within a group, so that under
+  // a causal mask the items with the most query tiles come first. Block x
   // starts with item x; every further item comes from the counter p.item_counter (zeroed
   // before the launch), in order, to whichever block asks first: the longest items
   // first, and no block left with more than its share. With a block per item, each
@@ -190,8 +192,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const int heads = p.B * p.H;
   const int n_blocks = (p.T + BN - 1) / BN, m_blocks = (p.T + BM - 1) / BM;
   const int items = n_blocks * heads;
-  // tma and atomic modes: groups of p.bwd_head_group (batch·head)s one after the other,
-  // each key tile major (1: (batch·head) major; all of them: key tile major).
+  // The groups one after the other (1: (batch·head) major; all of them: key tile major);
+  // the last one may be smaller.
   const int group = std::min(std::max(p.bwd_head_group, 1), heads);
   auto group_first = [&](int it) { return it / (group * n_blocks) * group; };
   auto item_n = [&](int it) {  // key tile
