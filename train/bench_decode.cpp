@@ -7,7 +7,10 @@
 // rows); after a write it is full of dirty lines, and the timed call also pays for
 // writing back up to an L2's worth of them (about 50 MB on an H100/H200).
 // Bytes = the K and V read, 2·B·H·T·D·2 (q and the output are negligible); bandwidth =
-// bytes / time.
+// bytes / time. --floor also times, by the same protocol, what no decode kernel can beat:
+// a launch that does nothing, and the fastest of three plain streaming reads of the same
+// K and V bytes (2, 4 and 8 blocks an SM), and gives each as a share of the device copy
+// bandwidth ((read + written) bytes / time of a 1 GiB cudaMemcpy, median of 10).
 #include "train/bench_decode.h"
 #include <algorithm>
 #include <cstdint>
@@ -33,6 +36,7 @@ struct DecodeBenchOptions {
   bool suite = false, json = false;
   std::string flush = "read";  // how the L2 is flushed before a timed call: read | write
   int splits = 0;               // splits per (b, h); 0: the kernel's own plan
+  bool floor = false;           // also time an empty launch and a plain read of the same bytes
   int warmup = 3, iters = 10;
 };
 
@@ -42,7 +46,19 @@ constexpr size_t kFlushBytes = size_t(512) << 20;  // far above the L2 of any cu
 using bench::DeviceMem;
 using bench::fill_random_bf16;
 
-void bench_one(int B, int H, int T, int D, const DecodeBenchOptions& opt, cudaStream_t stream, void* flush) {
+// The device copy bandwidth, (read + written) bytes / time of a 1 GiB device-to-device
+// copy, median of 10 after 3: the yardstick of the decode kernels' KV read bandwidth.
+double copy_tbs(cudaStream_t stream) {
+  constexpr size_t kBytes = size_t(1) << 30;
+  DeviceMem src(kBytes), dst(kBytes);
+  CUDA_CHECK(cudaMemset(src.ptr, 1, kBytes));
+  const double ms = bench::median_ms(
+      [&] { CUDA_CHECK(cudaMemcpyAsync(dst.ptr, src.ptr, kBytes, cudaMemcpyDeviceToDevice, stream)); }, 3, 10, stream);
+  return 2.0 * double(kBytes) / (ms * 1e-3) / 1e12;
+}
+
+void bench_one(int B, int H, int T, int D, const DecodeBenchOptions& opt, cudaStream_t stream, void* flush,
+               double copy) {
   const int64_t cache = int64_t(B) * H * T * D;
   DeviceMem qkv(size_t(B) * 3 * H * D * 2), k(size_t(cache) * 2), v(size_t(cache) * 2), out(size_t(B) * H * D * 2);
   fill_random_bf16(qkv.ptr, size_t(B) * 3 * H * D);
@@ -70,13 +86,30 @@ void bench_one(int B, int H, int T, int D, const DecodeBenchOptions& opt, cudaSt
   const double tbs = bytes / (med * 1e-3) / 1e12;
   const int splits = cuda::flash_decode_splits(a, opt.splits);
   const std::string kernel = cuda::flash_decode_kernel(D);
-  if (opt.json)
+  double empty_ms = 0, read_ms = 0;
+  if (opt.floor) {
+    empty_ms = bench::median_ms([&] { bench::launch_empty(stream); }, opt.warmup, opt.iters, stream, evict);
+    read_ms = 1e30;
+    for (int per_sm : {2, 4, 8})
+      read_ms = std::min<double>(read_ms, bench::median_ms([&] { bench::read_pair(k.ptr, v.ptr, size_t(cache) * 2, per_sm, stream); },
+                                                           opt.warmup, opt.iters, stream, evict));
+  }
+  const double share = copy > 0 ? 100.0 * tbs / copy : 0, read_share = copy > 0 ? 100.0 * bytes / (read_ms * 1e-3) / 1e12 / copy : 0;
+  if (opt.json) {
     std::printf("{\"B\": %d, \"H\": %d, \"T\": %d, \"D\": %d, \"ms\": %.5f, \"bytes\": %.0f, \"tbs\": %.4f, \"splits\": %d, "
-                "\"kernel\": \"%s\"}\n",
+                "\"kernel\": \"%s\"",
                 B, H, T, D, med, bytes, tbs, splits, kernel.c_str());
-  else
+    if (opt.floor)
+      std::printf(", \"copy_tbs\": %.4f, \"empty_ms\": %.5f, \"read_ms\": %.5f", copy, empty_ms, read_ms);
+    std::printf("}\n");
+  } else if (opt.floor) {
+    std::printf("B=%-3d H=%-3d T=%-8d D=%-4d %9.4f ms  KV read %7.3f TB/s %6.1f%% of copy (%d splits, %s) | empty launch "
+                "%7.4f ms, plain read %9.4f ms %6.1f%% of copy\n",
+                B, H, T, D, med, tbs, share, splits, kernel.c_str(), empty_ms, read_ms, read_share);
+  } else {
     std::printf("B=%-3d H=%-3d T=%-8d D=%-4d %9.4f ms  KV read %7.3f TB/s  (%d splits, %s)\n", B, H, T, D, med, tbs, splits,
                 kernel.c_str());
+  }
   std::fflush(stdout);
 }
 
@@ -86,9 +119,12 @@ void run_decode_bench(const DecodeBenchOptions& opt) {
   CUDA_CHECK(cudaStreamCreate(&stream));
   DeviceMem flush(kFlushBytes);
   CUDA_CHECK(cudaMemset(flush.ptr, 0, kFlushBytes));  // defined contents for --flush read
-  if (!opt.json)
+  const double copy = opt.floor ? copy_tbs(stream) : 0;
+  if (!opt.json) {
     std::printf("flash decode on %s, bf16 KV cache; bytes = K + V = 2*B*H*T*D*2, L2 flushed (by a %s of 512 MiB) "
                 "before each call; median of %d after %d warm-up\n", gpu.c_str(), opt.flush.c_str(), opt.iters, opt.warmup);
+    if (opt.floor) std::printf("device copy bandwidth %.3f TB/s (read + written, a 1 GiB copy)\n", copy);
+  }
   struct Shape { int H, D; };
   std::vector<Shape> shapes = {{opt.heads, opt.head_dim}};
   std::vector<int> lengths = opt.lengths, batches = opt.batches;
@@ -100,7 +136,7 @@ void run_decode_bench(const DecodeBenchOptions& opt) {
   }
   for (const Shape& s : shapes)
     for (int B : batches)
-      for (int T : lengths) bench_one(B, s.H, T, s.D, opt, stream, flush.ptr);
+      for (int T : lengths) bench_one(B, s.H, T, s.D, opt, stream, flush.ptr, copy);
   CUDA_CHECK(cudaStreamDestroy(stream));
 }
 #endif
@@ -122,6 +158,8 @@ void add_bench_decode_command(CLI::App& bench) {
   cmd->add_option("--flush", opt->flush, "L2 flush before each timed call: read (clean lines) or write (dirty lines)")
       ->capture_default_str()
       ->check(CLI::IsMember({"read", "write"}));
+  cmd->add_flag("--floor", opt->floor,
+                "also time an empty launch and the fastest plain read of the same bytes, as shares of the copy bandwidth");
   cmd->add_option("--warmup", opt->warmup, "warm-up runs")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--iters", opt->iters, "timed runs (median)")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->callback([opt] {

@@ -1,6 +1,7 @@
 // Helpers of the GPU micro-benchmarks (`bench attention`, `bench decode`, the roofline of
 // `bench train --breakdown`): device memory freed on scope exit, random bf16 fills, the
-// median time of a call by CUDA events, and an L2 flush that leaves no dirty lines.
+// median time of a call by CUDA events, an L2 flush that leaves no dirty lines, and the
+// floors of a memory-bound kernel (a plain read, an empty launch).
 #pragma once
 #include <cuda_runtime.h>
 #include <algorithm>
@@ -65,6 +66,13 @@ inline void fill_random_bf16(void* dst, size_t n, size_t offset = 0) {
 // the next one (a flush by writing leaves the L2 full of dirty lines, whose write-back
 // the next kernel's reads then pay for). src/cuda/bench_util.cu.
 void read_through_l2(const void* buf, size_t bytes, cudaStream_t stream);
+
+// What reading bytes costs at best (`bench decode --floor`): read_pair reads two buffers
+// of bytes_each (a multiple of 16) once with streaming 16-byte loads, 8 in flight per
+// thread, 256 threads a block, blocks_per_sm (1-8) blocks on every SM; launch_empty runs
+// a kernel that does nothing (a launch's fixed cost as CUDA events see it).
+void read_pair(const void* a, const void* b, size_t bytes_each, int blocks_per_sm, cudaStream_t stream);
+void launch_empty(cudaStream_t stream);
 
 // The median of `iters` calls of fn after `warmup` untimed ones, timed by CUDA events on
 // `stream`; before() runs ahead of every call, outside the timing (an L2 flush, say).
