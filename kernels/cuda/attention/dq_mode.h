@@ -56,12 +56,13 @@ inline int64_t head_group_bytes(int64_t T, int64_t D) { return T * D * 8; }
 // group, key tile major), except at D = 64 when one pair's rows fill half the L2 or more
 // (T >= 51,200 with 50 MiB): then as many as fit in 4/3 of it. Measured on an H200 (50 MiB
 // of L2; BENCHMARKS.md, sixteenth session, backward TFLOP/s or ms, against every pair in
-// the same run): full masks gained 4-5% (D = 64, T = 8K and 16K; D = 128, T = 4K-16K)
-// and were unchanged elsewhere; D = 64 causal with T = 65,536 (12 pairs, groups of 2)
-// took 37.76-37.78 ms against 38.25 and the long-context step 702-704 against 711-714;
-// but causal groups at T <= 16K lost up to 5% (2 x 32 x 8K, groups of 16: 379.0 TFLOP/s
-// against 397.5) or moved either way between calls (1 x 32 x 16K, groups of 8: -2.5%,
-// then +1.3%), and at D = 128 (1 x 16 x 16K) every group size lost 1-11%.
+// the same run): full masks gained 2-9% (D = 64, T = 8K and 16K; D = 128, T = 4K-16K;
+// groups of 1 or 2 within 1-2% of these either way); D = 64 causal with T = 65,536 (12
+// pairs, groups of 2) took 37.76-37.78 ms against 38.25 and the long-context step
+// 702-704 against 711-714; but causal groups at T <= 16K lost up to 5% (2 x 32 x 8K,
+// groups of 16: 379.0 TFLOP/s against 397.5) or moved either way between calls
+// (1 x 32 x 16K, groups of 8: -2.5%, then +1.3%), and at D = 128 (1 x 16 x 16K) every
+// group size lost 1-11%.
 inline int64_t choose_head_group(const char* requested, int64_t pairs, int64_t T, int64_t D, bool causal,
                                  int64_t l2_bytes) {
   const std::string v = requested && *requested ? requested : "auto";
