@@ -24,8 +24,7 @@ nothing.
 
 --kernels registers,bulk128,bulk256 also times those decode kernels (FLASHGPT_DECODE_KERNEL
 and FLASHGPT_DECODE_THREADS) in the same run, each against the same SDPA figure; the main table
-is the default choice. "cluster" is the default kernel with its splits merged in a thread
-block cluster (FLASHGPT_DECODE_MERGE=cluster).
+is the default choice.
 
   python3 scripts/bench_decode.py --flashgpt build/flashgpt [--iters 10] [--warmup 3] [--kernels LIST] [--flush read|write]
 """
@@ -132,7 +131,7 @@ def main():
     ap.add_argument("--flashgpt", default="build/flashgpt")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--kernels", default="", help="comma list of registers, bulk128, bulk256, cluster to compare")
+    ap.add_argument("--kernels", default="", help="comma list of registers, bulk128, bulk256 to compare")
     ap.add_argument("--flush", choices=["read", "write"], default="read",
                     help="evict the L2 before each timed call by reading (default) or writing 512 MiB")
     args = ap.parse_args()
@@ -143,9 +142,7 @@ def main():
     variants = {}
     for name in filter(None, args.kernels.split(",")):
         env = {"FLASHGPT_DECODE_KERNEL": "registers"}
-        if name == "cluster":
-            env = {"FLASHGPT_DECODE_MERGE": "cluster"}
-        elif name != "registers":  # bulk<threads>
+        if name != "registers":  # bulk<threads>
             env = {"FLASHGPT_DECODE_KERNEL": "bulk", "FLASHGPT_DECODE_THREADS": name[len("bulk"):]}
         rows = run_flashgpt(args, env, required=False)
         if rows is not None:

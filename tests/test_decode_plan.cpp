@@ -62,23 +62,5 @@ TEST(DecodePlan, TheMergePriceAppliesOnlyWhenThePairsCoverTheSms) {
   EXPECT_EQ(plan_decode(16, 12, 1024, 64, kMaxChunk, 3 * kSms, /*sms=*/16 * 12, 0).splits, 1);
 }
 
-// The cluster merge's cap (FLASHGPT_DECODE_MERGE=cluster: a (b, h)'s splits are one
-// cluster of at most 16 blocks): batch 1 then takes 16 splits where it took 32 or 33, and
-// a cache longer than 16 chunks of 16K keys still gets the splits it needs (the launcher
-// then merges through global memory).
-TEST(DecodePlan, AMaxSplitsCapsThePlanUnlessTheChunksCannotCoverTheCache) {
-  auto capped = [](int64_t B, int64_t T, int D) {
-    const int64_t H = D == 64 ? 12 : 16, tile = D == 64 ? 64 : 32, resident = (D == 64 ? 3 : 2) * kSms;
-    return plan_decode(B, H, T, tile, kMaxChunk, resident, kSms, 0, /*max_splits=*/16);
-  };
-  EXPECT_EQ(capped(1, 32768, 64).splits, 16);
-  EXPECT_EQ(capped(1, 262144, 64).splits, 16);
-  EXPECT_EQ(capped(1, 262144, 128).splits, 16);
-  EXPECT_EQ(capped(1, 16384, 128).splits, plan(1, 16384, 128).splits);  // 16 either way
-  EXPECT_EQ(capped(16, 65536, 64).splits, plan(16, 65536, 64).splits);   // 4 either way
-  EXPECT_EQ(capped(1, 1048583, 64).splits, 65);                         // 16K keys a chunk at most
-  EXPECT_EQ(capped(1, 1048583, 64).chunk, kMaxChunk);
-}
-
 }  // namespace
 }  // namespace flashgpt

@@ -11,8 +11,7 @@
 // purpose (1, 17, 4097, 65537, 1048583), the cache capacity exceeds T, and forced split
 // counts exercise uneven chunks and the single-split path at long T. Every case runs on
 // both kernels (FLASHGPT_DECODE_KERNEL): loads into registers, and bulk copies through
-// shared memory (Hopper only), the latter also at both block sizes and with the splits
-// merged in a thread block cluster (FLASHGPT_DECODE_MERGE=cluster).
+// shared memory (Hopper only), the latter also at both block sizes.
 #include <gtest/gtest.h>
 #include <cuda_runtime.h>
 #include <cmath>
@@ -35,7 +34,6 @@ struct DecodeCase {
   int splits;          // 0: the launcher's choice
   const char* kernel;  // FLASHGPT_DECODE_KERNEL: registers or bulk (Hopper only)
   const char* threads;  // FLASHGPT_DECODE_THREADS of the bulk kernel; nullptr: its default
-  const char* merge = nullptr;  // FLASHGPT_DECODE_MERGE (the bulk kernel's cluster merge); nullptr: global
 };
 
 std::string case_name(const ::testing::TestParamInfo<DecodeCase>& i) {
@@ -43,7 +41,7 @@ std::string case_name(const ::testing::TestParamInfo<DecodeCase>& i) {
   return "B" + std::to_string(c.B) + "_H" + std::to_string(c.H) + "_T" + std::to_string(c.T) + "_D" +
          std::to_string(c.D) + "_" + (c.dtype == DType::bf16 ? "bf16" : "fp32") +
          (c.splits ? "_splits" + std::to_string(c.splits) : "") + "_" + c.kernel +
-         (c.threads ? std::string("_threads") + c.threads : "") + (c.merge ? std::string("_") + c.merge : "");
+         (c.threads ? std::string("_threads") + c.threads : "");
 }
 
 // Uniform in [-2, 2) from a hash of (seed, i): cheap enough for 10^9 values, parallel,
@@ -90,8 +88,7 @@ TEST_P(FlashDecodeVsReference, OutputAndLse) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
   const DecodeCase c = GetParam();
   if (std::string(c.kernel) == "bulk" && !is_hopper()) GTEST_SKIP() << "the bulk-copy decode kernel needs a Hopper GPU";
-  ScopedEnv kernel("FLASHGPT_DECODE_KERNEL", c.kernel), threads("FLASHGPT_DECODE_THREADS", c.threads),
-      merge("FLASHGPT_DECODE_MERGE", c.merge);
+  ScopedEnv kernel("FLASHGPT_DECODE_KERNEL", c.kernel), threads("FLASHGPT_DECODE_THREADS", c.threads);
   const int B = c.B, H = c.H, T = c.T, D = c.D, Tmax = c.T + 3;
   const int64_t HD = int64_t(H) * D, cache_n = int64_t(B) * H * Tmax * D;
   const uint64_t seed = std::hash<std::string>()(case_name({c, 0}));
@@ -183,28 +180,7 @@ std::vector<DecodeCase> cases() {
       v.push_back({3, 3, 65537, D, DType::bf16, 0, "bulk", threads});
       v.push_back({2, 3, 4097, D, DType::f32, 1, "bulk", threads});
     }
-  // The cluster merge: the plan's own split counts (16 at batch 1: a non-portable cluster
-  // size), 2, 3 and 16 forced splits, fp32, batch 16, and a cache that needs more than 16
-  // splits (merged through the L2 instead).
-  for (int D : {64, 128}) {
-    v.push_back({1, 3, 65537, D, DType::bf16, 0, "bulk", nullptr, "cluster"});
-    v.push_back({2, 3, 4097, D, DType::bf16, 3, "bulk", nullptr, "cluster"});
-    v.push_back({2, 3, 4097, D, DType::f32, 16, "bulk", nullptr, "cluster"});
-    v.push_back({16, 3, 4097, D, DType::bf16, 2, "bulk", "128", "cluster"});
-  }
-  v.push_back({1, 2, 1048583, 64, DType::bf16, 0, "bulk", nullptr, "cluster"});
   return v;
-}
-
-TEST(CudaFlashDecode, RejectsAnUnknownMergeAndTheClusterMergeWithTheRegisterKernel) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
-  const AttentionDecode a{.B = 1, .H = 2, .D = 64, .T = 17};
-  {
-    ScopedEnv merge("FLASHGPT_DECODE_MERGE", "clusters");
-    EXPECT_THROW(cuda::flash_decode_splits(a, 0), InputError);
-  }
-  ScopedEnv merge("FLASHGPT_DECODE_MERGE", "cluster"), kernel("FLASHGPT_DECODE_KERNEL", "registers");
-  EXPECT_THROW(cuda::flash_decode_splits(a, 0), InputError);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cuda, FlashDecodeVsReference, ::testing::ValuesIn(cases()), case_name);

@@ -31,10 +31,8 @@ constexpr int64_t kDecodeMergeTiles = 24;
 // with 1K keys and 0.0292 against 0.0307 with 2K; with 4K two splits were 1-3% ahead and
 // from 8K on 6% (0.0967 against 0.1030). Any price between 16 and 32 tiles gives those
 // choices; 24.
-// max_splits (>= 1): no more splits than that unless even max_chunk needs more (the
-// cluster merge's limit; the default is the plan's own).
 inline DecodePlan plan_decode(int64_t B, int64_t H, int64_t T, int64_t tile, int64_t max_chunk, int64_t resident,
-                              int64_t sms, int want_splits, int64_t max_splits = kDecodeMaxSplits) {
+                              int64_t sms, int want_splits) {
   auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   if (want_splits > 0) {
     const int64_t chunk = std::max<int64_t>(1, ceil_div(T, want_splits));
@@ -43,11 +41,11 @@ inline DecodePlan plan_decode(int64_t B, int64_t H, int64_t T, int64_t tile, int
   resident = std::max<int64_t>(1, resident);
   // Every whole-tile chunk up to max_chunk (at most max_chunk / tile of them: cheap
   // enough for every decode step), longest first, so that ties keep fewer splits; no more
-  // than max_splits splits unless even max_chunk needs more.
+  // than kDecodeMaxSplits splits unless even max_chunk needs more.
   int64_t best_chunk = 0, best_cost = INT64_MAX;
   for (int64_t chunk = std::min(ceil_div(T, tile) * tile, max_chunk / tile * tile); chunk >= tile; chunk -= tile) {
     const int64_t splits = ceil_div(T, chunk);
-    if (splits > max_splits && best_chunk) break;  // shorter chunks only add splits
+    if (splits > kDecodeMaxSplits && best_chunk) break;  // shorter chunks only add splits
     const int64_t merge = splits > 1 && B * H >= sms ? kDecodeMergeTiles * tile : 0;
     const int64_t cost = ceil_div(B * H * splits, resident) * (chunk + 2 * tile) + merge;
     if (cost < best_cost) best_cost = cost, best_chunk = chunk;

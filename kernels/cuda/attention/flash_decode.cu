@@ -52,7 +52,6 @@ namespace {
 namespace sm90 = attn::sm90;
 
 constexpr int kBulkStages = 4;      // tiles in flight per block in the bulk kernel
-constexpr int kMaxClusterSplits = 16;  // the cluster merge: splits of a (b, h) in one cluster, at most
 constexpr float kLn2 = 0.6931471805599453f;
 
 // A kernel's shape: element type, head dim, threads per block and keys per thread group
@@ -80,7 +79,6 @@ struct DecodeParams {
   float* lse_part;   // (B, H, splits) log2-sum-exp of each split's scaled scores
   unsigned* done;    // (B, H) splits finished; zero between calls
   int H, keys, splits;  // keys: cache positions attended to (AttentionDecode::T)
-  int cluster_merge;     // 1: a (b, h)'s splits are one cluster and merge in its shared memory
   int64_t Tmax, chunk;
   float scale_log2;  // 1/sqrt(D) · log2 e
 };
@@ -131,38 +129,6 @@ __device__ void combine_splits(const DecodeParams<T>& p, int64_t bh) {
   T* dst = p.out + bh * kD + col * 4;
   dst[0] = from_f<T>(o.x / W), dst[1] = from_f<T>(o.y / W), dst[2] = from_f<T>(o.z / W), dst[3] = from_f<T>(o.w / W);
   if (col == 0 && p.lse) p.lse[bh] = (M + log2f(W)) * kLn2;
-}
-
-// The cluster merge (FLASHGPT_DECODE_MERGE=cluster, the bulk kernel only): the splits of
-// (b, h) are one thread block cluster (cluster rank = split), each block's O / l and
-// log2-sum-exp wait in its shared memory (part, part_lse), and after a cluster barrier
-// block 0 reads them all through distributed shared memory and merges them in split
-// order, as combine_splits does from the L2: no fence, counter or L2 round trips. A
-// second barrier keeps every block (and its shared memory) alive until block 0 is done.
-template <class Tr, class T = typename Tr::Elem>
-__device__ void combine_in_cluster(const DecodeParams<T>& p, int64_t bh, const float* part, const float* part_lse) {
-#if FLASHGPT_HAS_WGMMA
-  constexpr int kD = Tr::kHeadDim;
-  __shared__ float lse_of[kMaxClusterSplits];
-  sm90::cluster_sync();
-  if (blockIdx.x == 0) {
-    const int S = p.splits;
-    if (threadIdx.x < S) lse_of[threadIdx.x] = sm90::ld_cluster_f32(part_lse, threadIdx.x);
-    __syncthreads();
-    float M = lse_of[0];
-    for (int s = 1; s < S; ++s) M = fmaxf(M, lse_of[s]);
-    float W = 0.f;
-    for (int s = 0; s < S; ++s) W += exp2f(lse_of[s] - M);
-    for (int d = threadIdx.x; d < kD; d += Tr::kThreads) {
-      float o = 0.f;
-#pragma unroll 4
-      for (int s = 0; s < S; ++s) o += exp2f(lse_of[s] - M) * sm90::ld_cluster_f32(part + d, s);
-      p.out[bh * kD + d] = from_f<T>(o / W);
-    }
-    if (threadIdx.x == 0 && p.lse) p.lse[bh] = (M + log2f(W)) * kLn2;
-  }
-  sm90::cluster_sync();
-#endif
 }
 
 // One group's step over kUnroll keys (their K and V packs in registers; keys from t1 on
@@ -236,22 +202,15 @@ __device__ void finish_split(const DecodeParams<T>& p, float m, float l, const f
 #pragma unroll
   for (int i = 0; i < Tr::kGroups; ++i) L += sm_l[i] * exp2f(sm_m[i] - M);
   const int64_t bh = int64_t(b) * p.H + h;
-  __shared__ float part[kD], part_lse;  // the cluster merge's copy of this split's result
   for (int d = threadIdx.x; d < kD; d += kThreads) {
     float o = 0.f;
 #pragma unroll
     for (int i = 0; i < Tr::kGroups; ++i) o += sm_acc[i][d] * exp2f(sm_m[i] - M);
     if (p.splits == 1) p.out[bh * kD + d] = from_f<T>(o / L);
-    else if (p.cluster_merge) part[d] = o / L;
     else p.o_part[(bh * p.splits + split) * kD + d] = o / L;
   }
   if (p.splits == 1) {
     if (threadIdx.x == 0 && p.lse) p.lse[bh] = (M + log2f(L)) * kLn2;
-    return;
-  }
-  if (p.cluster_merge) {
-    if (threadIdx.x == 0) part_lse = M + log2f(L);
-    combine_in_cluster<Tr>(p, bh, part, &part_lse);
     return;
   }
   if (threadIdx.x == 0) p.lse_part[bh * p.splits + split] = M + log2f(L);
@@ -358,26 +317,11 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_bulk_kernel(const DecodeP
 #endif
 }
 
-// How the splits of a (b, h) merge: FLASHGPT_DECODE_MERGE = global (the default: through
-// the L2, combine_splits) | cluster (the bulk kernel only: one thread block cluster per
-// (b, h), merged in distributed shared memory, combine_in_cluster; the plan then takes at
-// most kMaxClusterSplits splits, and a cache that needs more, or a cluster size the GPU
-// cannot place, merges through the L2). An experiment until measured: at batch 1 the
-// decode kernel spends 3-4 us more than a plain read of the same bytes, 2 us more than
-// with one split (BENCHMARKS.md, sixteenth session).
-bool cluster_merge_wanted() {
-  const char* env = std::getenv("FLASHGPT_DECODE_MERGE");
-  const std::string v = env && *env ? env : "global";
-  if (v != "global" && v != "cluster") fail_input("FLASHGPT_DECODE_MERGE must be global or cluster, got '", v, "'");
-  return v == "cluster";
-}
-
 // One kernel variant: decode_kernel (loads into registers, 128 threads) or, kBulk,
 // decode_bulk_kernel with kThreads threads a block (Hopper builds only). Every variant's
 // tile is 8 KB of K (threads × keys per group = 512).
 template <class T, int kD, bool kBulk, int kThreads>
 struct Variant {
-  static constexpr bool kIsBulk = kBulk;
   using Tr = Traits<T, kD, kThreads, 512 / kThreads>;
   static constexpr size_t kSmemBytes = kBulk ? size_t(kBulkStages) * 2 * Tr::kTile * kD * sizeof(T) : 0;
   // Keys per block at most: the register kernel's chunks were measured no faster when
@@ -400,37 +344,7 @@ struct Variant {
     return n;
   }
   static DecodePlan plan(const AttentionDecode& a, int want_splits) {
-    const int64_t max_splits = kBulk && cluster_merge_wanted() ? kMaxClusterSplits : kDecodeMaxSplits;
-    return plan_decode(a.B, a.H, a.T, Tr::kTile, kMaxChunk, resident(), device_sm_count(), want_splits, max_splits);
-  }
-  // f(config) with the launch configuration of `grid` in clusters of `cluster` blocks
-  // along x (the splits of one (b, h)).
-  template <class F>
-  static auto with_cluster_config(dim3 grid, int cluster, cudaStream_t stream, F&& f) {
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = unsigned(cluster), attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid, cfg.blockDim = dim3(kThreads), cfg.dynamicSmemBytes = kSmemBytes, cfg.stream = stream;
-    cfg.attrs = &attr, cfg.numAttrs = 1;
-    return f(cfg);
-  }
-  // Whether `splits` blocks fit on the GPU as one cluster (asked once per size; over 8 is
-  // a non-portable size the kernel must opt into). Sizes the GPU refuses fall back to the
-  // merge through global memory.
-  static bool cluster_fits(int splits, dim3 grid) {
-    static int fits[kMaxClusterSplits + 1] = {};  // per size: 0 not asked yet, 1 fits, -1 not
-    if (splits < 2 || splits > kMaxClusterSplits) return false;
-    if (fits[splits] == 0) {
-      if (splits > 8) CUDA_CHECK(cudaFuncSetAttribute(kernel(), cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-      int clusters = 0;
-      const cudaError_t e = with_cluster_config(grid, splits, nullptr, [&](const cudaLaunchConfig_t& cfg) {
-        return cudaOccupancyMaxActiveClusters(&clusters, kernel(), &cfg);
-      });
-      if (e != cudaSuccess) cudaGetLastError();  // clear it: a refused size is not an error
-      fits[splits] = e == cudaSuccess && clusters > 0 ? 1 : -1;
-    }
-    return fits[splits] == 1;
+    return plan_decode(a.B, a.H, a.T, Tr::kTile, kMaxChunk, resident(), device_sm_count(), want_splits);
   }
 };
 
@@ -447,14 +361,12 @@ int choose_variant(int D) {
   static const bool hopper = attn::sm90_kernels_built();
   const char* env = std::getenv("FLASHGPT_DECODE_KERNEL");
   const std::string want = env && *env ? env : "auto";
-  if (want != "bulk" && want != "auto" && want != "registers")
+  if (want == "registers") return 0;
+  if (want != "bulk" && want != "auto")
     fail_input("FLASHGPT_DECODE_KERNEL must be auto, registers or bulk, got '", want, "'");
-  if (want == "bulk" && !hopper)
+  if (!hopper) {
+    if (want == "auto") return 0;
     fail_input("FLASHGPT_DECODE_KERNEL=bulk needs a Hopper GPU and a build with the 90a architecture");
-  if (want == "registers" || !hopper) {
-    if (cluster_merge_wanted())
-      fail_input("FLASHGPT_DECODE_MERGE=cluster needs the bulk-copy decode kernel (a Hopper GPU and a 90a build)");
-    return 0;
   }
   const char* t = std::getenv("FLASHGPT_DECODE_THREADS");
   const int threads = t && *t ? std::atoi(t) : D == 128 ? 256 : 128;
@@ -594,14 +506,7 @@ void flash_decode(const AttentionDecode& a, void* workspace, size_t workspace_by
         p.done = reinterpret_cast<unsigned*>(p.lse_part + parts);
       }
       const auto kernel = V::kernel();
-      const dim3 grid(unsigned(plan.splits), unsigned(a.H), unsigned(a.B));
-      if constexpr (V::kIsBulk) p.cluster_merge = cluster_merge_wanted() && V::cluster_fits(plan.splits, grid);
-      if (p.cluster_merge)
-        CUDA_CHECK(V::with_cluster_config(grid, plan.splits, stream, [&](const cudaLaunchConfig_t& cfg) {
-          return cudaLaunchKernelEx(&cfg, kernel, p);
-        }));
-      else
-        kernel<<<grid, V::Tr::kThreads, V::kSmemBytes, stream>>>(p);
+      kernel<<<dim3(unsigned(plan.splits), unsigned(a.H), unsigned(a.B)), V::Tr::kThreads, V::kSmemBytes, stream>>>(p);
     });
     CUDA_CHECK_LAUNCH();
   });

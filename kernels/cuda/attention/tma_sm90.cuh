@@ -2,9 +2,8 @@
 // (flash_fwd_sm90_ws.cu), the backward (flash_bwd_sm90.cu) and the bulk-copy decode
 // (flash_decode.cu): TMA tile loads (cp.async.bulk.tensor) and plain bulk copies that
 // complete on an mbarrier, TMA reduce-adds tracked by bulk groups, the
-// mbarrier operations, register reallocation between warpgroups (setmaxnreg), named
-// barriers, and the cluster barrier with loads from distributed shared memory. Only
-// compiled into sm_90a code (FLASHGPT_HAS_WGMMA).
+// mbarrier operations, register reallocation between warpgroups (setmaxnreg) and named
+// barriers. Only compiled into sm_90a code (FLASHGPT_HAS_WGMMA).
 #pragma once
 #include <cuda.h>  // CUtensorMap (the type only: the map is encoded on the host)
 #include <cstdint>
@@ -85,22 +84,6 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
           smem_u32(dst)),
       "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_u32(bar))
       : "memory");
-}
-
-// Thread block clusters (the decode's cluster merge). cluster_sync: a barrier over every
-// thread of the cluster (all threads of each warp must reach it); what a thread wrote to
-// shared memory before it is visible to every thread of the cluster after it.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-// The float at `p` (this block's shared memory) in the shared memory of block `rank` of
-// the cluster instead (distributed shared memory).
-__device__ __forceinline__ float ld_cluster_f32(const float* p, uint32_t rank) {
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_u32(p)), "r"(rank));
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
-  return v;
 }
 
 // Bulk-group TMA stores (the backward's dQ): the box at (c0, c1, c2) of the fp32 tensor
