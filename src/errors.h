@@ -5,6 +5,9 @@
 // Every CUDA/cuBLAS/NCCL/MPI call goes through a CHECK macro that names the call,
 // the file and the line.
 #pragma once
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <sstream>
@@ -49,6 +52,18 @@ template <class... Args>
 template <class... Args>
 [[noreturn]] void fail(const Args&... args) {
   throw std::runtime_error(cat(args...));
+}
+
+// `text` (a knob's value) as a decimal integer from 1 to `max`, or an InputError
+// "NAME must be EXPECTED, got 'TEXT'".
+inline int64_t parse_positive_int(const std::string& text, const char* name, const char* expected = "a positive integer",
+                                  int64_t max = INT32_MAX) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || text[0] < '0' || text[0] > '9' || *end != '\0' || errno == ERANGE || v < 1 || v > max)
+    fail_input(name, " must be ", expected, ", got '", text, "'");
+  return v;
 }
 
 }  // namespace flashgpt

@@ -51,10 +51,7 @@ using bench::fill_random_bf16;
 double copy_tbs(cudaStream_t stream) {
   constexpr size_t kBytes = size_t(1) << 30;
   DeviceMem src(kBytes), dst(kBytes);
-  CUDA_CHECK(cudaMemset(src.ptr, 1, kBytes));
-  const double ms = bench::median_ms(
-      [&] { CUDA_CHECK(cudaMemcpyAsync(dst.ptr, src.ptr, kBytes, cudaMemcpyDeviceToDevice, stream)); }, 3, 10, stream);
-  return 2.0 * double(kBytes) / (ms * 1e-3) / 1e12;
+  return bench::copy_tbs(dst.ptr, src.ptr, kBytes, 3, 10, stream);
 }
 
 void bench_one(int B, int H, int T, int D, const DecodeBenchOptions& opt, cudaStream_t stream, void* flush,

@@ -201,9 +201,7 @@ Roofline measure_roofline(Ops& ops, DeviceContext& ctx) {
     const size_t bytes = size_t(1) << 30;
     void* a = ops.alloc(bytes);
     void* b = ops.alloc(bytes);
-    CUDA_CHECK(cudaMemsetAsync(a, 1, bytes, stream));
-    const double ms = time_ms([&] { CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream)); });
-    r.copy_tbs = 2.0 * double(bytes) / (ms * 1e-3) / 1e12;
+    r.copy_tbs = bench::copy_tbs(b, a, bytes, 2, 5, stream);
     ops.free(a);
     ops.free(b);
   }

@@ -102,4 +102,14 @@ float median_ms(Fn&& fn, int warmup, int iters, cudaStream_t stream) {
   return median_ms(fn, warmup, iters, stream, [] {});
 }
 
+// The device copy bandwidth: (read + written) bytes / time of a device-to-device copy of
+// `bytes` from src to dst (filled first), the median of `iters` after `warmup`. The
+// yardstick of the memory-bound kernels (`bench decode`, the roofline's TB/s ceiling).
+inline double copy_tbs(void* dst, void* src, size_t bytes, int warmup, int iters, cudaStream_t stream) {
+  CUDA_CHECK(cudaMemsetAsync(src, 1, bytes, stream));
+  const double ms = median_ms(
+      [&] { CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream)); }, warmup, iters, stream);
+  return 2.0 * double(bytes) / (ms * 1e-3) / 1e12;
+}
+
 }  // namespace flashgpt::bench

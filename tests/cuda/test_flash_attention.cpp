@@ -435,6 +435,9 @@ TEST_P(FlashAttentionVsReference, OutputsAndGradients) {
       check_against(pb, ref, naive, std::string("sm90ws persistent tile ") + tile);
       ScopedEnv blocks("FLASHGPT_ATTENTION_FWD_BLOCKS", "3");
       check_against(pb, ref, naive, std::string("sm90ws persistent:3 tile ") + tile);
+      // Tiles in groups of 4 (batch, head) pairs: of the short cases' 6 the last group has 2.
+      ScopedEnv group("FLASHGPT_ATTENTION_FWD_HEAD_GROUP", "4");
+      check_against(pb, ref, naive, std::string("sm90ws persistent:3 groups of 4, tile ") + tile);
     }
   }
   if (path_wanted("auto")) {
@@ -608,9 +611,11 @@ TEST(CudaFlashAttention, Sm90WsForwardIsBitwiseEqualToSm90) {
     for (bool causal : {true, false})
       for (int T : {1, 17, 128, 129, 300, 1023, 4100}) {
         const Problem pb = random_problem(2, T, 3, D, causal, uint32_t(test::test_rng()()));
-        auto run = [&](const char* path, const char* tile, const char* schedule = nullptr, const char* blocks = nullptr) {
+        auto run = [&](const char* path, const char* tile, const char* schedule = nullptr, const char* blocks = nullptr,
+                       const char* group = nullptr) {
           ScopedEnv p("FLASHGPT_ATTENTION_PATH", path), t("FLASHGPT_ATTENTION_FWD_TILE", tile),
-              s("FLASHGPT_ATTENTION_FWD_SCHEDULE", schedule), n("FLASHGPT_ATTENTION_FWD_BLOCKS", blocks);
+              s("FLASHGPT_ATTENTION_FWD_SCHEDULE", schedule), n("FLASHGPT_ATTENTION_FWD_BLOCKS", blocks),
+              g("FLASHGPT_ATTENTION_FWD_HEAD_GROUP", group);
           DeviceRun r;
           run_flash(pb, r);
           return r;
@@ -627,11 +632,16 @@ TEST(CudaFlashAttention, Sm90WsForwardIsBitwiseEqualToSm90) {
               << name << shape << ": LSE differs from sm90's";
         };
         expect_same(ws, "sm90ws");
-        // The persistent schedule, on every SM and on 3 blocks: the same arithmetic per tile.
-        const DeviceRun wsp = run("sm90ws", "0", "persistent"), wsp3 = run("sm90ws", "0", "persistent", "3");
+        // The persistent schedule, on every SM and on 3 blocks, and in groups of 4 and 1 of
+        // the 6 (batch, head) pairs: the same arithmetic per tile.
+        const DeviceRun wsp = run("sm90ws", "0", "persistent"), wsp3 = run("sm90ws", "0", "persistent", "3"),
+                        wsp3g4 = run("sm90ws", "0", "persistent", "3", "4"),
+                        wspg1 = run("sm90ws", "0", "persistent", nullptr, "1");
         if (HasFatalFailure()) return;
         expect_same(wsp, "sm90ws persistent");
         expect_same(wsp3, "sm90ws persistent:3");
+        expect_same(wsp3g4, "sm90ws persistent:3 groups of 4");
+        expect_same(wspg1, "sm90ws persistent groups of 1");
         if (D == 64) {  // three consumers, 192 rows a block: the extra key tiles a row meets
                         // under a causal mask are wholly masked (P = 0, O scaled by exactly 1)
           const DeviceRun ws3 = run("sm90ws", "1"), ws3p = run("sm90ws", "1", "persistent", "3");
@@ -709,7 +719,11 @@ TEST(CudaFlashAttention, RejectsBadForwardSchedule) {
   }
   ScopedEnv sched("FLASHGPT_ATTENTION_FWD_SCHEDULE", "persistent");
   for (const char* bad : {"0", "-3", "7x"}) {
-    ScopedEnv blocks("FLASHGPT_ATTENTION_FWD_BLOCKS", bad);
+    {
+      ScopedEnv blocks("FLASHGPT_ATTENTION_FWD_BLOCKS", bad);
+      EXPECT_THROW(cuda::flash_attention_forward(fake_forward(64, DType::bf16, 0), nullptr), InputError) << bad;
+    }
+    ScopedEnv group("FLASHGPT_ATTENTION_FWD_HEAD_GROUP", bad);
     EXPECT_THROW(cuda::flash_attention_forward(fake_forward(64, DType::bf16, 0), nullptr), InputError) << bad;
   }
 }

@@ -96,13 +96,8 @@ int backward_max_blocks() {
   if (v == "grid") return 0;
   if (v != "persistent")
     fail_input("FLASHGPT_ATTENTION_BWD_SCHEDULE must be persistent or grid, got '", v, "'");
-  if (const char* n = std::getenv("FLASHGPT_ATTENTION_BWD_BLOCKS"); n && *n) {
-    char* end = nullptr;
-    const long blocks = std::strtol(n, &end, 10);
-    if (*end != '\0' || blocks < 1 || blocks > INT32_MAX)
-      fail_input("FLASHGPT_ATTENTION_BWD_BLOCKS must be a positive integer, got '", n, "'");
-    return int(blocks);
-  }
+  if (const char* n = std::getenv("FLASHGPT_ATTENTION_BWD_BLOCKS"); n && *n)
+    return int(parse_positive_int(n, "FLASHGPT_ATTENTION_BWD_BLOCKS"));
   return device_sm_count();
 }
 

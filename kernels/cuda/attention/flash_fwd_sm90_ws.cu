@@ -32,6 +32,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/attention/flash_fwd_sm90_consumer.cuh"
 #include "kernels/cuda/attention/flash_params.h"
+#include "kernels/cuda/attention/tile_choice.h"
 #include "kernels/cuda/attention/tma_sm90.cuh"
 
 namespace flashgpt::cuda::attn {
@@ -88,10 +89,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const int m_blocks = (p.T + BM - 1) / BM, heads = p.H * p.B;
   const int tiles = kPersistent ? m_blocks * heads : 1;
   const int first = kPersistent ? int(blockIdx.x) : 0, step = kPersistent ? int(gridDim.x) : 1;
+  const int group = min(max(p.fwd_head_group, 1), heads);
   struct Coords { int m_block, h, b; };
   auto coords = [&](int t) -> Coords {
     if (!kPersistent) return {int(gridDim.x) - 1 - int(blockIdx.x), int(blockIdx.y), int(blockIdx.z)};  // heaviest first
-    return {m_blocks - 1 - t / heads, t % heads % p.H, t % heads / p.H};
+    const FwdTile ft = persistent_fwd_tile(t, m_blocks, heads, group);
+    return {ft.m_block, ft.pair % p.H, ft.pair / p.H};
   };
   auto key_tiles = [&](int m_block) {
     const int n_end = kCausal ? min(p.T, m_block * BM + BM) : p.T;
@@ -208,16 +211,18 @@ void launch_schedule(const FlashParams& p, cudaStream_t stream) {
   (void)opted_in;
   const int m_blocks = (p.T + Tile::kBlockM - 1) / Tile::kBlockM;
   int64_t blocks = device_sm_count();
-  if (const char* n = std::getenv("FLASHGPT_ATTENTION_FWD_BLOCKS"); kPersistent && n && *n) {
-    char* end = nullptr;
-    blocks = std::strtol(n, &end, 10);
-    if (*end != '\0' || blocks < 1 || blocks > INT32_MAX)
-      fail_input("FLASHGPT_ATTENTION_FWD_BLOCKS must be a positive integer, got '", n, "'");
+  FlashParams q = p;
+  if constexpr (kPersistent) {
+    if (const char* n = std::getenv("FLASHGPT_ATTENTION_FWD_BLOCKS"); n && *n)
+      blocks = parse_positive_int(n, "FLASHGPT_ATTENTION_FWD_BLOCKS");
+    static const int l2_bytes = current_device_attribute(cudaDevAttrL2CacheSize);
+    q.fwd_head_group = int(sm90ws_forward_head_group(std::getenv("FLASHGPT_ATTENTION_FWD_HEAD_GROUP"),
+                                                     int64_t(p.B) * p.H, p.T, p.D, l2_bytes));
   }
   const dim3 grid = kPersistent ? dim3(unsigned(std::min<int64_t>(int64_t(m_blocks) * p.H * p.B, blocks)))
                                 : dim3(m_blocks, p.H, p.B);
   const CUtensorMap map = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, Tile::kBlockN, "qkv");
-  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(map, p);
+  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(map, q);
   CUDA_CHECK_LAUNCH();
 }
 
