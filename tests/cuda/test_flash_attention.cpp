@@ -429,15 +429,6 @@ TEST_P(FlashAttentionVsReference, OutputsAndGradients) {
     for (const char* tile : {"0", "1"}) {
       ScopedEnv fwd_tile("FLASHGPT_ATTENTION_FWD_TILE", tile);
       check_against(pb, ref, naive, std::string("sm90ws tile ") + tile);
-      // Persistent: a block per SM, and 3 blocks walking many query tiles each (the K/V
-      // rings and Q carried from one tile to the next).
-      ScopedEnv schedule("FLASHGPT_ATTENTION_FWD_SCHEDULE", "persistent");
-      check_against(pb, ref, naive, std::string("sm90ws persistent tile ") + tile);
-      ScopedEnv blocks("FLASHGPT_ATTENTION_FWD_BLOCKS", "3");
-      check_against(pb, ref, naive, std::string("sm90ws persistent:3 tile ") + tile);
-      // Tiles in groups of 4 (batch, head) pairs: of the short cases' 6 the last group has 2.
-      ScopedEnv group("FLASHGPT_ATTENTION_FWD_HEAD_GROUP", "4");
-      check_against(pb, ref, naive, std::string("sm90ws persistent:3 groups of 4, tile ") + tile);
     }
   }
   if (path_wanted("auto")) {
@@ -611,11 +602,8 @@ TEST(CudaFlashAttention, Sm90WsForwardIsBitwiseEqualToSm90) {
     for (bool causal : {true, false})
       for (int T : {1, 17, 128, 129, 300, 1023, 4100}) {
         const Problem pb = random_problem(2, T, 3, D, causal, uint32_t(test::test_rng()()));
-        auto run = [&](const char* path, const char* tile, const char* schedule = nullptr, const char* blocks = nullptr,
-                       const char* group = nullptr) {
-          ScopedEnv p("FLASHGPT_ATTENTION_PATH", path), t("FLASHGPT_ATTENTION_FWD_TILE", tile),
-              s("FLASHGPT_ATTENTION_FWD_SCHEDULE", schedule), n("FLASHGPT_ATTENTION_FWD_BLOCKS", blocks),
-              g("FLASHGPT_ATTENTION_FWD_HEAD_GROUP", group);
+        auto run = [&](const char* path, const char* tile) {
+          ScopedEnv p("FLASHGPT_ATTENTION_PATH", path), t("FLASHGPT_ATTENTION_FWD_TILE", tile);
           DeviceRun r;
           run_flash(pb, r);
           return r;
@@ -632,22 +620,11 @@ TEST(CudaFlashAttention, Sm90WsForwardIsBitwiseEqualToSm90) {
               << name << shape << ": LSE differs from sm90's";
         };
         expect_same(ws, "sm90ws");
-        // The persistent schedule, on every SM and on 3 blocks, and in groups of 4 and 1 of
-        // the 6 (batch, head) pairs: the same arithmetic per tile.
-        const DeviceRun wsp = run("sm90ws", "0", "persistent"), wsp3 = run("sm90ws", "0", "persistent", "3"),
-                        wsp3g4 = run("sm90ws", "0", "persistent", "3", "4"),
-                        wspg1 = run("sm90ws", "0", "persistent", nullptr, "1");
-        if (HasFatalFailure()) return;
-        expect_same(wsp, "sm90ws persistent");
-        expect_same(wsp3, "sm90ws persistent:3");
-        expect_same(wsp3g4, "sm90ws persistent:3 groups of 4");
-        expect_same(wspg1, "sm90ws persistent groups of 1");
         if (D == 64) {  // three consumers, 192 rows a block: the extra key tiles a row meets
                         // under a causal mask are wholly masked (P = 0, O scaled by exactly 1)
-          const DeviceRun ws3 = run("sm90ws", "1"), ws3p = run("sm90ws", "1", "persistent", "3");
+          const DeviceRun ws3 = run("sm90ws", "1");
           if (HasFatalFailure()) return;
           expect_same(ws3, "sm90ws tile 1");
-          expect_same(ws3p, "sm90ws tile 1 persistent:3");
         }
       }
 }
@@ -707,25 +684,6 @@ TEST(CudaFlashAttention, RejectsBadBackwardSchedule) {
   }
   ScopedEnv dq("FLASHGPT_ATTENTION_BWD_DQ", "owners");
   EXPECT_THROW(cuda::flash_attention_backward(fake_backward(), workspace, nullptr), InputError);
-}
-
-TEST(CudaFlashAttention, RejectsBadForwardSchedule) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  if (!is_hopper()) GTEST_SKIP() << "the schedule belongs to the sm90ws forward";
-  ScopedEnv path("FLASHGPT_ATTENTION_PATH", "sm90ws");
-  for (const char* bad : {"dynamic", "Persistent"}) {
-    ScopedEnv sched("FLASHGPT_ATTENTION_FWD_SCHEDULE", bad);
-    EXPECT_THROW(cuda::flash_attention_forward(fake_forward(64, DType::bf16, 0), nullptr), InputError) << bad;
-  }
-  ScopedEnv sched("FLASHGPT_ATTENTION_FWD_SCHEDULE", "persistent");
-  for (const char* bad : {"0", "-3", "7x"}) {
-    {
-      ScopedEnv blocks("FLASHGPT_ATTENTION_FWD_BLOCKS", bad);
-      EXPECT_THROW(cuda::flash_attention_forward(fake_forward(64, DType::bf16, 0), nullptr), InputError) << bad;
-    }
-    ScopedEnv group("FLASHGPT_ATTENTION_FWD_HEAD_GROUP", bad);
-    EXPECT_THROW(cuda::flash_attention_forward(fake_forward(64, DType::bf16, 0), nullptr), InputError) << bad;
-  }
 }
 
 TEST(FlashAttention, RejectsUnknownPath) {

@@ -23,16 +23,10 @@
 // fastest forward on an H200 at every benchmarked shape (BENCHMARKS.md): auto's forward on
 // Hopper.
 #include <cuda.h>
-#include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <string>
 #include "src/cuda/cuda_check.h"
-#include "src/errors.h"
-#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/attention/flash_fwd_sm90_consumer.cuh"
 #include "kernels/cuda/attention/flash_params.h"
-#include "kernels/cuda/attention/tile_choice.h"
 #include "kernels/cuda/attention/tma_sm90.cuh"
 
 namespace flashgpt::cuda::attn {
@@ -62,14 +56,7 @@ struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
   static_assert(24 * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "the register file");
 };
 
-// kPersistent (FLASHGPT_ATTENTION_FWD_SCHEDULE=persistent, an experiment): one block per
-// SM walks every gridDim.x-th query tile of all m_blocks·H·B, numbered heaviest first (the
-// last query tiles of every (b, h) first: under a causal mask the longest rows start
-// first). The producer runs ahead across tiles: the next tile's Q loads once every
-// consumer has issued its last QKᵀ (q_empty), and its K and V tiles go into the ring as
-// soon as slots free, so a tile's loads run under the previous tile's last P·V and
-// epilogue instead of after them. Otherwise one tile a block (the grid).
-template <class Tile, bool kCausal, bool kPersistent>
+template <class Tile, bool kCausal>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     flash_fwd_sm90_ws_kernel(const __grid_constant__ CUtensorMap qkv_map, const FlashParams p) {
 #if FLASHGPT_HAS_WGMMA
@@ -81,29 +68,18 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   bf16* sQ = reinterpret_cast<bf16*>(smem);  // [D/64][QR][64]
   bf16* sK = sQ + QR * D;                    // [S][D/64][BN][64]
   bf16* sV = sK + S * BN * D;                // [S][D/64][BN][64]
-  __shared__ alignas(8) uint64_t q_full, q_empty, k_full[S], k_empty[S], v_full[S], v_empty[S];
+  __shared__ alignas(8) uint64_t q_full, k_full[S], k_empty[S], v_full[S], v_empty[S];
   constexpr int kConsumerThreads = 128 * kConsumers;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp / 4;
-  // This block's query tiles: t = first, first + step, ... < tiles.
-  const int m_blocks = (p.T + BM - 1) / BM, heads = p.H * p.B;
-  const int tiles = kPersistent ? m_blocks * heads : 1;
-  const int first = kPersistent ? int(blockIdx.x) : 0, step = kPersistent ? int(gridDim.x) : 1;
-  const int group = min(max(p.fwd_head_group, 1), heads);
-  struct Coords { int m_block, h, b; };
-  auto coords = [&](int t) -> Coords {
-    if (!kPersistent) return {int(gridDim.x) - 1 - int(blockIdx.x), int(blockIdx.y), int(blockIdx.z)};  // heaviest first
-    const FwdTile ft = persistent_fwd_tile(t, m_blocks, heads, group);
-    return {ft.m_block, ft.pair % p.H, ft.pair / p.H};
-  };
-  auto key_tiles = [&](int m_block) {
-    const int n_end = kCausal ? min(p.T, m_block * BM + BM) : p.T;
-    return (n_end + BN - 1) / BN;
-  };
+  const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest (causal) tiles first
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int m0 = m_block * BM;
+  const int n_end = kCausal ? min(p.T, m0 + BM) : p.T;
+  const int n_blocks = (n_end + BN - 1) / BN;
 
   if (tid == 0) {
     sm90::mbar_init(&q_full, 1);
-    sm90::mbar_init(&q_empty, kConsumerThreads);
 #pragma unroll
     for (int s = 0; s < S; ++s) {
       sm90::mbar_init(&k_full[s], 1);
@@ -115,36 +91,28 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   }
   __syncthreads();
 
-  // K and V tiles go through the rings in the order the block meets them, across its
-  // query tiles: the kv-th tile uses buffer kv mod S, in its (kv / S)-th round.
   if (wg == 0) {  // ---- producer
     sm90::setmaxnreg_dec<24>();
     if (tid != 0) return;
-    // A tile of `rows` rows from row0 of the column range col0..col0+D of batch b into
-    // dst ([D/64][rows][64]): boxes of kTmaBoxCols = 64 columns × BN rows.
-    auto load = [&](bf16* dst, uint64_t* bar, int rows, int col0, int row0, int b) {
+    // A tile of `rows` rows from row0 of the column range col0..col0+D into dst
+    // ([D/64][rows][64]): boxes of kTmaBoxCols = 64 columns × BN rows.
+    auto load = [&](bf16* dst, uint64_t* bar, int rows, int col0, int row0) {
 #pragma unroll
       for (int c = 0; c < D / kTmaBoxCols; ++c)
         for (int r = 0; r < rows; r += BN)
           sm90::tma_load_3d(dst + (c * rows + r) * kTmaBoxCols, &qkv_map, bar, col0 + c * kTmaBoxCols, row0 + r, b);
     };
-    int kv = 0;
-    for (int t = first, local = 0; t < tiles; t += step, ++local) {
-      const Coords c = coords(t);
-      const int n_blocks = key_tiles(c.m_block);
-      if (local > 0) sm90::mbar_wait(&q_empty, uint32_t(local - 1) & 1);  // the last tile's QKᵀs issued
-      sm90::mbar_arrive_expect_tx(&q_full, Tile::kQBytes);
-      load(sQ, &q_full, QR, c.h * D, c.m_block * BM, c.b);
-      for (int nb = 0; nb < n_blocks; ++nb, ++kv) {
-        const int s = kv % S;
-        const uint32_t parity = ((kv / S) & 1) ^ 1;  // the release of this buffer's previous tile
-        sm90::mbar_wait(&k_empty[s], parity);
-        sm90::mbar_arrive_expect_tx(&k_full[s], Tile::kTileBytes);
-        load(sK + s * BN * D, &k_full[s], BN, (p.H + c.h) * D, nb * BN, c.b);
-        sm90::mbar_wait(&v_empty[s], parity);
-        sm90::mbar_arrive_expect_tx(&v_full[s], Tile::kTileBytes);
-        load(sV + s * BN * D, &v_full[s], BN, (2 * p.H + c.h) * D, nb * BN, c.b);
-      }
+    sm90::mbar_arrive_expect_tx(&q_full, Tile::kQBytes);
+    load(sQ, &q_full, QR, h * D, m0);
+    for (int nb = 0; nb < n_blocks; ++nb) {
+      const int s = nb % S;
+      const uint32_t parity = ((nb / S) & 1) ^ 1;  // the release of this buffer's previous tile
+      sm90::mbar_wait(&k_empty[s], parity);
+      sm90::mbar_arrive_expect_tx(&k_full[s], Tile::kTileBytes);
+      load(sK + s * BN * D, &k_full[s], BN, (p.H + h) * D, nb * BN);
+      sm90::mbar_wait(&v_empty[s], parity);
+      sm90::mbar_arrive_expect_tx(&v_full[s], Tile::kTileBytes);
+      load(sV + s * BN * D, &v_full[s], BN, (2 * p.H + h) * D, nb * BN);
     }
     return;
   }
@@ -152,84 +120,48 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // ---- consumers
   sm90::setmaxnreg_inc<Tile::kConsumerRegs>();
   const int cw = wg - 1;  // rows 64·cw.. of the block
-  auto v_base = [&](int kv) { return smem_u32(sV + (kv % S) * BN * D); };
-  auto parity = [](int kv) { return uint32_t((kv / S) & 1); };
+  Sm90FwdConsumer<Tile, kCausal> c(p, m0, cw, warp % 4, lane, sQ);
+  auto v_base = [&](int nb) { return smem_u32(sV + (nb % S) * BN * D); };
+  auto parity = [](int nb) { return uint32_t((nb / S) & 1); };
+  sm90::mbar_wait(&q_full, 0);
   // Ping-pong: consumer cw issues its matmuls after named barrier 1 + cw and, once its QKᵀ
   // is done, lets the next go (barrier 1 + (cw + 1) mod kConsumers: 2 − cw with two).
-  // Each barrier counts the 128 threads waiting and the 128 arriving. Consumer 0 starts
-  // each query tile; the last consumer skips its last hand-over of the tile, so every
-  // barrier is completed as often as it is waited on, tile by tile.
+  // Each barrier counts the 128 threads waiting and the 128 arriving. Consumer 0 starts;
+  // the last consumer skips its last hand-over, so every barrier is completed as often
+  // as it is waited on.
   constexpr int kTurnThreads = 256;
-  int kv0 = 0;  // the ring position of this query tile's first K/V tile
-  for (int t = first, local = 0; t < tiles; t += step, ++local) {
-    const Coords cd = coords(t);
-    const int n_blocks = key_tiles(cd.m_block);
-    Sm90FwdConsumer<Tile, kCausal> c(p, cd.m_block * BM, cw, warp % 4, lane, sQ);
-    sm90::mbar_wait(&q_full, uint32_t(local) & 1);
-    if (cw == kConsumers - 1) sm90::named_arrive(1, kTurnThreads);
-    for (int nb = 0; nb < n_blocks; ++nb) {
-      const int kv = kv0 + nb, s = kv % S;
-      sm90::mbar_wait(&k_full[s], parity(kv));
-      if (nb > 0) sm90::mbar_wait(&v_full[(kv - 1) % S], parity(kv - 1));
-      sm90::named_sync(1 + cw, kTurnThreads);
-      auto after_qk = [&] {  // S done: the next consumer's turn; K of tile nb read
-        if (cw != kConsumers - 1 || nb + 1 < n_blocks) sm90::named_arrive(cw + 1 < kConsumers ? cw + 2 : 1, kTurnThreads);
-        sm90::mbar_arrive(&k_empty[s]);
-      };
-      auto after_pv = [&] { sm90::mbar_arrive(&v_empty[(kv - 1) % S]); };  // V of tile nb − 1 read
-      c.step_overlapped(nb, smem_u32(sK + s * BN * D), v_base(nb > 0 ? kv - 1 : kv), after_qk, after_pv);
-    }
-    sm90::mbar_arrive(&q_empty);  // every QKᵀ of this query tile done: Q may be replaced
-    const int last = kv0 + n_blocks - 1;
-    sm90::mbar_wait(&v_full[last % S], parity(last));
-    c.finish_overlapped(v_base(last));
-    sm90::mbar_arrive(&v_empty[last % S]);
-    c.store(cd.b, cd.h);
-    kv0 += n_blocks;
+  if (cw == kConsumers - 1) sm90::named_arrive(1, kTurnThreads);
+  for (int nb = 0; nb < n_blocks; ++nb) {
+    const int s = nb % S;
+    sm90::mbar_wait(&k_full[s], parity(nb));
+    if (nb > 0) sm90::mbar_wait(&v_full[(nb - 1) % S], parity(nb - 1));
+    sm90::named_sync(1 + cw, kTurnThreads);
+    auto after_qk = [&] {  // S done: the next consumer's turn; K of tile nb read
+      if (cw != kConsumers - 1 || nb + 1 < n_blocks) sm90::named_arrive(cw + 1 < kConsumers ? cw + 2 : 1, kTurnThreads);
+      sm90::mbar_arrive(&k_empty[s]);
+    };
+    auto after_pv = [&] { sm90::mbar_arrive(&v_empty[(nb - 1) % S]); };  // V of tile nb − 1 read
+    c.step_overlapped(nb, smem_u32(sK + s * BN * D), v_base(nb > 0 ? nb - 1 : 0), after_qk, after_pv);
   }
+  sm90::mbar_wait(&v_full[(n_blocks - 1) % S], parity(n_blocks - 1));
+  c.finish_overlapped(v_base(n_blocks - 1));
+  sm90::mbar_arrive(&v_empty[(n_blocks - 1) % S]);
+  c.store(b, h);
 #else
   static_assert(Tile::kMTiles == 1 && Tile::kNTiles > 0 && Tile::kDTiles > 0, "tile shape");
   __trap();  // never launched: the dispatcher checks that sm_90a code was built
 #endif
 }
 
-// FLASHGPT_ATTENTION_FWD_SCHEDULE = grid (default: a block per query tile) | persistent
-// (an experiment, not yet measured: a block per SM over all the tiles;
-// FLASHGPT_ATTENTION_FWD_BLOCKS=N caps the blocks, so that tests walk many tiles a block).
-bool forward_persistent() {
-  const char* env = std::getenv("FLASHGPT_ATTENTION_FWD_SCHEDULE");
-  const std::string v = env && *env ? env : "grid";
-  if (v != "grid" && v != "persistent")
-    fail_input("FLASHGPT_ATTENTION_FWD_SCHEDULE must be grid or persistent, got '", v, "'");
-  return v == "persistent";
-}
-
-template <class Tile, bool kCausal, bool kPersistent>
-void launch_schedule(const FlashParams& p, cudaStream_t stream) {
-  auto kernel = flash_fwd_sm90_ws_kernel<Tile, kCausal, kPersistent>;
-  static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::kSmemBytes);  // once
-  (void)opted_in;
-  const int m_blocks = (p.T + Tile::kBlockM - 1) / Tile::kBlockM;
-  int64_t blocks = device_sm_count();
-  FlashParams q = p;
-  if constexpr (kPersistent) {
-    if (const char* n = std::getenv("FLASHGPT_ATTENTION_FWD_BLOCKS"); n && *n)
-      blocks = parse_positive_int(n, "FLASHGPT_ATTENTION_FWD_BLOCKS");
-    static const int l2_bytes = current_device_attribute(cudaDevAttrL2CacheSize);
-    q.fwd_head_group = int(sm90ws_forward_head_group(std::getenv("FLASHGPT_ATTENTION_FWD_HEAD_GROUP"),
-                                                     int64_t(p.B) * p.H, p.T, p.D, l2_bytes));
-  }
-  const dim3 grid = kPersistent ? dim3(unsigned(std::min<int64_t>(int64_t(m_blocks) * p.H * p.B, blocks)))
-                                : dim3(m_blocks, p.H, p.B);
-  const CUtensorMap map = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, Tile::kBlockN, "qkv");
-  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(map, q);
-  CUDA_CHECK_LAUNCH();
-}
-
 template <class Tile, bool kCausal>
 void launch_tile(const FlashParams& p, cudaStream_t stream) {
-  if (forward_persistent()) launch_schedule<Tile, kCausal, true>(p, stream);
-  else launch_schedule<Tile, kCausal, false>(p, stream);
+  auto kernel = flash_fwd_sm90_ws_kernel<Tile, kCausal>;
+  static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::kSmemBytes);  // once
+  (void)opted_in;
+  const CUtensorMap map = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, Tile::kBlockN, "qkv");
+  const dim3 grid((p.T + Tile::kBlockM - 1) / Tile::kBlockM, p.H, p.B);
+  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(map, p);
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace

@@ -33,7 +33,6 @@ struct FlashParams {
   float* dq_accum = nullptr;            // (B, H, T, D) fp32 workspace (atomic mode)
   int* item_counter = nullptr;          // sm90 backward's work counter (after dq_accum)
   int bwd_head_group = 1 << 30;         // sm90 backward, tma/atomic dQ: (batch·head)s per item group
-  int fwd_head_group = 1 << 30;         // persistent sm90ws forward: (batch·head)s per tile group
 
   int B = 0, T = 0, H = 0, D = 0;
   int64_t qkv_row_stride = 0;  // 3*H*D
