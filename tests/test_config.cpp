@@ -170,3 +170,31 @@ TEST(Schedule, NoWarmupAndStepsPastTheEnd) {
 
 }  // namespace
 }  // namespace flashgpt
+
+namespace flashgpt {
+namespace {
+
+// parse_positive_int (src/errors.h): the knobs that take a count (FLASHGPT_ATTENTION_BWD_BLOCKS,
+// FLASHGPT_ATTENTION_BWD_HEAD_GROUP).
+TEST(ParsePositiveInt, TakesDecimalCountsUpToTheLimit) {
+  EXPECT_EQ(parse_positive_int("1", "N"), 1);
+  EXPECT_EQ(parse_positive_int("132", "N"), 132);
+  EXPECT_EQ(parse_positive_int("2147483647", "N"), 2147483647);
+  EXPECT_EQ(parse_positive_int("3000000000", "N", "a count", INT64_MAX), 3000000000LL);
+  EXPECT_EQ(parse_positive_int("7", "N", "a count", 7), 7);
+}
+
+TEST(ParsePositiveInt, AnythingElseIsAnInputErrorNamingTheKnob) {
+  for (const char* bad : {"", "0", "-3", "+3", " 3", "3 ", "3x", "0x10", "1e3", "2147483648", "99999999999999999999"}) {
+    try {
+      parse_positive_int(bad, "FLASHGPT_X", "auto or a positive integer");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()), std::string("FLASHGPT_X must be auto or a positive integer, got '") + bad + "'");
+    }
+  }
+  EXPECT_THROW(parse_positive_int("8", "N", "a count", 7), InputError);
+}
+
+}  // namespace
+}  // namespace flashgpt

@@ -68,7 +68,7 @@ inline int64_t choose_head_group(const char* requested, int64_t pairs, int64_t T
   const std::string v = requested && *requested ? requested : "auto";
   if (v == "all") return pairs;
   if (v != "auto") {
-    const int64_t g = parse_positive_int(v, "FLASHGPT_ATTENTION_BWD_HEAD_GROUP", "auto, all or a positive integer");
+    const int64_t g = parse_positive_int(v, "FLASHGPT_ATTENTION_BWD_HEAD_GROUP", "auto, all or a positive integer", INT64_MAX);
     return std::min<int64_t>(g, pairs);
   }
   if (causal && (D == 128 || 2 * head_group_bytes(T, D) < l2_bytes)) return pairs;
