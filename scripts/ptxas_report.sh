@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Registers and spills of CUDA kernels as built for an H200 (sm_90a), from ptxas -v (no GPU
-# needed), and whether ptxas serialised their wgmma instructions (its warning C7514, which
-# costs the overlap of the tensor cores with the rest): one line per kernel instantiation,
+# needed), and whether ptxas serialised their wgmma instructions (its "Potential Performance
+# Loss" warnings, C7514 or C7520 among them, which cost the overlap of the tensor cores
+# with the rest): one line per kernel instantiation,
 # with its template arguments: the element type where it is the first, the integers
 # (attention: head dim first, then tile sizes), the bools in template order (attention:
 # causal first; the sm80 backward's second is atomic dQ).
@@ -23,7 +24,7 @@ for f in "${files[@]}"; do
 import re, sys
 name = spill = None
 lines = sys.stdin.readlines()
-serialised = set(re.findall(r"C7514.*in the function .(\w+).", "".join(lines)))
+serialised = set(re.findall(r"Potential Performance Loss: wgmma[^\n]*in the function .(\w+).", "".join(lines)))
 for line in lines:
     m = re.search(r"Compiling entry function .(\S+).", line)
     if m:

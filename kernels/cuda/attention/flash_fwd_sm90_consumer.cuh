@@ -108,23 +108,28 @@ struct Sm90FwdConsumer {
   // Tile nb with the previous tile's P·V (V at v_prev_base) under its softmax. The hooks
   // run where the pipeline may move on: once S (hence this K tile) is done, and once the
   // previous P·V (hence that V tile) is. (Code between the issue and the first wait, even a
-  // bar.arrive, makes ptxas serialise the wgmmas: C7514.)
-  template <class AfterQk, class AfterPv>
+  // bar.arrive, makes ptxas serialise the wgmmas: C7514.) kFirst: tile 0 of the query
+  // tile, with no previous P·V. It is a template argument, not a test of nb: with the
+  // P·V under a run-time branch, ptxas serialised every wgmma of a persistent version of
+  // the kernel (C7520, "compiler-inserted WG.AR in divergent path"; 0.54-0.93x of this
+  // one), and the peeled first step made this one 1-7% faster (BENCHMARKS.md,
+  // "Seventeenth session").
+  template <bool kFirst, class AfterQk, class AfterPv>
   __device__ __forceinline__ void step_overlapped(int nb, uint32_t k_base, uint32_t v_prev_base,
                                                   AfterQk after_qk, AfterPv after_pv) {
     Scores s;
     float alpha[1][2];
     sm90::wgmma_fence();  // a and o were last written by ordinary instructions
     issue_qk(s, k_base);
-    if (nb > 0) issue_pv(v_prev_base);
-    if (nb > 0) sm90::wgmma_wait<1>();  // S_nb done; P_{nb−1}·V_{nb−1} may still run
+    if constexpr (!kFirst) issue_pv(v_prev_base);
+    if constexpr (!kFirst) sm90::wgmma_wait<1>();  // S_nb done; P_{nb−1}·V_{nb−1} may still run
     else sm90::wgmma_wait<0>();
     sm90::fence_accumulators(s[0]);
     after_qk();
     softmax(s, alpha, nb);
     sm90::wgmma_wait<0>();  // P_{nb−1}·V_{nb−1} done: O and a are free
     sm90::fence_accumulators(o[0]);
-    if (nb > 0) after_pv();
+    if constexpr (!kFirst) after_pv();
     rescale_output<Tile>(o, alpha);
     keep_p(s);
   }

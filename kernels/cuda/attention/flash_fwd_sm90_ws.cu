@@ -24,6 +24,7 @@
 // Hopper.
 #include <cuda.h>
 #include <cmath>
+#include <type_traits>
 #include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/flash_fwd_sm90_consumer.cuh"
 #include "kernels/cuda/attention/flash_params.h"
@@ -131,18 +132,22 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // as it is waited on.
   constexpr int kTurnThreads = 256;
   if (cw == kConsumers - 1) sm90::named_arrive(1, kTurnThreads);
-  for (int nb = 0; nb < n_blocks; ++nb) {
+  // Key tile nb; kFirst (nb = 0: no previous P·V) at compile time, see step_overlapped.
+  auto step = [&](int nb, auto is_first) {
+    constexpr bool kFirst = decltype(is_first)::value;
     const int s = nb % S;
     sm90::mbar_wait(&k_full[s], parity(nb));
-    if (nb > 0) sm90::mbar_wait(&v_full[(nb - 1) % S], parity(nb - 1));
+    if constexpr (!kFirst) sm90::mbar_wait(&v_full[(nb - 1) % S], parity(nb - 1));
     sm90::named_sync(1 + cw, kTurnThreads);
     auto after_qk = [&] {  // S done: the next consumer's turn; K of tile nb read
       if (cw != kConsumers - 1 || nb + 1 < n_blocks) sm90::named_arrive(cw + 1 < kConsumers ? cw + 2 : 1, kTurnThreads);
       sm90::mbar_arrive(&k_empty[s]);
     };
     auto after_pv = [&] { sm90::mbar_arrive(&v_empty[(nb - 1) % S]); };  // V of tile nb − 1 read
-    c.step_overlapped(nb, smem_u32(sK + s * BN * D), v_base(nb > 0 ? nb - 1 : 0), after_qk, after_pv);
-  }
+    c.template step_overlapped<kFirst>(nb, smem_u32(sK + s * BN * D), v_base(kFirst ? 0 : nb - 1), after_qk, after_pv);
+  };
+  step(0, std::true_type{});
+  for (int nb = 1; nb < n_blocks; ++nb) step(nb, std::false_type{});
   sm90::mbar_wait(&v_full[(n_blocks - 1) % S], parity(n_blocks - 1));
   c.finish_overlapped(v_base(n_blocks - 1));
   sm90::mbar_arrive(&v_empty[(n_blocks - 1) % S]);
