@@ -12,6 +12,8 @@
 #                                             archs $FLASHGPT_CUDA_ARCHS or 90a;80)
 #   scripts/mutation_test.sh [--cuda] NAME..  only these mutants
 #   scripts/mutation_test.sh [--cuda] --list  list the mutants
+#   scripts/mutation_test.sh [--cuda] --check only check that every mutant still applies
+#                                             (no build, no GPU: the CTest MutantsStillApply)
 #   FLASHGPT_MUTATION_BUILD_DIR=build ...     reuse an existing build directory (e.g. the
 #                                             one scripts/test_gpu.sh made)
 # Exit status: 0 every mutant killed; 1 a mutant survived; 2 a mutant no longer applies
@@ -22,11 +24,13 @@ cd "$(dirname "$0")/.."
 
 kind=cpu
 list=0
+check=0
 names=()
 for arg in "$@"; do
   case "$arg" in
     --cuda) kind=cuda ;;
     --list) list=1 ;;
+    --check) check=1 ;;
     -*) echo "mutation_test.sh: unknown option $arg" >&2; exit 3 ;;
     *) names+=("$arg") ;;
   esac
@@ -54,6 +58,7 @@ if [[ ${#stale[@]} -gt 0 ]]; then
   for n in "${stale[@]}"; do echo "MUTANT DOES NOT APPLY: $n ($dir/$n.patch): remake it against the current code" >&2; done
   exit 2
 fi
+if [[ $check -eq 1 ]]; then echo "mutation_test.sh: all ${#names[@]} $kind mutants apply"; exit 0; fi
 
 if [[ $kind == cuda ]]; then
   if ! nvidia-smi -L >/dev/null 2>&1; then echo "mutation_test.sh --cuda: no NVIDIA GPU visible" >&2; exit 3; fi
