@@ -95,20 +95,6 @@ __device__ __forceinline__ bf16 bf16_stochastic(float x, uint32_t seed, uint32_t
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) % kPackBytes) == 0; }
 __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// An attribute of the current device (host code; launchers cache it where it is per call).
-inline int current_device_attribute(cudaDeviceAttr attr) {
-  int dev = 0, value = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, dev));
-  return value;
-}
-
-// SMs of the current device, read once: one process drives one GPU (docs/ARCHITECTURE.md).
-inline int device_sm_count() {
-  static const int sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
-  return sms;
-}
-
 }  // namespace flashgpt::cuda
 
 // Runs `...` with `T` bound to the C++ type of a floating activation dtype (fp32 or bf16).

@@ -50,20 +50,13 @@ unsigned* sink_word() {
   return sink;
 }
 
-int sm_count() {
-  int dev = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms;
-}
-
 }  // namespace
 
 void read_pair(const void* a, const void* b, size_t bytes_each, int blocks_per_sm, cudaStream_t stream) {
   FG_ASSERT(bytes_each % 16 == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0 && reinterpret_cast<uintptr_t>(b) % 16 == 0,
             "read_pair: 16-byte multiples");
   FG_ASSERT(blocks_per_sm >= 1 && blocks_per_sm <= 8, "read_pair: 1-8 blocks an SM, got ", blocks_per_sm);
-  read_pair_kernel<<<unsigned(sm_count() * blocks_per_sm), 256, 0, stream>>>(
+  read_pair_kernel<<<unsigned(cuda::device_sm_count() * blocks_per_sm), 256, 0, stream>>>(
       static_cast<const uint4*>(a), static_cast<const uint4*>(b), int64_t(bytes_each / 16), sink_word());
   CUDA_CHECK_LAUNCH();
 }
@@ -75,7 +68,7 @@ void launch_empty(cudaStream_t stream) {
 
 void read_through_l2(const void* buf, size_t bytes, cudaStream_t stream) {
   FG_ASSERT(bytes % 16 == 0 && reinterpret_cast<uintptr_t>(buf) % 16 == 0, "read_through_l2: 16-byte multiples");
-  read_through_kernel<<<unsigned(sm_count()) * 8, 256, 0, stream>>>(static_cast<const uint4*>(buf), int64_t(bytes / 16),
+  read_through_kernel<<<unsigned(cuda::device_sm_count()) * 8, 256, 0, stream>>>(static_cast<const uint4*>(buf), int64_t(bytes / 16),
                                                                      sink_word());
   CUDA_CHECK_LAUNCH();
 }

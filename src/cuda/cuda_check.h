@@ -1,6 +1,7 @@
 // Checked CUDA / cuBLAS / cuBLASLt calls. Every runtime or library call in the CUDA
 // backend goes through one of these macros, so that a failure names the call, the
 // file and the line (a bug or a failing system call: std::runtime_error, exit code 1).
+// Also the current device's attributes, which every layer of the backend reads.
 //   CUDA_CHECK(cudaMemcpyAsync(...));
 //   CUBLAS_CHECK(cublasLtMatmul(...));      // cublasStatus_t, from cuBLAS or cuBLASLt
 //   CUDA_CHECK_LAUNCH();                    // after a <<<...>>> launch
@@ -29,3 +30,21 @@
 // A kernel launch reports configuration errors (bad grid, too much shared memory)
 // through cudaGetLastError; asynchronous faults surface at the next synchronising call.
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+
+namespace flashgpt::cuda {
+
+// An attribute of the current device (host code; launchers cache it where it is per call).
+inline int current_device_attribute(cudaDeviceAttr attr) {
+  int dev = 0, value = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, dev));
+  return value;
+}
+
+// SMs of the current device, read once: one process drives one GPU (docs/ARCHITECTURE.md).
+inline int device_sm_count() {
+  static const int sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
+  return sms;
+}
+
+}  // namespace flashgpt::cuda
