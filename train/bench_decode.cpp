@@ -46,14 +46,6 @@ constexpr size_t kFlushBytes = size_t(512) << 20;  // far above the L2 of any cu
 using bench::DeviceMem;
 using bench::fill_random_bf16;
 
-// The device copy bandwidth, (read + written) bytes / time of a 1 GiB device-to-device
-// copy, median of 10 after 3: the yardstick of the decode kernels' KV read bandwidth.
-double copy_tbs(cudaStream_t stream) {
-  constexpr size_t kBytes = size_t(1) << 30;
-  DeviceMem src(kBytes), dst(kBytes);
-  return bench::copy_tbs(dst.ptr, src.ptr, kBytes, 3, 10, stream);
-}
-
 void bench_one(int B, int H, int T, int D, const DecodeBenchOptions& opt, cudaStream_t stream, void* flush,
                double copy) {
   const int64_t cache = int64_t(B) * H * T * D;
@@ -116,7 +108,12 @@ void run_decode_bench(const DecodeBenchOptions& opt) {
   CUDA_CHECK(cudaStreamCreate(&stream));
   DeviceMem flush(kFlushBytes);
   CUDA_CHECK(cudaMemset(flush.ptr, 0, kFlushBytes));  // defined contents for --flush read
-  const double copy = opt.floor ? copy_tbs(stream) : 0;
+  double copy = 0;  // --floor: the yardstick, a 1 GiB device-to-device copy (median of 10 after 3)
+  if (opt.floor) {
+    constexpr size_t kCopyBytes = size_t(1) << 30;
+    DeviceMem src(kCopyBytes), dst(kCopyBytes);
+    copy = bench::copy_tbs(dst.ptr, src.ptr, kCopyBytes, 3, 10, stream);
+  }
   if (!opt.json) {
     std::printf("flash decode on %s, bf16 KV cache; bytes = K + V = 2*B*H*T*D*2, L2 flushed (by a %s of 512 MiB) "
                 "before each call; median of %d after %d warm-up\n", gpu.c_str(), opt.flush.c_str(), opt.iters, opt.warmup);
