@@ -20,6 +20,8 @@ backward with one block per work item (FLASHGPT_ATTENTION_BWD_SCHEDULE=grid) ins
 the persistent default; "/atomic", "/tma" and "/owner" force its dQ mode (FLASHGPT_ATTENTION_BWD_DQ);
 "/allheads" gives its tma and atomic modes one group of every (batch, head) pair, key tile
 major (FLASHGPT_ATTENTION_BWD_HEAD_GROUP=all, the order before the L2-sized groups).
+"/c1" runs the sm90ws forward with one consumer warpgroup and two blocks an SM
+(FLASHGPT_ATTENTION_FWD_CONSUMERS=1, an experiment).
 --flashgpt may be given more than once, as LABEL=BINARY: every binary runs every path,
 so two builds (before and after a change) are compared in the same run.
 The /FA2 and /cuDNN columns divide the best of our columns by FA2 and by cuDNN.
@@ -116,7 +118,7 @@ def main():
     ap.add_argument("--flashgpt", action="append", help="the flashgpt binary, or LABEL=BINARY (repeatable; default build/flashgpt)")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--paths", default="auto", help="comma-separated FLASHGPT_ATTENTION_PATH values, each optionally /bt1, /ft0, /ft1 (tile knobs), /grid, /atomic, /tma, /owner or /allheads")
+    ap.add_argument("--paths", default="auto", help="comma-separated FLASHGPT_ATTENTION_PATH values, each optionally /bt1, /ft0, /ft1 (tile knobs), /grid, /atomic, /tma, /owner, /allheads or /c1")
     args = ap.parse_args()
     paths = args.paths.split(",")
     binaries = parse_binaries(args.flashgpt or ["build/flashgpt"])
@@ -127,7 +129,8 @@ def main():
              "grid": ("FLASHGPT_ATTENTION_BWD_SCHEDULE", "grid"),
              "atomic": ("FLASHGPT_ATTENTION_BWD_DQ", "atomic"), "tma": ("FLASHGPT_ATTENTION_BWD_DQ", "tma"),
              "owner": ("FLASHGPT_ATTENTION_BWD_DQ", "owner"),
-             "allheads": ("FLASHGPT_ATTENTION_BWD_HEAD_GROUP", "all")}
+             "allheads": ("FLASHGPT_ATTENTION_BWD_HEAD_GROUP", "all"),
+             "c1": ("FLASHGPT_ATTENTION_FWD_CONSUMERS", "1")}
     for label, binary in binaries:
         for entry in paths:
             path, *extra = entry.split("/")

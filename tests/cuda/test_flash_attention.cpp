@@ -430,6 +430,9 @@ TEST_P(FlashAttentionVsReference, OutputsAndGradients) {
       ScopedEnv fwd_tile("FLASHGPT_ATTENTION_FWD_TILE", tile);
       check_against(pb, ref, naive, std::string("sm90ws tile ") + tile);
     }
+    // One consumer warpgroup, two blocks an SM (an experiment).
+    ScopedEnv one("FLASHGPT_ATTENTION_FWD_CONSUMERS", "1");
+    check_against(pb, ref, naive, "sm90ws one consumer");
   }
   if (path_wanted("auto")) {
     ScopedEnv path("FLASHGPT_ATTENTION_PATH", "auto");
@@ -621,10 +624,17 @@ TEST(CudaFlashAttention, Sm90WsForwardIsBitwiseEqualToSm90) {
         };
         expect_same(ws, "sm90ws");
         if (D == 64) {  // three consumers, 192 rows a block: the extra key tiles a row meets
-                        // under a causal mask are wholly masked (P = 0, O scaled by exactly 1)
+                        // under a causal mask are wholly masked (P = 0, O scaled by exactly 1);
+                        // one consumer, 64 rows a block, the same 128-key tiles
           const DeviceRun ws3 = run("sm90ws", "1");
+          DeviceRun ws1;
+          {
+            ScopedEnv one("FLASHGPT_ATTENTION_FWD_CONSUMERS", "1");
+            ws1 = run("sm90ws", "0");
+          }
           if (HasFatalFailure()) return;
           expect_same(ws3, "sm90ws tile 1");
+          expect_same(ws1, "sm90ws one consumer");
         }
       }
 }
@@ -684,6 +694,16 @@ TEST(CudaFlashAttention, RejectsBadBackwardSchedule) {
   }
   ScopedEnv dq("FLASHGPT_ATTENTION_BWD_DQ", "owners");
   EXPECT_THROW(cuda::flash_attention_backward(fake_backward(), workspace, nullptr), InputError);
+}
+
+TEST(CudaFlashAttention, RejectsBadForwardConsumers) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (!is_hopper()) GTEST_SKIP() << "the knob belongs to the sm90ws forward";
+  ScopedEnv path("FLASHGPT_ATTENTION_PATH", "sm90ws");
+  for (const char* bad : {"0", "2", "one", " 1"}) {
+    ScopedEnv consumers("FLASHGPT_ATTENTION_FWD_CONSUMERS", bad);
+    EXPECT_THROW(cuda::flash_attention_forward(fake_forward(64, DType::bf16, 0), nullptr), InputError) << bad;
+  }
 }
 
 TEST(FlashAttention, RejectsUnknownPath) {

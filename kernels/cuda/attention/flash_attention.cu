@@ -29,6 +29,8 @@
 //       consumers for 192 query rows a block (flash_fwd_sm90_ws.cu); unset, the
 //       measured choice of sm90ws_forward_tile in tile_choice.h (three consumers at
 //       D = 64 unless causal with T < 2048). The other Hopper kernels ignore them.
+//   FLASHGPT_ATTENTION_FWD_CONSUMERS=1  an experiment: the sm90ws forward with one
+//       consumer warpgroup (64 query rows) and two blocks an SM, whatever FWD_TILE says.
 #include "kernels/cuda/attention/flash_attention.h"
 
 #include <algorithm>
@@ -86,6 +88,15 @@ bool deterministic_requested() {
 
 // Tuning knob `var` (tile_choice.h): 0, 1, or -1 when unset.
 int tile_choice(const char* var) { return attn::parse_tile_choice(var, std::getenv(var)); }
+
+// FLASHGPT_ATTENTION_FWD_CONSUMERS = 1 (an experiment): the sm90ws forward with one
+// consumer warpgroup and two blocks an SM, whatever the tile knob says; unset: the tile's.
+bool one_consumer_forward() {
+  const char* env = std::getenv("FLASHGPT_ATTENTION_FWD_CONSUMERS");
+  const std::string v = env && *env ? env : "";
+  if (!v.empty() && v != "1") fail_input("FLASHGPT_ATTENTION_FWD_CONSUMERS must be 1 or unset, got '", v, "'");
+  return v == "1";
+}
 
 // The sm90 backward's grid cap (FLASHGPT_ATTENTION_BWD_SCHEDULE): the SM count when
 // persistent (FLASHGPT_ATTENTION_BWD_BLOCKS=N, a test knob, sets N instead), 0 for a
@@ -178,7 +189,8 @@ void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
                  : attn::launch_fwd_sm90<128, /*kCausal=*/false>(p, stream);
       break;
     case Path::sm90ws: {
-      const int ws_tile = attn::sm90ws_forward_tile(fwd_tile, a.D, a.T, a.causal);
+      const int ws_tile = one_consumer_forward() ? attn::kSm90WsOneConsumer
+                                                 : attn::sm90ws_forward_tile(fwd_tile, a.D, a.T, a.causal);
       if (a.D == 64)
         a.causal ? attn::launch_fwd_sm90_ws<64, /*kCausal=*/true>(p, ws_tile, stream)
                  : attn::launch_fwd_sm90_ws<64, /*kCausal=*/false>(p, ws_tile, stream);

@@ -42,23 +42,30 @@ namespace {
 // consumers (ptxas held the consumers to 168 and 128 registers, see mbar_wait), and those
 // tiles ran their two matmuls one at a time (the overlap is 8-21% faster at D = 128, -1
 // to +7% with three consumers).
+// kConsumers = 1 (FLASHGPT_ATTENTION_FWD_CONSUMERS=1, an experiment): 64 query rows a
+// block and two blocks an SM (registers 24 / 232, two K/V stages, 64-key tiles at
+// D = 128), so that one block's
+// first loads and epilogue run under the other's matmuls at short sequences, where a
+// block's tile has few key tiles.
 template <int kHeadDim_, int kBlockN_ = 128, int kConsumers_ = 2>
 struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
   using Shape = Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_>;
   static constexpr int kConsumers = kConsumers_;
   static constexpr int kThreads = 128 * (1 + kConsumers);  // producer + consumer warpgroups
-  static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
-  static constexpr int kStages = 3;
+  static constexpr int kBlocksPerSm = kConsumers == 1 ? 2 : 1;
+  static constexpr int kConsumerRegs = kConsumers == 1 ? 232 : kConsumers == 2 ? 240 : 160;
+  static constexpr int kStages = kConsumers == 1 ? 2 : 3;
   static constexpr uint32_t kTileBytes = uint32_t(Shape::kBlockN) * kHeadDim_ * sizeof(bf16);
   static constexpr uint32_t kQBytes = uint32_t(Shape::kQRows) * kHeadDim_ * sizeof(bf16);
   // Q + kStages × (K, V), and slack to align the base to 1024 bytes (the swizzle period).
   static constexpr size_t kSmemBytes = kQBytes + 2 * size_t(kStages) * kTileBytes + 1024;
-  static_assert(kConsumers == 2 || kConsumers == 3, "two or three consumer warpgroups");
-  static_assert(24 * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "the register file");
+  static_assert(kConsumers >= 1 && kConsumers <= 3, "one to three consumer warpgroups");
+  static_assert((24 * 128 + kConsumerRegs * 128 * kConsumers) * kBlocksPerSm <= 65536, "the register file");
+  static_assert(kBlocksPerSm * (kSmemBytes + 1024) <= 228 * 1024, "the shared memory");
 };
 
 template <class Tile, bool kCausal>
-__global__ void __launch_bounds__(Tile::kThreads, 1)
+__global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
     flash_fwd_sm90_ws_kernel(const __grid_constant__ CUtensorMap qkv_map, const FlashParams p) {
 #if FLASHGPT_HAS_WGMMA
   constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN, S = Tile::kStages;
@@ -130,17 +137,19 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // Each barrier counts the 128 threads waiting and the 128 arriving. Consumer 0 starts;
   // the last consumer skips its last hand-over, so every barrier is completed as often
   // as it is waited on.
+  // One consumer (kConsumers = 1) takes no turns.
   constexpr int kTurnThreads = 256;
-  if (cw == kConsumers - 1) sm90::named_arrive(1, kTurnThreads);
+  if (kConsumers > 1 && cw == kConsumers - 1) sm90::named_arrive(1, kTurnThreads);
   // Key tile nb; kFirst (nb = 0: no previous P·V) at compile time, see step_overlapped.
   auto step = [&](int nb, auto is_first) {
     constexpr bool kFirst = decltype(is_first)::value;
     const int s = nb % S;
     sm90::mbar_wait(&k_full[s], parity(nb));
     if constexpr (!kFirst) sm90::mbar_wait(&v_full[(nb - 1) % S], parity(nb - 1));
-    sm90::named_sync(1 + cw, kTurnThreads);
+    if constexpr (kConsumers > 1) sm90::named_sync(1 + cw, kTurnThreads);
     auto after_qk = [&] {  // S done: the next consumer's turn; K of tile nb read
-      if (cw != kConsumers - 1 || nb + 1 < n_blocks) sm90::named_arrive(cw + 1 < kConsumers ? cw + 2 : 1, kTurnThreads);
+      if constexpr (kConsumers > 1)
+        if (cw != kConsumers - 1 || nb + 1 < n_blocks) sm90::named_arrive(cw + 1 < kConsumers ? cw + 2 : 1, kTurnThreads);
       sm90::mbar_arrive(&k_empty[s]);
     };
     auto after_pv = [&] { sm90::mbar_arrive(&v_empty[(nb - 1) % S]); };  // V of tile nb − 1 read
@@ -173,6 +182,10 @@ void launch_tile(const FlashParams& p, cudaStream_t stream) {
 
 template <int kHeadDim, bool kCausal>
 void launch_fwd_sm90_ws(const FlashParams& p, int tile, cudaStream_t stream) {
+  // One consumer: 128-key tiles at D = 64, 64-key tiles at D = 128 (two blocks' shared
+  // memory).
+  if (tile == kSm90WsOneConsumer)
+    return launch_tile<Sm90WsTile<kHeadDim, kHeadDim == 64 ? 128 : 64, /*kConsumers=*/1>, kCausal>(p, stream);
   if constexpr (kHeadDim == 128) {
     if (tile == 1) return launch_tile<Sm90WsTile<kHeadDim, 64>, kCausal>(p, stream);
   } else {
