@@ -21,7 +21,7 @@ the persistent default; "/atomic", "/tma" and "/owner" force its dQ mode (FLASHG
 "/allheads" gives its tma and atomic modes one group of every (batch, head) pair, key tile
 major (FLASHGPT_ATTENTION_BWD_HEAD_GROUP=all, the order before the L2-sized groups).
 "/c1" runs the sm90ws forward with one consumer warpgroup and two blocks an SM
-(FLASHGPT_ATTENTION_FWD_CONSUMERS=1, an experiment).
+(FLASHGPT_ATTENTION_FWD_CONSUMERS=1) at every shape; auto takes it at D = 64 up to T = 1024.
 --flashgpt may be given more than once, as LABEL=BINARY: every binary runs every path,
 so two builds (before and after a change) are compared in the same run.
 The /FA2 and /cuDNN columns divide the best of our columns by FA2 and by cuDNN.

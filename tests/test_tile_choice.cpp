@@ -40,14 +40,22 @@ TEST(TileChoice, Sm80TakesTheRequestedTileAndTileZeroWhenUnset) {
   EXPECT_EQ(sm80_tile(1), 1);
 }
 
+TEST(TileChoice, Sm90wsTakesOneConsumerAtHeadDim64UpTo1024) {
+  using cuda::attn::kSm90WsOneConsumer;
+  // GPT-2 124M's training step: causal, T = 1024.
+  EXPECT_EQ(sm90ws_forward_tile(-1, 64, 1024, /*causal=*/true), kSm90WsOneConsumer);
+  for (bool causal : {true, false})
+    for (int T : {1, 17, 512, 1023, 1024}) EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, causal), kSm90WsOneConsumer) << T;
+  EXPECT_NE(sm90ws_forward_tile(-1, 64, 1025, true), kSm90WsOneConsumer);  // the threshold is inclusive
+  EXPECT_NE(sm90ws_forward_tile(-1, 64, 1025, false), kSm90WsOneConsumer);
+}
+
 TEST(TileChoice, Sm90wsTakesThreeConsumersAtHeadDim64UnlessCausalAndShort) {
-  // GPT-2 124M's training step: causal, T = 1024: two consumers.
-  EXPECT_EQ(sm90ws_forward_tile(-1, 64, 1024, /*causal=*/true), 0);
-  EXPECT_EQ(sm90ws_forward_tile(-1, 64, 1, true), 0);
+  EXPECT_EQ(sm90ws_forward_tile(-1, 64, 1025, /*causal=*/true), 0);
   EXPECT_EQ(sm90ws_forward_tile(-1, 64, 2047, true), 0);
   EXPECT_EQ(sm90ws_forward_tile(-1, 64, 2048, true), 1);   // the threshold itself
   EXPECT_EQ(sm90ws_forward_tile(-1, 64, 65536, true), 1);  // the long-context step
-  for (int T : {1, 1024, 2048, 16384}) EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, /*causal=*/false), 1) << T;
+  for (int T : {1025, 2048, 16384}) EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, /*causal=*/false), 1) << T;
 }
 
 TEST(TileChoice, Sm90wsKeeps128KeyTilesAtHeadDim128) {

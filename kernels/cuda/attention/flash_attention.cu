@@ -27,10 +27,11 @@
 //       default. FWD_TILE also picks the sm90ws forward's tile: 0 two consumer
 //       warpgroups with 128-key tiles, 1 at D = 128 64-key tiles and at D = 64 three
 //       consumers for 192 query rows a block (flash_fwd_sm90_ws.cu); unset, the
-//       measured choice of sm90ws_forward_tile in tile_choice.h (three consumers at
-//       D = 64 unless causal with T < 2048). The other Hopper kernels ignore them.
-//   FLASHGPT_ATTENTION_FWD_CONSUMERS=1  an experiment: the sm90ws forward with one
-//       consumer warpgroup (64 query rows) and two blocks an SM, whatever FWD_TILE says.
+//       measured choice of sm90ws_forward_tile in tile_choice.h (at D = 64: one
+//       consumer and two blocks an SM up to T = 1024, then three consumers unless causal
+//       with T < 2048). The other Hopper kernels ignore them.
+//   FLASHGPT_ATTENTION_FWD_CONSUMERS=1  the sm90ws forward with one consumer warpgroup
+//       (64 query rows) and two blocks an SM at every shape, whatever FWD_TILE says.
 #include "kernels/cuda/attention/flash_attention.h"
 
 #include <algorithm>
@@ -89,8 +90,8 @@ bool deterministic_requested() {
 // Tuning knob `var` (tile_choice.h): 0, 1, or -1 when unset.
 int tile_choice(const char* var) { return attn::parse_tile_choice(var, std::getenv(var)); }
 
-// FLASHGPT_ATTENTION_FWD_CONSUMERS = 1 (an experiment): the sm90ws forward with one
-// consumer warpgroup and two blocks an SM, whatever the tile knob says; unset: the tile's.
+// FLASHGPT_ATTENTION_FWD_CONSUMERS = 1: the sm90ws forward with one consumer warpgroup
+// and two blocks an SM at every shape, whatever the tile knob says; unset: the tile's.
 bool one_consumer_forward() {
   const char* env = std::getenv("FLASHGPT_ATTENTION_FWD_CONSUMERS");
   const std::string v = env && *env ? env : "";

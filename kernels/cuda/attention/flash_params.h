@@ -7,7 +7,8 @@
 #include <cuda_runtime.h>
 #include <cstdint>
 #include "src/cuda/cuda_check.h"
-#include "kernels/cuda/attention/dq_mode.h"  // DqMode
+#include "kernels/cuda/attention/dq_mode.h"      // DqMode
+#include "kernels/cuda/attention/tile_choice.h"  // kSm90WsOneConsumer
 
 namespace flashgpt::cuda::attn {
 
@@ -57,10 +58,8 @@ void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream
 // Warp-specialised Hopper forward (TMA producer, two consumer warpgroups in ping-pong;
 // flash_fwd_sm90_ws.cu), each consumer's softmax under its previous P·V. Tile 0: 128-key
 // tiles; tile 1: at D = 128 64-key tiles, at D = 64 three consumer warpgroups (192 query
-// rows a block, round robin). The caller picks the tile (tile_choice.h). Tile
-// kSm90WsOneConsumer (an experiment, FLASHGPT_ATTENTION_FWD_CONSUMERS=1): one consumer,
-// 64 query rows, two blocks an SM.
-constexpr int kSm90WsOneConsumer = 2;
+// rows a block, round robin); tile kSm90WsOneConsumer: one consumer, 64 query rows, two
+// blocks an SM. The caller picks the tile (tile_choice.h).
 template <int kHeadDim, bool kCausal>
 void launch_fwd_sm90_ws(const FlashParams& p, int tile, cudaStream_t stream);
 // True when this build has sm_90a code and the current device runs it.
