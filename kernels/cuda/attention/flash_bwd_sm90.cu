@@ -10,10 +10,10 @@
 //
 // One block = 2 warpgroups = kBlockN = 128 keys (64 per warpgroup); query tiles of
 // kBlockM rows. Thread 0 loads each query tile's Q, dO, LSE and D by TMA, one step ahead,
-// into two buffers that complete on mbarriers; it issues them (and the TMA dQ below) just
-// after its warpgroup's Sᵀ and dPᵀ wgmmas, not before: wgmma waits for all four warps of
-// a warpgroup, so TMA work in front of it held the tensor cores back (2-4% of the
-// backward's time on an H200). Per query tile (a step), each warpgroup:
+// into two buffers that complete on mbarriers (and the first thread of warpgroup 1 issues
+// the TMA dQ below); both issue just after their warpgroup's Sᵀ and dPᵀ wgmmas, not
+// before: wgmma waits for all four warps of a warpgroup, so TMA work in front of it held
+// the tensor cores back (2-4% of the backward's time on an H200). Per query tile (a step), each warpgroup:
 //   Sᵀ  = K·Qᵀ      wgmma m64n{BM}k16, A (its 64 keys of K) and B (Q) K-major in smem
 //   dPᵀ = V·dOᵀ     the same with V and dO (issued right behind Sᵀ)
 //   Pᵀ = exp2(Sᵀ·c − LSE·log2 e), dSᵀ = Pᵀ ∘ (dPᵀ − D)    on the accumulators
@@ -24,7 +24,8 @@
 //                   each warpgroup takes one 64×64 block of the BM×D tile of dQ
 //   dQ → the (B·H, T, D) fp32 accumulator, in one of three modes (DqMode):
 //     tma:    into a shared-memory tile (swizzled 64×32 boxes); at the next step, behind
-//             the first matmuls, thread 0 adds it with cp.reduce.async.bulk.tensor, which
+//             the first matmuls, warpgroup 1's first thread adds it with
+//             cp.reduce.async.bulk.tensor (thread 0 has the loads), which
 //             runs while the block computes (at D = 128 the two dQ tiles take the room of
 //             the second K/V buffer: the next item's K and V load at its first step)
 //     atomic: per-thread 8-byte red.global.add.v2.f32 (every warp's registers stay held
@@ -35,7 +36,7 @@
 //             of each query tile is a TMA store, the middle ones TMA adds (both through
 //             the shared-memory tile, as tma), the last one adds the partial (read back
 //             once the TMA is done) and writes bf16, with no zeroed accumulator and no
-//             postprocess (thread 0 hands a tile to the TMA at the next step's start, so
+//             postprocess (that thread hands a tile to the TMA at the next step's start, so
 //             that the waits for the TMA there cover it). A query tile's last contribution
 //             is its key tile on the diagonal (causal) or the last key tile. At D = 128
 //             (64-query tiles, two dQ slots) the TMA-reading-a-slot wait before the
@@ -207,7 +208,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     return g0 + (it - g0 * n_blocks) % min(group, heads - g0);
   };
   // Causal: queries before an item's first key see none of it.
-  auto first_m = [&](int it) { return kCausal ? item_n(it) * BN / BM : 0; };
+  auto first_m_of = [&](int n_block) { return kCausal ? n_block * BN / BM : 0; };
+  auto first_m = [&](int it) { return first_m_of(item_n(it)); };
   // The first item of the unit claimed now (past the end: items).
   auto claim = [&]() {
     const int u = int(gridDim.x) + atomicAdd(p.item_counter, 1);
@@ -229,8 +231,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // LSE and D start at the 16-byte boundary at or before row m·BM (lse_offset floats
   // before it).
   __shared__ alignas(8) uint64_t q_full[2];
-  auto issue_q_tile = [&](int it, int m, int buf) {
-    const int bh = item_bh(it), b = bh / p.H, h = bh % p.H;
+  auto issue_q_tile = [&](int bh, int m, int buf) {
+    const int b = bh / p.H, h = bh % p.H;
     const int lse0 = (bh * p.T + m * BM) & ~3;
     sm90::mbar_arrive_expect_tx(&q_full[buf], 2 * BM * D * sizeof(bf16) + 2 * Tile::kLseBox * sizeof(float));
 #pragma unroll
@@ -254,7 +256,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   if (kKvBufs == 2) load_kv(item, 0);  // (one buffer: at the item's first step)
   cp_async_commit();
   if (tid == 0) {
-    issue_q_tile(item, m, 0);
+    issue_q_tile(item_bh(item), m, 0);
     sItem[1] = claim();  // ordinal 1
   }
 
@@ -275,18 +277,28 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // else nothing. So an item's first step waits for all groups: the next item's K and V
   // load during the whole of this item.
   int step = 0;  // steps done by this block: the Q buffer is its parity
+  // The current item's key tile and (batch·head), worked out once an item, not at every
+  // step: the grouped numbering takes two integer divisions by run-time values.
+  int n_block = item_n(item), cur_bh = item_bh(item);
   int ordinal = 0;  // units begun before this one (atomic mode: a unit is an item)
   // TMA dQ: each step writes its dQ tile to shared memory, slot buf (the step parity)
-  // with two slots, else slot 0 (dq_slot), and thread 0 hands it to the TMA unit in the
-  // next step, after its first barrier (the writes are visible then): the tile of query
-  // row q0 of (batch·head) bh, added (or, owner mode's first contribution, stored), which
-  // thread 0 keeps in sDqPending {q0, bh, store} (q0 < 0: none; shared, not registers).
+  // with two slots, else slot 0 (dq_slot), and thread kDqThread hands it to the TMA unit
+  // in the next step, after its first barrier (the writes are visible then): the tile of
+  // query row q0 of (batch·head) bh, added (or, owner mode's first contribution, stored),
+  // which it keeps in sDqPending {q0, bh, store} (q0 < 0: none; shared, not registers).
+  // kDqThread is the first thread of warpgroup 1, not thread 0, which already issues the
+  // query tiles' loads and the claims: every warp waits at each step's barriers for the
+  // slowest, and with all of the TMA work warp 0 spent about a quarter of its time in
+  // thread 0's code (ncu, D = 128 and 64) while the other warps waited at the barriers.
+  // (A bulk-async group belongs to the thread that committed it: the waits for the dQ
+  // TMA are this thread's too.)
+  constexpr int kDqThread = Tile::kThreads / 2;
   __shared__ int4 sDqPending;
-  if (kTmaDq && tid == 0) sDqPending = make_int4(-1, 0, 0, 0);
+  if (kTmaDq && tid == kDqThread) sDqPending = make_int4(-1, 0, 0, 0);
   auto dq_slot = [](int step_parity) { return kDqBufs == 2 ? step_parity : 0; };
   // The pending tile, written at a step of parity step_parity.
   auto issue_pending_dq = [&](int step_parity) {
-    if (tid != 0) return;
+    if (tid != kDqThread) return;
     const int4 pending = sDqPending;
     if (pending.x < 0) return;
     const float* tile = sDq + dq_slot(step_parity) * BM * D;
@@ -305,8 +317,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   };
   for (;;) {
     const int buf = step & 1;
-    const bool first_step = m == first_m(item);
-    const int n_block = item_n(item);
+    const bool first_step = m == first_m_of(n_block);
     // K/V buffer: the parity of the items begun before this one.
     const int kv_buf = kKvBufs == 1 ? 0 : (kOwner ? ordinal * n_blocks + n_block : ordinal) & 1;
     // Owner mode: this step's dQ contribution is the query tile's first (a TMA store)
@@ -328,7 +339,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       // stores, all made in the unit's first key tile, and nothing orders a later add to
       // the same place after them but this wait, at the second key tile's first step.
       if ((dq_last && !dq_first) || (n_block == 1 && first_step)) {
-        if (tid == 0) {
+        if (tid == kDqThread) {
           sm90::bulk_wait_all();
           sm90::fence_proxy_async_global();
         }
@@ -346,7 +357,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     }
     if constexpr (kOwner) {
       if (dq_last && !dq_first) {  // the partial of query tile m, by the other contributions
-        const int64_t bh = item_bh(item);
+        const int64_t bh = cur_bh;
         constexpr int kChunks = BM * D / 4;  // 16 bytes each
 #pragma unroll
         for (int i = tid; i < kChunks; i += Tile::kThreads) {
@@ -366,7 +377,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     cp_async_commit();
 
     const int n0 = n_block * BN;
-    const int64_t bh = item_bh(item);
+    const int64_t bh = cur_bh;
     const uint32_t q_base = smem_u32(sQ + buf * BM * D), do_base = smem_u32(sdO + buf * BM * D);
     // Rebuilt each step rather than kept live across the loop (no spills at D = 128).
     const uint32_t k_base = sm90::opaque(smem_u32(sK) + kv_buf * (BN * D * 2));
@@ -384,27 +395,32 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // column block kk/4. Two commit groups, so that the softmax starts on Sᵀ while the
     // tensor cores still work on dPᵀ.
     float s[Tile::kMTiles][4], dp[Tile::kMTiles][4];
+    // (Each operand's descriptor is built once and advanced: sm90::desc_advance.)
+    const uint64_t k_desc = sm90::make_desc(k_rows, 16, sm90::kSwizzleAtom);
+    const uint64_t q_desc = sm90::make_desc(q_base, 16, sm90::kSwizzleAtom);
+    const uint64_t v_desc = sm90::make_desc(v_rows, 16, sm90::kSwizzleAtom);
+    const uint64_t do_desc = sm90::make_desc(do_base, 16, sm90::kSwizzleAtom);
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t col_bytes = (kk & 3) * 32;
-      sm90::wgmma_ss<BM>(s, sm90::make_desc(k_rows + (kk >> 2) * BN * 128 + col_bytes, 16, sm90::kSwizzleAtom),
-                         sm90::make_desc(q_base + (kk >> 2) * BM * 128 + col_bytes, 16, sm90::kSwizzleAtom),
-                         /*accumulate=*/kk > 0);
+      sm90::wgmma_ss<BM>(s, sm90::desc_advance(k_desc, (kk >> 2) * BN * 128 + col_bytes),
+                         sm90::desc_advance(q_desc, (kk >> 2) * BM * 128 + col_bytes), /*accumulate=*/kk > 0);
     }
     sm90::wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t col_bytes = (kk & 3) * 32;
-      sm90::wgmma_ss<BM>(dp, sm90::make_desc(v_rows + (kk >> 2) * BN * 128 + col_bytes, 16, sm90::kSwizzleAtom),
-                         sm90::make_desc(do_base + (kk >> 2) * BM * 128 + col_bytes, 16, sm90::kSwizzleAtom),
-                         /*accumulate=*/kk > 0);
+      sm90::wgmma_ss<BM>(dp, sm90::desc_advance(v_desc, (kk >> 2) * BN * 128 + col_bytes),
+                         sm90::desc_advance(do_desc, (kk >> 2) * BM * 128 + col_bytes), /*accumulate=*/kk > 0);
     }
     sm90::wgmma_commit();
-    // Thread 0's TMA work, behind its warpgroup's share of this step's matmuls rather than
-    // in front of it: the next step's query tile into the other buffer (free since the
-    // barrier above) and, tma mode, the last step's dQ tile (written before that barrier).
-    if (tid == 0 && q_item < items) issue_q_tile(q_item, same_item ? m + 1 : first_m(next_item), buf ^ 1);
+    // The TMA work, behind the issuing warpgroup's share of this step's matmuls rather
+    // than in front of it: thread 0, the next step's query tile into the other buffer
+    // (free since the barrier above); tma mode, kDqThread, the last step's dQ tile
+    // (written before that barrier).
+    if (tid == 0 && q_item < items)
+      issue_q_tile(same_item ? cur_bh : item_bh(next_item), same_item ? m + 1 : first_m(next_item), buf ^ 1);
     if constexpr (kTmaDq && !kOwner) issue_pending_dq(buf ^ 1);
     // The claim of the item after next (ordinal + 2), while the tensor cores work on Sᵀ
     // and dPᵀ: the atomic's round trip stalls only warp 0, and the number lands in the
@@ -439,14 +455,16 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     constexpr bool kSpreadDkDv = kTmaDq && D == 128;
     uint32_t pa[BM / 16][4], dsa[BM / 16][4];
     auto issue_dv = [&] {
+      const uint64_t do_desc_t = sm90::make_desc(do_base, BM * 128, sm90::kSwizzleAtom);
 #pragma unroll
       for (int kk = 0; kk < BM / 16; ++kk)
-        sm90::wgmma_rs_tb<D>(dv, pa[kk], sm90::make_desc(do_base + kk * 16 * 128, BM * 128, sm90::kSwizzleAtom));
+        sm90::wgmma_rs_tb<D>(dv, pa[kk], sm90::desc_advance(do_desc_t, kk * 16 * 128));
     };
     auto issue_dk = [&] {
+      const uint64_t q_desc_t = sm90::make_desc(q_base, BM * 128, sm90::kSwizzleAtom);
 #pragma unroll
       for (int kk = 0; kk < BM / 16; ++kk)
-        sm90::wgmma_rs_tb<D>(dk, dsa[kk], sm90::make_desc(q_base + kk * 16 * 128, BM * 128, sm90::kSwizzleAtom));
+        sm90::wgmma_rs_tb<D>(dk, dsa[kk], sm90::desc_advance(q_desc_t, kk * 16 * 128));
     };
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) c_pair_to_a(pa[kk], s[2 * kk], s[2 * kk + 1]);
@@ -502,7 +520,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // TMA dQ: the reduce that last read this step's dQ slot is done reading it (issued
     // a step ago with two slots; with one, at this step's start).
     if constexpr (kTmaDq)
-      if (tid == 0) sm90::bulk_wait_read<kDqBufs - 1>();
+      if (tid == kDqThread) sm90::bulk_wait_read<kDqBufs - 1>();
     sm90::fence_proxy_async();  // st.shared above, read next by wgmma (async proxy)
     __syncthreads();            // dQ needs the dSᵀ of both warpgroups (owner: and sAcc)
 
@@ -510,13 +528,14 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // 16kk.. = 16 rows of 128 bytes of both dSᵀ (column block dq_q0/64) and K (column
     // block dq_d0/64); both MN-major.
     float dq[8][4];
+    const uint64_t ds_desc_t = sm90::make_desc(dst_base + (dq_q0 / 64) * BN * 128, BN * 128, sm90::kSwizzleAtom);
+    const uint64_t k_desc_t = sm90::make_desc(k_base + (dq_d0 / 64) * BN * 128, BN * 128, sm90::kSwizzleAtom);
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk)
-      sm90::wgmma_ss_n64_t</*kTransA=*/1, /*kTransB=*/1>(
-          dq, sm90::make_desc(dst_base + (dq_q0 / 64) * BN * 128 + kk * 16 * 128, BN * 128, sm90::kSwizzleAtom),
-          sm90::make_desc(k_base + (dq_d0 / 64) * BN * 128 + kk * 16 * 128, BN * 128, sm90::kSwizzleAtom),
-          /*accumulate=*/kk > 0);
+      sm90::wgmma_ss_n64_t</*kTransA=*/1, /*kTransB=*/1>(dq, sm90::desc_advance(ds_desc_t, kk * 16 * 128),
+                                                         sm90::desc_advance(k_desc_t, kk * 16 * 128),
+                                                         /*accumulate=*/kk > 0);
     sm90::wgmma_commit();
     if constexpr (kSpreadDkDv) {
       sm90::wgmma_fence();
@@ -547,7 +566,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           st_shared_f32x2(tile + at * 4, dq[dt][2 * half], dq[dt][2 * half + 1]);
         }
       }
-      if (tid == 0) sDqPending = make_int4(q0, int(bh), kOwner && dq_first, 0);
+      if (tid == kDqThread) sDqPending = make_int4(q0, int(bh), kOwner && dq_first, 0);
     }
 #pragma unroll
     for (int half = 0; half < 2 && (kOwner || !kTmaDq); ++half) {
@@ -608,13 +627,15 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     for (int dt = 0; dt < Tile::kDTiles; ++dt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) dk[dt][i] = dv[dt][i] = 0.f;
-    m = first_m(item);
+    n_block = item_n(item);
+    cur_bh = item_bh(item);
+    m = first_m_of(n_block);
   }
   if constexpr (kTmaDq) {  // the last tile, and shared memory stays until it is read
     sm90::fence_proxy_async();
     __syncthreads();
     issue_pending_dq((step - 1) & 1);
-    if (tid == 0) sm90::bulk_wait_all();
+    if (tid == kDqThread) sm90::bulk_wait_all();
   }
 #else
   static_assert(Tile::kMTiles > 0 && Tile::kDTiles > 0, "tile shape");

@@ -45,12 +45,12 @@ namespace sm90 {
 // block kk/4.
 template <int D, int BM, int BN>
 __device__ __forceinline__ void issue_qk(float (&s)[BN / 8][4], uint32_t q_base, uint32_t k_base) {
+  const uint64_t desc_q = make_desc(q_base, 16, kSwizzleAtom), desc_k = make_desc(k_base, 16, kSwizzleAtom);
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     const uint32_t col_bytes = (kk & 3) * 32;
-    const uint64_t desc_q = make_desc(q_base + (kk >> 2) * BM * 128 + col_bytes, 16, kSwizzleAtom);
-    const uint64_t desc_k = make_desc(k_base + (kk >> 2) * BN * 128 + col_bytes, 16, kSwizzleAtom);
-    wgmma_ss<BN>(s, desc_q, desc_k, /*accumulate=*/kk > 0);
+    wgmma_ss<BN>(s, desc_advance(desc_q, (kk >> 2) * BM * 128 + col_bytes),
+                 desc_advance(desc_k, (kk >> 2) * BN * 128 + col_bytes), /*accumulate=*/kk > 0);
   }
   wgmma_commit();
 }
@@ -59,9 +59,9 @@ __device__ __forceinline__ void issue_qk(float (&s)[BN / 8][4], uint32_t q_base,
 // column blocks, BN·128 bytes apart (the leading-dimension offset, N-major).
 template <int D, int BN>
 __device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&a)[BN / 16][4], uint32_t v_base) {
+  const uint64_t desc_v = make_desc(v_base, BN * 128, kSwizzleAtom);
 #pragma unroll
-  for (int kk = 0; kk < BN / 16; ++kk)
-    wgmma_rs_tb<D>(o, a[kk], make_desc(v_base + kk * 16 * 128, BN * 128, kSwizzleAtom));
+  for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_tb<D>(o, a[kk], desc_advance(desc_v, kk * 16 * 128));
   wgmma_commit();
 }
 }  // namespace sm90

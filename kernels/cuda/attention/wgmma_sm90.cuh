@@ -63,6 +63,17 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t smem_addr, uint32_t lbo, 
   d |= uint64_t(1) << 62;  // swizzle mode 1 = 128B
   return d;
 }
+// make_desc(smem_addr + bytes, lbo, sbo) from make_desc(smem_addr, lbo, sbo), for `bytes` a
+// multiple of 16: one 32-bit add to the start-address field (address / 16, bits 0-13),
+// which never carries out of it because every shared-memory address of a block is below
+// 2^18 (the mask in make_desc). A loop of wgmmas then builds one descriptor per operand
+// and adds compile-time offsets, instead of masking, shifting and or-ing every address
+// (about 8 uniform-datapath instructions a wgmma, a quarter of the backward's
+// instructions in ncu).
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+  const uint32_t lo = uint32_t(desc) + (bytes >> 4), hi = uint32_t(desc >> 32);
+  return (uint64_t(hi) << 32) | lo;
+}
 
 // Four 8x8 b16 matrices from registers into shared memory (stmatrix, sm_90): register j of
 // every lane goes to matrix j, at the place the mma fragment layout gives it (row lane/4,
