@@ -231,8 +231,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // LSE and D start at the 16-byte boundary at or before row m·BM (lse_offset floats
   // before it).
   __shared__ alignas(8) uint64_t q_full[2];
-  auto issue_q_tile = [&](int bh, int m, int buf) {
-    const int b = bh / p.H, h = bh % p.H;
+  auto issue_q_tile = [&](int bh, int b, int h, int m, int buf) {
     const int lse0 = (bh * p.T + m * BM) & ~3;
     sm90::mbar_arrive_expect_tx(&q_full[buf], 2 * BM * D * sizeof(bf16) + 2 * Tile::kLseBox * sizeof(float));
 #pragma unroll
@@ -256,7 +255,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   if (kKvBufs == 2) load_kv(item, 0);  // (one buffer: at the item's first step)
   cp_async_commit();
   if (tid == 0) {
-    issue_q_tile(item_bh(item), m, 0);
+    const int bh = item_bh(item);
+    issue_q_tile(bh, bh / p.H, bh % p.H, m, 0);
     sItem[1] = claim();  // ordinal 1
   }
 
@@ -277,9 +277,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // else nothing. So an item's first step waits for all groups: the next item's K and V
   // load during the whole of this item.
   int step = 0;  // steps done by this block: the Q buffer is its parity
-  // The current item's key tile and (batch·head), worked out once an item, not at every
-  // step: the grouped numbering takes two integer divisions by run-time values.
-  int n_block = item_n(item), cur_bh = item_bh(item);
+  // The current item's key tile, (batch·head), batch and head, worked out once an item,
+  // not at every step: the grouped numbering and the head take integer divisions by
+  // run-time values.
+  int n_block = item_n(item), cur_bh = item_bh(item), cur_b = cur_bh / p.H, cur_h = cur_bh % p.H;
   int ordinal = 0;  // units begun before this one (atomic mode: a unit is an item)
   // TMA dQ: each step writes its dQ tile to shared memory, slot buf (the step parity)
   // with two slots, else slot 0 (dq_slot), and thread kDqThread hands it to the TMA unit
@@ -419,14 +420,22 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // than in front of it: thread 0, the next step's query tile into the other buffer
     // (free since the barrier above); tma mode, kDqThread, the last step's dQ tile
     // (written before that barrier).
-    if (tid == 0 && q_item < items)
-      issue_q_tile(same_item ? cur_bh : item_bh(next_item), same_item ? m + 1 : first_m(next_item), buf ^ 1);
+    if (tid == 0 && q_item < items) {
+      if (same_item) {
+        issue_q_tile(cur_bh, cur_b, cur_h, m + 1, buf ^ 1);
+      } else {
+        const int bh = item_bh(next_item);
+        issue_q_tile(bh, bh / p.H, bh % p.H, first_m(next_item), buf ^ 1);
+      }
+    }
     if constexpr (kTmaDq && !kOwner) issue_pending_dq(buf ^ 1);
     // The claim of the item after next (ordinal + 2), while the tensor cores work on Sᵀ
-    // and dPᵀ: the atomic's round trip stalls only warp 0, and the number lands in the
-    // slot read after the next step's barrier (thread 0 wrote the other slot).
-    if (tid == 0 && first_step && (!kOwner || n_block == 0) && sItem[(ordinal + 1) & 1] < items)
-      sItem[ordinal & 1] = claim();
+    // and dPᵀ; the number goes to its slot just before the dQ barrier, so that warp 0
+    // waits for the atomic's round trip only if the softmax took less (a store right
+    // behind the atomic held warp 0, and with it the block at the barrier, for all of it),
+    // and is read after the next step's barrier (thread 0 wrote the other slot).
+    int claimed = -1;
+    if (tid == 0 && first_step && (!kOwner || n_block == 0) && sItem[(ordinal + 1) & 1] < items) claimed = claim();
     sm90::wgmma_wait<1>();
     sm90::fence_accumulators(s);
 
@@ -521,6 +530,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // a step ago with two slots; with one, at this step's start).
     if constexpr (kTmaDq)
       if (tid == kDqThread) sm90::bulk_wait_read<kDqBufs - 1>();
+    if (claimed >= 0) sItem[ordinal & 1] = claimed;  // (thread 0 only)
     sm90::fence_proxy_async();  // st.shared above, read next by wgmma (async proxy)
     __syncthreads();            // dQ needs the dSᵀ of both warpgroups (owner: and sAcc)
 
@@ -576,7 +586,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         // The last contribution reads the partial that the other threads copied in after
         // the step's barrier (the others went to shared memory above).
         if (dq_last) {
-          bf16* out = p.dqkv + (bh / p.H * p.T + qry) * p.qkv_row_stride + int64_t(bh % p.H) * D + dq_d0 + 2 * t;
+          bf16* out = p.dqkv + (int64_t(cur_b) * p.T + qry) * p.qkv_row_stride + int64_t(cur_h) * D + dq_d0 + 2 * t;
           const float* part = sAcc + r * Tile::kAccStride + dq_d0 + 2 * t;
 #pragma unroll
           for (int dt = 0; dt < 8; ++dt) {
@@ -607,7 +617,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     for (int half = 0; half < 2; ++half) {
       const int key = n0 + warp_key0 + g + 8 * half;
       if (key >= p.T) continue;
-      bf16* dk_dst = p.dqkv + (bh / p.H * p.T + key) * p.qkv_row_stride + int64_t(p.H + bh % p.H) * D + 2 * t;
+      bf16* dk_dst = p.dqkv + (int64_t(cur_b) * p.T + key) * p.qkv_row_stride + int64_t(p.H + cur_h) * D + 2 * t;
       bf16* dv_dst = dk_dst + int64_t(p.H) * D;
 #pragma unroll
       for (int dt = 0; dt < Tile::kDTiles; ++dt) {
@@ -629,6 +639,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       for (int i = 0; i < 4; ++i) dk[dt][i] = dv[dt][i] = 0.f;
     n_block = item_n(item);
     cur_bh = item_bh(item);
+    cur_b = cur_bh / p.H;
+    cur_h = cur_bh % p.H;
     m = first_m_of(n_block);
   }
   if constexpr (kTmaDq) {  // the last tile, and shared memory stays until it is read
