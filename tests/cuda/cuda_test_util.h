@@ -15,6 +15,7 @@
 // precision explains, at that element's own scale; nothing in it is tuned by hand.
 #pragma once
 #include <gtest/gtest.h>
+#include <cuda_runtime.h>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -35,6 +36,17 @@ namespace flashgpt::test {
 inline bool is_hopper() {
   int major = 0;
   return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess && major == 9;
+}
+
+// Sets `bytes` of device memory at p to the byte `value` (0xff: NaN in bf16 and fp32) and
+// waits until it is done. A bare cudaMemset goes to the legacy default stream, which the
+// ops' streams (created non-blocking, DeviceContext) are not ordered against: a kernel
+// launched on them next could run before the fill and have its output overwritten
+// (seen once: a FlashDecode test's output and LSE partly NaN, beside three other test
+// processes on an H200, eighteenth session).
+inline cudaError_t device_memset_sync(void* p, int value, size_t bytes) {
+  const cudaError_t e = cudaMemset(p, value, bytes);
+  return e != cudaSuccess ? e : cudaDeviceSynchronize();
 }
 
 // Skips (GTEST_SKIP) when no GPU is visible; otherwise owns a context and both op sets.

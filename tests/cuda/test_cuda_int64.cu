@@ -167,8 +167,8 @@ TEST_F(CudaInt64, GeluPast2To31Elements) {
   Tensor x = dev(DType::bf16, {n}), y = dev(DType::bf16, {n}), dy = dev(DType::bf16, {n}), dx = dev(DType::bf16, {n});
   fill(x, 1, 4.0f);
   fill(dy, 2);
-  ASSERT_EQ(cudaMemset(y.data, 0xff, y.nbytes()), cudaSuccess);  // NaN: unwritten elements fail
-  ASSERT_EQ(cudaMemset(dx.data, 0xff, dx.nbytes()), cudaSuccess);
+  ASSERT_EQ(device_memset_sync(y.data, 0xff, y.nbytes()), cudaSuccess);  // NaN: unwritten elements fail
+  ASSERT_EQ(device_memset_sync(dx.data, 0xff, dx.nbytes()), cudaSuccess);
   gpu_->gelu_forward(y, x);
   gpu_->gelu_backward(dx, x, dy);
   gpu_->synchronize();
@@ -306,7 +306,7 @@ TEST_F(CudaInt64, MatmulPast2To31Elements) {
   Tensor inp = dev(DType::bf16, {N, C}), w = dev(DType::bf16, {F, C}), bias = dev(DType::bf16, {F});
   Tensor pre = dev(DType::bf16, {N, F}), out = dev(DType::bf16, {N, F});
   fill(inp, 20); fill(w, 21, 0.05f); fill(bias, 22);
-  ASSERT_EQ(cudaMemset(out.data, 0xff, out.nbytes()), cudaSuccess);
+  ASSERT_EQ(device_memset_sync(out.data, 0xff, out.nbytes()), cudaSuccess);
   MatmulForward fwd;
   fwd.out = out; fwd.inp = inp; fwd.weight = w; fwd.bias = bias; fwd.gelu = true; fwd.pre_gelu = pre;
   gpu_->matmul_forward(fwd);
@@ -337,7 +337,7 @@ TEST_F(CudaInt64, MatmulPast2To31Elements) {
   // The MLP projection's backward through the DGELU epilogue: dinp (N, F) past 2^31.
   Tensor w2 = dev(DType::bf16, {C, F}), dout = dev(DType::bf16, {N, C}), dinp = dev(DType::bf16, {N, F});
   fill(w2, 23, 0.05f); fill(dout, 24);
-  ASSERT_EQ(cudaMemset(dinp.data, 0xff, dinp.nbytes()), cudaSuccess);
+  ASSERT_EQ(device_memset_sync(dinp.data, 0xff, dinp.nbytes()), cudaSuccess);
   MatmulBackward bwd;
   bwd.dinp = dinp; bwd.dout = dout; bwd.inp = out; bwd.weight = w2; bwd.dinp_gelu_pre = pre;
   gpu_->matmul_backward(bwd);

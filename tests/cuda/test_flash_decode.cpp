@@ -130,21 +130,21 @@ TEST_P(FlashDecodeVsReference, OutputAndLse) {
   put(*gpu, q.t, qkv);
   put(*gpu, kc.t, k);
   put(*gpu, vc.t, v);
-  ASSERT_EQ(cudaMemset(o.p, 0xff, o.t.nbytes()), cudaSuccess);  // NaN
-  ASSERT_EQ(cudaMemset(l.p, 0xff, l.t.nbytes()), cudaSuccess);
+  ASSERT_EQ(device_memset_sync(o.p, 0xff, o.t.nbytes()), cudaSuccess);  // NaN
+  ASSERT_EQ(device_memset_sync(l.p, 0xff, l.t.nbytes()), cudaSuccess);
   const AttentionDecode a{.out = o.t, .lse = l.t, .qkv = q.t, .k_cache = kc.t, .v_cache = vc.t, .B = B, .H = H, .D = D, .T = T};
   if (c.splits) {
     const size_t bytes = cuda::flash_decode_workspace_bytes(a, c.splits);
     void* ws = nullptr;
     if (bytes) ASSERT_EQ(cudaMalloc(&ws, bytes), cudaSuccess);
-    if (bytes) ASSERT_EQ(cudaMemset(ws, 0, bytes), cudaSuccess);  // the split counters start at 0
+    if (bytes) ASSERT_EQ(device_memset_sync(ws, 0, bytes), cudaSuccess);  // the split counters start at 0
     cuda::flash_decode(a, ws, bytes, ctx.main_stream(), c.splits);
     gpu->synchronize();
     // The same workspace again (its split counters must have been left at 0), outputs
     // poisoned in between: the same bits.
     const std::vector<double> first_out = OpCase::download(*gpu, o.t), first_lse = OpCase::download(*gpu, l.t);
-    ASSERT_EQ(cudaMemset(o.p, 0xff, o.t.nbytes()), cudaSuccess);
-    ASSERT_EQ(cudaMemset(l.p, 0xff, l.t.nbytes()), cudaSuccess);
+    ASSERT_EQ(device_memset_sync(o.p, 0xff, o.t.nbytes()), cudaSuccess);
+    ASSERT_EQ(device_memset_sync(l.p, 0xff, l.t.nbytes()), cudaSuccess);
     cuda::flash_decode(a, ws, bytes, ctx.main_stream(), c.splits);
     gpu->synchronize();
     cudaFree(ws);
