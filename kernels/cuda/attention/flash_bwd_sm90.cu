@@ -13,7 +13,8 @@
 // into two buffers that complete on mbarriers (and the first thread of warpgroup 1 issues
 // the TMA dQ below); both issue just after their warpgroup's Sᵀ and dPᵀ wgmmas, not
 // before: wgmma waits for all four warps of a warpgroup, so TMA work in front of it held
-// the tensor cores back (2-4% of the backward's time on an H200). Per query tile (a step), each warpgroup:
+// the tensor cores back (2-4% of the backward's time on an H200). Per query tile (a
+// step), each warpgroup:
 //   Sᵀ  = K·Qᵀ      wgmma m64n{BM}k16, A (its 64 keys of K) and B (Q) K-major in smem
 //   dPᵀ = V·dOᵀ     the same with V and dO (issued right behind Sᵀ)
 //   Pᵀ = exp2(Sᵀ·c − LSE·log2 e), dSᵀ = Pᵀ ∘ (dPᵀ − D)    on the accumulators
