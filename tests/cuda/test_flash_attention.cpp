@@ -423,14 +423,14 @@ TEST_P(FlashAttentionVsReference, OutputsAndGradients) {
   }
   if (path_wanted("sm90ws") && is_hopper()) {  // the warp-specialised TMA forward
     ScopedEnv path("FLASHGPT_ATTENTION_PATH", "sm90ws");
-    // Both tile shapes (unset, the tile knob picks one of them by shape: "auto" below):
+    // Every tile shape (unset, the tile rule picks one of them by shape: "auto" below):
     // two consumers with 128-key tiles; at D = 128 64-key tiles, the softmax under the
     // last P·V, and at D = 64 three consumer warpgroups (192 query rows a block).
     for (const char* tile : {"0", "1"}) {
       ScopedEnv fwd_tile("FLASHGPT_ATTENTION_FWD_TILE", tile);
       check_against(pb, ref, naive, std::string("sm90ws tile ") + tile);
     }
-    // One consumer warpgroup, two blocks an SM (an experiment).
+    // One consumer warpgroup, two blocks an SM (auto's choice at D = 64 up to T = 1024).
     ScopedEnv one("FLASHGPT_ATTENTION_FWD_CONSUMERS", "1");
     check_against(pb, ref, naive, "sm90ws one consumer");
   }
