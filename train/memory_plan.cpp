@@ -100,11 +100,9 @@ MemoryPlan plan_memory(const Config& c, const PlanTarget& target) {
   const bool naive = c.model.attention == "naive";
   if (cuda) {
     // flash_attention.cu: the fp32 dQ accumulator of the bf16 FlashAttention backward,
-    // 16 bytes for its work counter, and its padded LSE·log2 e and D (B·H rows of T
-    // rounded up to 4 floats each; flash_params.h).
+    // and 16 bytes for its work counter.
     if (!naive && target.dtype == DType::bf16)
-      add("op scratch", "attention dQ accumulator (fp32)",
-          size_t(N) * size_t(C) * 4 + 16 + 2 * size_t(p.B) * size_t(H) * size_t((p.T + 3) / 4 * 4) * 4);
+      add("op scratch", "attention dQ accumulator (fp32)", size_t(N) * size_t(C) * 4 + 16);
     add("op scratch", naive ? "reductions, token sort, naive dP (largest)" : "reductions, token sort (largest)",
         cuda_scratch_bytes(N, C, H, p.T, target.dtype, naive));
     add("workspace", "cuBLASLt workspace", kCublasWorkspaceBytes);

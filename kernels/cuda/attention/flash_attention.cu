@@ -155,8 +155,8 @@ FlashParams make_params(int B, int T, int H, int D) {
 
 size_t flash_attention_workspace_bytes(int B, int T, int H, int D) {
   // The fp32 dQ accumulator, then the sm90 backward's work counter (16 bytes, so that
-  // the size stays a multiple of 16), then its padded LSE·log2 e and D (FlashParams).
-  return size_t(B) * H * T * D * sizeof(float) + 16 + 2 * size_t(B) * H * attn::padded_rows(T) * sizeof(float);
+  // the size stays a multiple of 16).
+  return size_t(B) * H * T * D * sizeof(float) + 16;
 }
 
 void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
@@ -235,8 +235,6 @@ void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaS
                                                    a.T, a.D, a.causal, l2_bytes));
     const attn::DqMode dq =
         attn::choose_dq_mode(std::getenv("FLASHGPT_ATTENTION_BWD_DQ"), a.B, a.H, device_sm_count());
-    p.lse_log2_padded = reinterpret_cast<float*>(reinterpret_cast<char*>(p.item_counter) + 16);
-    p.delta_padded = p.lse_log2_padded + size_t(a.B) * a.H * attn::padded_rows(a.T);
     if (a.D == 64)
       a.causal ? attn::launch_bwd_sm90<64, /*kCausal=*/true>(p, max_blocks, dq, stream)
                : attn::launch_bwd_sm90<64, /*kCausal=*/false>(p, max_blocks, dq, stream);

@@ -56,12 +56,6 @@ __global__ void flash_bwd_preprocess_kernel(const FlashParams p) {
     const int64_t bt = row / p.H;
     const int t = int(bt % p.T), b = int(bt / p.T);
     p.delta[(int64_t(b) * p.H + h) * p.T + t] = acc;
-    if (p.delta_padded) {  // the sm90 backward's copies; the last row of each (b, h) also zeroes the pad
-      const int64_t rows = padded_rows(p.T), at = (int64_t(b) * p.H + h) * rows;
-      p.delta_padded[at + t] = acc;
-      p.lse_log2_padded[at + t] = p.lse[(int64_t(b) * p.H + h) * p.T + t] * kLog2e;
-      for (int64_t j = t + 1; t == p.T - 1 && j < rows; ++j) p.delta_padded[at + j] = p.lse_log2_padded[at + j] = 0.f;
-    }
   }
 }
 

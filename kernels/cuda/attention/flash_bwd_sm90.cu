@@ -97,10 +97,10 @@ struct Sm90BwdTile {
   static constexpr int dq_bufs(bool tma) { return !tma ? 0 : kHeadDim == 128 ? 2 : 1; }
   static constexpr int kDqBoxCols = 32, kDqBoxRows = 64;
   static constexpr size_t kDqTileBytes = size_t(kBlockM) * kHeadDim * sizeof(float);
-  // LSE·log2 e and D of a query tile: the TMA reads kBlockM floats from the padded copies
-  // (FlashParams::lse_log2_padded, delta_padded: every (batch, head) row starts 16-byte
-  // aligned, as a box must), into buffers of kLseStride floats (128-byte aligned).
-  static constexpr int kLseBox = kBlockM, kLseStride = kBlockM + 32;
+  // LSE and D of a query tile: the TMA reads kBlockM + 4 floats from the 16-byte boundary
+  // at or before the tile's first row (a box must start 16-byte aligned in global
+  // memory), into buffers of kLseStride floats (128-byte aligned).
+  static constexpr int kLseBox = kBlockM + 4, kLseStride = kBlockM + 32;
   static constexpr size_t kAccBytes = size_t(kBlockM) * kAccStride * sizeof(float);
   // The dQ tiles (tma); with owner mode the partial of a tile's last contribution shares
   // their room (it is read only at steps that write no tile, after the TMA is done).
@@ -126,7 +126,7 @@ template <> struct Sm90BwdConfig<128> { using Tile = Sm90BwdTile<128, /*kBlockM=
 
 // The TMA descriptors of one launch (kernel parameters, __grid_constant__): the loads of
 // each query tile (Q from qkv, dO: boxes of 64 columns × kBlockM rows, 128-byte swizzle;
-// LSE·log2 e and D as flat (B·H·T4) fp32 arrays, boxes of kLseBox), and the TMA dQ's fp32
+// LSE and D as flat (B·H·T) fp32 arrays, boxes of kLseBox), and the TMA dQ's fp32
 // accumulator (else unused).
 struct Sm90BwdMaps {
   CUtensorMap q, dout, lse, delta, dq;
@@ -228,13 +228,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   };
   // Q, dO, LSE and D of query tile m of item it into buffer buf, by TMA from thread 0,
   // completing on q_full[buf]. Q and dO rows >= T arrive as zeros (outside the tensor);
-  // LSE and D rows >= T are the pad's zeros, the next head's values or zeros (masked
-  // queries: unused). Rows of padded_rows(T) floats: row m·BM of any head is 16-byte
-  // aligned.
+  // LSE and D rows >= T are the next head's values or zeros (masked queries: unused).
+  // LSE and D start at the 16-byte boundary at or before row m·BM (lse_offset floats
+  // before it).
   __shared__ alignas(8) uint64_t q_full[2];
-  const int lse_rows = int(padded_rows(p.T));
   auto issue_q_tile = [&](int bh, int b, int h, int m, int buf) {
-    const int lse0 = bh * lse_rows + m * BM;
+    const int lse0 = (bh * p.T + m * BM) & ~3;
     sm90::mbar_arrive_expect_tx(&q_full[buf], 2 * BM * D * sizeof(bf16) + 2 * Tile::kLseBox * sizeof(float));
 #pragma unroll
     for (int c = 0; c < D / 64; ++c) {
@@ -388,9 +387,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const uint32_t dst_base = sm90::opaque(smem_u32(sdSt));
     // This warpgroup's 64 keys as the A operand: rows 64·wg.. of column block 0.
     const uint32_t k_rows = k_base + wg * 64 * 128, v_rows = v_base + wg * 64 * 128;
-    // LSE·log2 e and D of this step's query tile, row q0 first (8-byte aligned pairs).
-    const float* cLse = sLse + buf * Tile::kLseStride;
-    const float* cDelta = sDelta + buf * Tile::kLseStride;
+    // (bh·T + q0) mod 4: where row q0 lies in the LSE and D buffers.
+    const int lse_offset = ((int(bh) & 3) * (p.T & 3) + m * BM) & 3;
+    const float* cLse = sLse + buf * Tile::kLseStride + lse_offset;
+    const float* cDelta = sDelta + buf * Tile::kLseStride + lse_offset;
     const int q0 = m * BM;
 
     // Sᵀ = K·Qᵀ, then dPᵀ = V·dOᵀ: k-step kk is 16 head-dim columns = 32 bytes into
@@ -443,10 +443,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // Pᵀ = exp2(Sᵀ·scale·log2e − LSE·log2e); masked: queries >= T, keys >= T and
     // (causal) keys after the query. Accumulator row = key, column = query.
     const bool needs_mask = q0 + BM > p.T || n0 + BN > p.T || (kCausal && n0 + BN - 1 > q0);
-    // (A thread's columns come in pairs 2t, 2t+1: one float2 load of LSE·log2 e each.)
 #pragma unroll
-    for (int nt = 0; nt < Tile::kMTiles; ++nt) {
-      const float2 lse2 = *reinterpret_cast<const float2*>(cLse + nt * 8 + 2 * t);
+    for (int nt = 0; nt < Tile::kMTiles; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int col = nt * 8 + 2 * t + (i & 1);
@@ -455,9 +453,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           const int key = n0 + warp_key0 + g + (i >> 1) * 8, qry = q0 + col;
           if (qry >= p.T || key >= p.T || (kCausal && key > qry)) x = -INFINITY;
         }
-        s[nt][i] = fast_exp2(fmaf(x, p.scale_log2, -((i & 1) ? lse2.y : lse2.x)));
+        s[nt][i] = fast_exp2(fmaf(x, p.scale_log2, -cLse[col] * kLog2e));
       }
-    }
     // Pᵀ and dSᵀ as bf16 A fragments (k-step kk = queries 16kk..) for dV += Pᵀ·dO and
     // dK += dSᵀ·Q (k-step kk is queries 16kk.. = 16 rows of 128 bytes; the head dim spans
     // D/64 column blocks, BM·128 bytes apart: the leading-dimension offset, MN-major).
@@ -492,11 +489,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     sm90::fence_accumulators(dp);
     // dSᵀ = Pᵀ ∘ (dPᵀ − D) as bf16 A fragments.
 #pragma unroll
-    for (int nt = 0; nt < Tile::kMTiles; ++nt) {
-      const float2 d2 = *reinterpret_cast<const float2*>(cDelta + nt * 8 + 2 * t);
+    for (int nt = 0; nt < Tile::kMTiles; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) dp[nt][i] = s[nt][i] * (dp[nt][i] - ((i & 1) ? d2.y : d2.x));
-    }
+      for (int i = 0; i < 4; ++i) dp[nt][i] = s[nt][i] * (dp[nt][i] - cDelta[nt * 8 + 2 * t + (i & 1)]);
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) c_pair_to_a(dsa[kk], dp[2 * kk], dp[2 * kk + 1]);
     if constexpr (!kSpreadDkDv) {
@@ -672,20 +667,19 @@ void launch_main(const FlashParams& p, int64_t grid, cudaStream_t stream) {
   maps.q = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, BM, "qkv");
   maps.dout = bf16_rows_tensor_map(p.dout, p.o_row_stride, p.T, p.B, BM, "dout");
   {
-    // Flat (B·H·T4), T4 = padded_rows(T): the box at element bh·T4 + m·BM, a multiple of
-    // 4, so no alignment is asked of T. The two outer dimensions are 1 (their strides only
-    // have to be valid: 16-byte multiples). TMA coordinates are 32-bit signed.
-    const uint64_t n = uint64_t(p.B) * p.H * uint64_t(padded_rows(p.T));
+    // Flat (B·H·T): the box at the 16-byte boundary at or before element bh·T + m·BM, so
+    // no alignment is asked of T. The two outer dimensions are 1 (their strides only have
+    // to be valid: 16-byte multiples). TMA coordinates are 32-bit signed.
+    const uint64_t n = uint64_t(p.B) * p.H * uint64_t(p.T);
     if (n + Tile::kLseBox > uint64_t(INT32_MAX))
-      fail_input("the sm90 attention backward takes B·H·T < 2^31, T rounded up to 4 (got ", n,
-                 "); use FLASHGPT_ATTENTION_PATH=sm80");
+      fail_input("the sm90 attention backward takes B·H·T < 2^31 (got ", n, "); use FLASHGPT_ATTENTION_PATH=sm80");
     const uint64_t dims[3] = {n, 1, 1};
     const uint64_t stride = (n * sizeof(float) + 15) / 16 * 16;
     const uint64_t strides[2] = {stride, stride};
     const uint32_t box[3] = {Tile::kLseBox, 1, 1};
-    maps.lse = tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.lse_log2_padded, dims, strides, box, "LSE",
+    maps.lse = tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.lse, dims, strides, box, "LSE",
                              CU_TENSOR_MAP_SWIZZLE_NONE);
-    maps.delta = tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.delta_padded, dims, strides, box, "delta",
+    maps.delta = tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.delta, dims, strides, box, "delta",
                                CU_TENSOR_MAP_SWIZZLE_NONE);
   }
   if constexpr (kTmaDq) {  // the (B·H, T, D) fp32 accumulator

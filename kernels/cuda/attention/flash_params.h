@@ -22,9 +22,6 @@ bool opt_in_dynamic_smem(Kernel kernel, size_t bytes) {
   return true;
 }
 
-// T rounded up to a multiple of 4: the row length of FlashParams' padded LSE and D.
-constexpr int64_t padded_rows(int64_t T) { return (T + 3) / 4 * 4; }
-
 struct FlashParams {
   // Inputs and outputs; row strides are in elements.
   const __nv_bfloat16* qkv = nullptr;  // (B, T, 3, H, D): row stride 3*H*D
@@ -36,12 +33,6 @@ struct FlashParams {
   float* delta = nullptr;               // (B, H, T): rowsum(dO ∘ O)
   float* dq_accum = nullptr;            // (B, H, T, D) fp32 workspace (atomic mode)
   int* item_counter = nullptr;          // sm90 backward's work counter (after dq_accum)
-  // sm90 backward: LSE·log2 e and D again, in (B·H) rows of padded_rows(T) floats (the
-  // pad zero), written by the preprocess when set, so that every query tile's LSE and D
-  // start 16-byte aligned and each thread reads its two columns of them as one float2
-  // (in the workspace, after the work counter).
-  float* lse_log2_padded = nullptr;
-  float* delta_padded = nullptr;
   int bwd_head_group = 1 << 30;         // sm90 backward, tma/atomic dQ: (batch·head)s per item group
 
   int B = 0, T = 0, H = 0, D = 0;
@@ -92,8 +83,7 @@ template <int kHeadDim, bool kCausal>
 void launch_bwd_sm80(const FlashParams& p, bool deterministic, int tile, cudaStream_t stream);
 
 // The backward's first and last kernels, the same on both paths (flash_bwd_sm80.cu):
-// D = rowsum(dO ∘ O) into p.delta (and into p.delta_padded with LSE·log2 e into
-// p.lse_log2_padded, when those are set; and, when asked, zeroing of the dQ accumulator);
+// D = rowsum(dO ∘ O) into p.delta (and, when asked, zeroing of the dQ accumulator);
 // dQ accumulator · scale → bf16 into the Q slot of p.dqkv.
 template <int kHeadDim>
 void launch_bwd_preprocess(const FlashParams& p, bool zero_dq_accum, cudaStream_t stream);
