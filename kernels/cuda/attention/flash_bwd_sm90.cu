@@ -317,6 +317,35 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     sm90::bulk_commit();
     sDqPending.x = -1;  // (owner mode: a step that writes no tile follows)
   };
+  // Sᵀ = K·Qᵀ of a step (this warpgroup's K rows, the step's Q buffer). kPreissueS: each
+  // step issues the next step's Sᵀ once its dQ is issued, so that the tensor cores work on
+  // it while the warps store the dQ tile and cross the next step's first barrier, where
+  // they had nothing to do. The next item's first step included: its K and V were loaded
+  // at this item's first step, and its last step waits for them before the dQ barrier.
+  // (Issued at one place, the end of a step, and before the loop: with a second, optional
+  // issue at the step's start, ptxas serialised every wgmma, C7515.) Without it (D = 128,
+  // no registers to spare beside dK and dV; owner mode) each step issues its Sᵀ at its start.
+  float s[Tile::kMTiles][4], dp[Tile::kMTiles][4];
+  auto issue_s = [&](uint32_t k_rows, uint32_t q_base) {
+    const uint64_t k_desc = sm90::make_desc(k_rows, 16, sm90::kSwizzleAtom);
+    const uint64_t q_desc = sm90::make_desc(q_base, 16, sm90::kSwizzleAtom);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t col_bytes = (kk & 3) * 32;
+      sm90::wgmma_ss<BM>(s, sm90::desc_advance(k_desc, (kk >> 2) * BN * 128 + col_bytes),
+                         sm90::desc_advance(q_desc, (kk >> 2) * BM * 128 + col_bytes), /*accumulate=*/kk > 0);
+    }
+  };
+  constexpr bool kPreissueS = D == 64 && !kOwner;  // (owner mode: it spilled 24-32 bytes)
+  if constexpr (kPreissueS) {  // the first step's
+    cp_async_wait<0>();
+    sm90::fence_proxy_async();
+    __syncthreads();
+    sm90::mbar_wait_spin(&q_full[0], 0);
+    sm90::wgmma_fence();
+    issue_s(smem_u32(sK) + wg * 64 * 128, smem_u32(sQ));  // K/V buffer 0, Q buffer 0
+    sm90::wgmma_commit();
+  }
   for (;;) {
     const int buf = step & 1;
     const bool first_step = m == first_m_of(n_block);
@@ -396,20 +425,14 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // Sᵀ = K·Qᵀ, then dPᵀ = V·dOᵀ: k-step kk is 16 head-dim columns = 32 bytes into
     // column block kk/4. Two commit groups, so that the softmax starts on Sᵀ while the
     // tensor cores still work on dPᵀ.
-    float s[Tile::kMTiles][4], dp[Tile::kMTiles][4];
     // (Each operand's descriptor is built once and advanced: sm90::desc_advance.)
-    const uint64_t k_desc = sm90::make_desc(k_rows, 16, sm90::kSwizzleAtom);
-    const uint64_t q_desc = sm90::make_desc(q_base, 16, sm90::kSwizzleAtom);
     const uint64_t v_desc = sm90::make_desc(v_rows, 16, sm90::kSwizzleAtom);
     const uint64_t do_desc = sm90::make_desc(do_base, 16, sm90::kSwizzleAtom);
     sm90::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t col_bytes = (kk & 3) * 32;
-      sm90::wgmma_ss<BM>(s, sm90::desc_advance(k_desc, (kk >> 2) * BN * 128 + col_bytes),
-                         sm90::desc_advance(q_desc, (kk >> 2) * BM * 128 + col_bytes), /*accumulate=*/kk > 0);
+    if constexpr (!kPreissueS) {
+      issue_s(k_rows, q_base);
+      sm90::wgmma_commit();
     }
-    sm90::wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t col_bytes = (kk & 3) * 32;
@@ -463,6 +486,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // dQ goes to shared memory. At D = 64 either order spills (Pᵀ's or dSᵀ's registers
     // stay live longer) and both are issued together once dSᵀ is ready.
     constexpr bool kSpreadDkDv = kTmaDq && D == 128;
+    static_assert(!(kPreissueS && kSpreadDkDv), "a pre-issued Sᵀ would sit between dQ and dK");
     uint32_t pa[BM / 16][4], dsa[BM / 16][4];
     auto issue_dv = [&] {
       const uint64_t do_desc_t = sm90::make_desc(do_base, BM * 128, sm90::kSwizzleAtom);
@@ -526,7 +550,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       sm90::wgmma_wait<0>();
       sm90::fence_accumulators(dv);
     }
-    if constexpr (kOwner) cp_async_wait<1>();  // this step's dQ partial (if any) has landed
+    if (kPreissueS && !same_item) {
+      cp_async_wait<0>();  // the next item's K and V, for the next Sᵀ (and any dQ partial)
+    } else {
+      if constexpr (kOwner) cp_async_wait<1>();  // this step's dQ partial (if any) has landed
+    }
     // TMA dQ: the reduce that last read this step's dQ slot is done reading it (issued
     // a step ago with two slots; with one, at this step's start).
     if constexpr (kTmaDq)
@@ -548,13 +576,23 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
                                                          sm90::desc_advance(k_desc_t, kk * 16 * 128),
                                                          /*accumulate=*/kk > 0);
     sm90::wgmma_commit();
+    if constexpr (kPreissueS) {
+      // The next step's Sᵀ: its Q tile was issued at this step's start; its K is this
+      // item's or (the item's last step) the next item's, in the other K/V buffer. After
+      // the block's last step there is no next tile: the matmul then reads what the
+      // buffers hold, and its result is never used.
+      const uint32_t k_next = same_item ? k_rows : sm90::opaque(smem_u32(sK) + (kv_buf ^ 1) * (BN * D * 2)) + wg * 64 * 128;
+      if (q_item < items) sm90::mbar_wait_spin(&q_full[buf ^ 1], ((step + 1) >> 1) & 1);
+      issue_s(k_next, smem_u32(sQ + (buf ^ 1) * BM * D));
+      sm90::wgmma_commit();
+    }
     if constexpr (kSpreadDkDv) {
       sm90::wgmma_fence();
       issue_dk();
       sm90::wgmma_commit();
       sm90::wgmma_wait<1>();  // dQ
     } else {
-      sm90::wgmma_wait<0>();  // dV, dK and dQ
+      sm90::wgmma_wait<kPreissueS ? 1 : 0>();  // dV, dK and dQ (the next Sᵀ may still run)
       sm90::fence_accumulators(dv);
     }
     sm90::fence_accumulators(dq);
@@ -563,19 +601,27 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       // This warpgroup's 64×64 block into the tile's boxes (64 rows × 32 columns, 128-byte
       // rows whose 16-byte chunks are XOR-swizzled by row % 8, as the TMA reads them);
       // rows >= T too (the TMA skips them). Each float2 store of a warp: 2 wavefronts.
-      // (The address is laundered: hoisted out of the loop, the 16 addresses would spill.)
-      const uint32_t tile = sm90::opaque(smem_u32(sDq) + dq_slot(buf) * BM * D * 4);
+      // Row r0 = dq_q0 + 16·(warp % 4) + g and r0 + 8 (half), columns dq_d0 + 8·dt + 2t:
+      // box (r0 / 64)·(D / 32) + dq_d0 / 32 + dt / 4, row r0 % 64 (+ 8·half), whose row % 8
+      // is g, and chunk (2·(dt % 4) + t / 2) XOR g = 2·((dt % 4) XOR g / 2) + (t / 2 XOR
+      // g % 2). So a thread's 16 stores are 4 addresses (dt % 4) plus constants (dt / 4:
+      // a box, 8 KB; half: 8 rows, 1 KB), where 16 addresses were kept in registers.
+      // (The tile's address is laundered: hoisted out of the loop, it spilled.)
+      constexpr int kBoxBytes = Tile::kDqBoxRows * Tile::kDqBoxCols * 4, kRowBytes = Tile::kDqBoxCols * 4;
+      static_assert(Tile::kDqBoxCols == 32 && Tile::kDqBoxRows == 64, "the swizzle arithmetic below");
+      const int r0 = dq_q0 + (warp % 4) * 16 + g;
+      const uint32_t base = sm90::opaque(smem_u32(sDq) + dq_slot(buf) * BM * D * 4) +
+                            ((r0 / 64) * (D / 32) + dq_d0 / 32) * kBoxBytes + (r0 % 64) * kRowBytes +
+                            (((t >> 1) ^ (g & 1)) * 16) + (t & 1) * 8;
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = dq_q0 + (warp % 4) * 16 + g + 8 * half, rr = r % Tile::kDqBoxRows;
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t at = base + ((j * 32) ^ ((g >> 1) * 32));
 #pragma unroll
-        for (int dt = 0; dt < 8; ++dt) {
-          const int col = dq_d0 + dt * 8 + 2 * t, cb = col / Tile::kDqBoxCols, c = col % Tile::kDqBoxCols;
-          const int box = (r / Tile::kDqBoxRows) * (D / Tile::kDqBoxCols) + cb;
-          const int at = box * Tile::kDqBoxRows * Tile::kDqBoxCols + rr * Tile::kDqBoxCols +
-                         (((c >> 2) ^ (rr & 7)) << 2) + (c & 3);
-          st_shared_f32x2(tile + at * 4, dq[dt][2 * half], dq[dt][2 * half + 1]);
-        }
+        for (int hb = 0; hb < 2; ++hb)  // dt / 4
+#pragma unroll
+          for (int half = 0; half < 2; ++half)
+            st_shared_f32x2(at + hb * kBoxBytes + half * 8 * kRowBytes, dq[4 * hb + j][2 * half],
+                            dq[4 * hb + j][2 * half + 1]);
       }
       if (tid == kDqThread) sDqPending = make_int4(q0, int(bh), kOwner && dq_first, 0);
     }
@@ -644,6 +690,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     cur_h = cur_bh % p.H;
     m = first_m_of(n_block);
   }
+  if constexpr (kPreissueS) sm90::wgmma_wait<0>();  // the Sᵀ issued after the last step
   if constexpr (kTmaDq) {  // the last tile, and shared memory stays until it is read
     sm90::fence_proxy_async();
     __syncthreads();
