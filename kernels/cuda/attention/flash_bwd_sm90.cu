@@ -16,6 +16,7 @@
 // the tensor cores back (2-4% of the backward's time on an H200). Per query tile (a
 // step), each warpgroup:
 //   Sᵀ  = K·Qᵀ      wgmma m64n{BM}k16, A (its 64 keys of K) and B (Q) K-major in smem
+//                   (kPreissueS: issued by the step before, behind its dQ)
 //   dPᵀ = V·dOᵀ     the same with V and dO (issued right behind Sᵀ)
 //   Pᵀ = exp2(Sᵀ·c − LSE·log2 e), dSᵀ = Pᵀ ∘ (dPᵀ − D)    on the accumulators
 //   dV += Pᵀ·dO     wgmma m64n{D}k16, A (Pᵀ, bf16) from registers, B (dO) MN-major
@@ -54,9 +55,13 @@
 // A-fragment layout of the register operand: neither goes through shared memory for
 // dV and dK. Not (yet) here: warp specialisation (the two warpgroups step in lockstep,
 // two barriers a step), overlap of one tile's softmax with the next tile's matmuls
-// (FlashAttention-3), a deterministic dQ (that mode runs the sm80 kernels). Measured
-// slower and dropped: issuing the next step's Sᵀ at the end of each step (it waits for
-// the next query tile half a step sooner; 12% slower at GPT-2's shape). A
+// (FlashAttention-3), a deterministic dQ (that mode runs the sm80 kernels). Issuing the
+// next step's Sᵀ at the end of each step: an early version was 12% slower at GPT-2's
+// shape (it waits for the next query tile half a step sooner) and was dropped; the
+// nineteenth session's (kPreissueS: behind the step's dQ, at D = 64 in tma and atomic
+// modes) took the T = 65,536 backward 0.6-1.7% faster and moved the sweep's tma-mode
+// D = 64 shapes by -0.5% to +6%; owner mode (GPT-2's shape) and D = 128 keep Sᵀ at the
+// step's start. A
 // warp-specialised version of this loop (a TMA producer warpgroup at 24 registers, these
 // two warpgroups as consumers at 240 via setmaxnreg) was written and dropped before it
 // ran: ptxas spilled 600-970 bytes in its consumers, while this kernel compiles within
