@@ -555,11 +555,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       sm90::wgmma_wait<0>();
       sm90::fence_accumulators(dv);
     }
-    if (kPreissueS && !same_item) {
-      cp_async_wait<0>();  // the next item's K and V, for the next Sᵀ (and any dQ partial)
-    } else {
-      if constexpr (kOwner) cp_async_wait<1>();  // this step's dQ partial (if any) has landed
-    }
+    if constexpr (kOwner) cp_async_wait<1>();  // this step's dQ partial (if any) has landed
+    else if (kPreissueS && !same_item) cp_async_wait<0>();  // the next item's K and V, for the next Sᵀ
     // TMA dQ: the reduce that last read this step's dQ slot is done reading it (issued
     // a step ago with two slots; with one, at this step's start).
     if constexpr (kTmaDq)
