@@ -74,7 +74,6 @@
 #include <cstdint>
 #include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/flash_params.h"
-#include "kernels/cuda/attention/poly_exp2.h"
 #include "kernels/cuda/attention/tma_sm90.cuh"
 #include "kernels/cuda/attention/wgmma_sm90.cuh"
 
@@ -342,11 +341,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
                          sm90::desc_advance(q_desc, (kk >> 2) * BM * 128 + col_bytes), /*accumulate=*/kk > 0);
     }
   };
-  constexpr bool kPreissueS = D == 64 && !kOwner;
-  // Every kPolyExp2Every-th exp2 of Pᵀ on the FMA pipe (poly_exp2.h), the rest on the MUFU
-  // unit (0: all there): call 2's profile at D = 64 has the MUFU unit 21% busy and its
-  // instruction queue, shared with the shared-memory loads and stores, the top wait.
-  constexpr int kPolyExp2Every = 2;  // (owner mode: it spilled 24-32 bytes)
+  constexpr bool kPreissueS = D == 64 && !kOwner;  // (owner mode: it spilled 24-32 bytes)
   if constexpr (kPreissueS) {  // the first step's
     cp_async_wait<0>();
     sm90::fence_proxy_async();
@@ -486,8 +481,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           const int key = n0 + warp_key0 + g + (i >> 1) * 8, qry = q0 + col;
           if (qry >= p.T || key >= p.T || (kCausal && key > qry)) x = -INFINITY;
         }
-        const float arg = fmaf(x, p.scale_log2, -cLse[col] * kLog2e);
-        s[nt][i] = poly_exp2_at(4 * nt + i, kPolyExp2Every) ? poly_exp2(arg) : fast_exp2(arg);
+        s[nt][i] = fast_exp2(fmaf(x, p.scale_log2, -cLse[col] * kLog2e));
       }
     // Pᵀ and dSᵀ as bf16 A fragments (k-step kk = queries 16kk..) for dV += Pᵀ·dO and
     // dK += dSᵀ·Q (k-step kk is queries 16kk.. = 16 rows of 128 bytes; the head dim spans

@@ -5,7 +5,6 @@
 #pragma once
 #include <cmath>
 #include "kernels/cuda/attention/flash_params.h"
-#include "kernels/cuda/attention/poly_exp2.h"
 #include "kernels/cuda/attention/sm80_primitives.cuh"
 
 namespace flashgpt::cuda::attn {
@@ -31,9 +30,8 @@ __device__ __forceinline__ void apply_mask(float (&s)[Tile::kMTiles][Tile::kNTil
 // (unnormalised), and returns in alpha the factor exp2((m_old − m_new)·c) by which O must
 // be rescaled (rescale_output) before this tile's P·V is added. The warp-specialised
 // forward (flash_fwd_sm90_consumer.cuh) rescales later, once the previous tile's P·V has
-// left the accumulators. kPolyExp2Every > 0: every kPolyExp2Every-th exp2 of a row's
-// scores (in the thread's order) is poly_exp2's, on the FMA pipe, the others MUFU's.
-template <class Tile, int kPolyExp2Every = 0>
+// left the accumulators.
+template <class Tile>
 __device__ __forceinline__ void softmax_step(float (&s)[Tile::kMTiles][Tile::kNTiles][4],
                                              float (&alpha)[Tile::kMTiles][2],
                                              float (&row_max)[Tile::kMTiles][2],
@@ -64,8 +62,7 @@ __device__ __forceinline__ void softmax_step(float (&s)[Tile::kMTiles][Tile::kNT
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           float& x = s[mt][nt][2 * half + j];
-          const float arg = fmaf(x, scale_log2, -m_scaled);
-          x = poly_exp2_at(2 * nt + j, kPolyExp2Every) ? poly_exp2(arg) : fast_exp2(arg);
+          x = fast_exp2(fmaf(x, scale_log2, -m_scaled));
           sum += x;
         }
       row_sum[mt][half] = row_sum[mt][half] * alpha[mt][half] + sum;

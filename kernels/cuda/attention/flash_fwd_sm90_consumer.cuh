@@ -66,8 +66,7 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&
 }
 }  // namespace sm90
 
-// kPolyExp2Every: softmax_step's share of exp2s on the FMA pipe (0: none).
-template <class Tile, bool kCausal, int kPolyExp2Every = 0>
+template <class Tile, bool kCausal>
 struct Sm90FwdConsumer {
   static constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN;
   using Scores = float[1][Tile::kNTiles][4];
@@ -99,7 +98,7 @@ struct Sm90FwdConsumer {
     const int n0 = nb * BN;
     const bool needs_mask = n0 + BN > p.T || (kCausal && n0 + BN - 1 > m0);
     if (needs_mask) apply_mask<Tile, kCausal>(s, warp_row0, n0, p.T, lane);
-    softmax_step<Tile, kPolyExp2Every>(s, alpha, row_max, row_sum, p.scale_log2);
+    softmax_step<Tile>(s, alpha, row_max, row_sum, p.scale_log2);
   }
   __device__ __forceinline__ void keep_p(const Scores& s) {
 #pragma unroll

@@ -55,16 +55,11 @@ struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
   static constexpr int kBlocksPerSm = kConsumers == 1 ? 2 : 1;
   static constexpr int kConsumerRegs = kConsumers == 1 ? 232 : kConsumers == 2 ? 240 : 160;
   static constexpr int kStages = kConsumers == 1 ? 2 : 3;
-  // Every kPolyExp2Every-th exp2 of the softmax on the FMA pipe (poly_exp2.h), the rest on
-  // the MUFU unit (0: all there). At D = 64 the two units are about even: a 128 × 128
-  // tile's two matmuls keep the tensor cores about as long as its 16,384 exp2s keep MUFU.
-  static constexpr int kPolyExp2Every = 2;
   static constexpr uint32_t kTileBytes = uint32_t(Shape::kBlockN) * kHeadDim_ * sizeof(bf16);
   static constexpr uint32_t kQBytes = uint32_t(Shape::kQRows) * kHeadDim_ * sizeof(bf16);
   // Q + kStages × (K, V), and slack to align the base to 1024 bytes (the swizzle period).
   static constexpr size_t kSmemBytes = kQBytes + 2 * size_t(kStages) * kTileBytes + 1024;
   static_assert(kConsumers >= 1 && kConsumers <= 3, "one to three consumer warpgroups");
-  static_assert(kPolyExp2Every >= 0, "0: every exp2 on MUFU");
   static_assert((24 * 128 + kConsumerRegs * 128 * kConsumers) * kBlocksPerSm <= 65536, "the register file");
   static_assert(kBlocksPerSm * (kSmemBytes + 1024) <= 228 * 1024, "the shared memory");
 };
@@ -133,7 +128,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   // ---- consumers
   sm90::setmaxnreg_inc<Tile::kConsumerRegs>();
   const int cw = wg - 1;  // rows 64·cw.. of the block
-  Sm90FwdConsumer<Tile, kCausal, Tile::kPolyExp2Every> c(p, m0, cw, warp % 4, lane, sQ);
+  Sm90FwdConsumer<Tile, kCausal> c(p, m0, cw, warp % 4, lane, sQ);
   auto v_base = [&](int nb) { return smem_u32(sV + (nb % S) * BN * D); };
   auto parity = [](int nb) { return uint32_t((nb / S) & 1); };
   sm90::mbar_wait(&q_full, 0);
