@@ -14,42 +14,56 @@ using cuda::attn::choose_head_group;
 using cuda::attn::DqMode;
 constexpr int64_t kSms = 132;
 
-TEST(DqMode, AutoTakesOwnerWhenTheHeadsFillTheLastWave) {
+constexpr bool kCausal = true, kFull = false;
+
+TEST(DqMode, AutoTakesOwnerWhenCausalHeadsFillTheLastWave) {
   // GPT-2 124M's training step, B = 64: 768 (batch, head) pairs = 5.8 waves (97%).
-  EXPECT_EQ(choose_dq_mode(nullptr, 64, 12, kSms), DqMode::owner);
-  EXPECT_EQ(choose_dq_mode("", 64, 12, kSms), DqMode::owner);
-  EXPECT_EQ(choose_dq_mode("auto", 64, 12, kSms), DqMode::owner);
-  EXPECT_EQ(choose_dq_mode(nullptr, 8, 32, kSms), DqMode::owner);   // 256 pairs: 97%
-  EXPECT_EQ(choose_dq_mode(nullptr, 16, 12, kSms), DqMode::tma);    // 192: 73%
-  EXPECT_EQ(choose_dq_mode(nullptr, 1, 12, kSms), DqMode::tma);     // one long sequence: 9%
-  EXPECT_EQ(choose_dq_mode(nullptr, 1, 32, kSms), DqMode::tma);     // 24%
+  EXPECT_EQ(choose_dq_mode(nullptr, 64, 12, kCausal, kSms), DqMode::owner);
+  EXPECT_EQ(choose_dq_mode("", 64, 12, kCausal, kSms), DqMode::owner);
+  EXPECT_EQ(choose_dq_mode("auto", 64, 12, kCausal, kSms), DqMode::owner);
+  EXPECT_EQ(choose_dq_mode(nullptr, 8, 32, kCausal, kSms), DqMode::owner);   // 256 pairs: 97%
+  EXPECT_EQ(choose_dq_mode(nullptr, 16, 12, kCausal, kSms), DqMode::tma);    // 192: 73%
+  EXPECT_EQ(choose_dq_mode(nullptr, 1, 12, kCausal, kSms), DqMode::tma);     // one long sequence: 9%
+  EXPECT_EQ(choose_dq_mode(nullptr, 1, 32, kCausal, kSms), DqMode::tma);     // 24%
   // The threshold itself (90%) is owner; one pair fewer is not.
-  EXPECT_EQ(choose_dq_mode(nullptr, 1, 9, 10), DqMode::owner);
-  EXPECT_EQ(choose_dq_mode(nullptr, 1, 8, 10), DqMode::tma);
-  EXPECT_EQ(choose_dq_mode(nullptr, 2, 9, 10), DqMode::owner);      // 18 of 20
-  EXPECT_EQ(choose_dq_mode(nullptr, 1, 17, 10), DqMode::tma);       // 17 of 20
+  EXPECT_EQ(choose_dq_mode(nullptr, 1, 9, kCausal, 10), DqMode::owner);
+  EXPECT_EQ(choose_dq_mode(nullptr, 1, 8, kCausal, 10), DqMode::tma);
+  EXPECT_EQ(choose_dq_mode(nullptr, 2, 9, kCausal, 10), DqMode::owner);      // 18 of 20
+  EXPECT_EQ(choose_dq_mode(nullptr, 1, 17, kCausal, 10), DqMode::tma);       // 17 of 20
 }
 
 TEST(DqMode, AutoTakesOwnerAtDim128ByTheSameRule) {
-  // The sweep's D = 128 shapes (H = 16): T = 1K and 2K at B = 16 and 8 fill the last
-  // wave to 97%, where owner beat tma; from 4K (B <= 4: 64 pairs and fewer) tma.
-  EXPECT_EQ(choose_dq_mode(nullptr, 16, 16, kSms), DqMode::owner);
-  EXPECT_EQ(choose_dq_mode(nullptr, 8, 16, kSms), DqMode::owner);
-  EXPECT_EQ(choose_dq_mode(nullptr, 4, 16, kSms), DqMode::tma);
-  EXPECT_EQ(choose_dq_mode(nullptr, 1, 16, kSms), DqMode::tma);
+  // The sweep's causal D = 128 shapes (H = 16): T = 1K and 2K at B = 16 and 8 fill the
+  // last wave to 97%, where owner beat tma; from 4K (B <= 4: 64 pairs and fewer) tma.
+  EXPECT_EQ(choose_dq_mode(nullptr, 16, 16, kCausal, kSms), DqMode::owner);
+  EXPECT_EQ(choose_dq_mode(nullptr, 8, 16, kCausal, kSms), DqMode::owner);
+  EXPECT_EQ(choose_dq_mode(nullptr, 4, 16, kCausal, kSms), DqMode::tma);
+  EXPECT_EQ(choose_dq_mode(nullptr, 1, 16, kCausal, kSms), DqMode::tma);
+}
+
+TEST(DqMode, AutoTakesTmaWithoutAMaskWhateverTheWaveFill) {
+  // Without a mask tma beat owner at every shape where the rule above picks owner.
+  for (int64_t B : {64, 16, 8, 4, 1}) {
+    EXPECT_EQ(choose_dq_mode(nullptr, B, 12, kFull, kSms), DqMode::tma) << B;
+    EXPECT_EQ(choose_dq_mode(nullptr, B, 32, kFull, kSms), DqMode::tma) << B;
+    EXPECT_EQ(choose_dq_mode("auto", B, 16, kFull, kSms), DqMode::tma) << B;
+  }
+  EXPECT_EQ(choose_dq_mode(nullptr, 1, 9, kFull, 10), DqMode::tma);  // a full last wave too
 }
 
 TEST(DqMode, ARequestedModeIsTaken) {
   for (int64_t B : {1, 64}) {
-    EXPECT_EQ(choose_dq_mode("atomic", B, 12, kSms), DqMode::atomic) << B;
-    EXPECT_EQ(choose_dq_mode("tma", B, 12, kSms), DqMode::tma) << B;
-    EXPECT_EQ(choose_dq_mode("owner", B, 12, kSms), DqMode::owner) << B;
+    for (bool causal : {kCausal, kFull}) {
+      EXPECT_EQ(choose_dq_mode("atomic", B, 12, causal, kSms), DqMode::atomic) << B;
+      EXPECT_EQ(choose_dq_mode("tma", B, 12, causal, kSms), DqMode::tma) << B;
+      EXPECT_EQ(choose_dq_mode("owner", B, 12, causal, kSms), DqMode::owner) << B;
+    }
   }
 }
 
 TEST(DqMode, AnUnknownRequestIsAnInputError) {
   for (const char* bad : {"owners", "TMA", "atomics", " auto"})
-    EXPECT_THROW(choose_dq_mode(bad, 64, 12, kSms), InputError) << bad;
+    EXPECT_THROW(choose_dq_mode(bad, 64, 12, kCausal, kSms), InputError) << bad;
 }
 
 constexpr int64_t kL2 = 50 << 20;  // an H200's L2: 50 MiB

@@ -16,27 +16,31 @@ namespace flashgpt::cuda::attn {
 // in bf16 by the kernel (no zeroed accumulator, no postprocess).
 enum class DqMode { atomic, tma, owner };
 
-// auto picks owner when the (batch, head) units fill the last wave of one block per SM
-// to at least this share.
+// auto picks owner, with a causal mask, when the (batch, head) units fill the last wave of
+// one block per SM to at least this share.
 constexpr double kOwnerWaveFill = 0.9;
 
 // The mode for `requested` (the variable's value: auto, atomic, tma or owner; null or
 // empty = auto; anything else is an InputError) at B·H (batch, head) pairs on a GPU of
-// `sms` SMs, either head dim. auto: owner when the units fill the last wave to at least
-// kOwnerWaveFill, else tma. Measured on an H200 (BENCHMARKS.md): owner beat atomic at
-// 128, 256, 512 and 768 units (97% fill; +1 to +9%) and lost at 32, 64 and 192 (24%,
-// 48%, 73%), seventh session; tma beat atomic on every shape measured and owner beat tma
-// at 256, 512 and 768 units (+1 to +6%), tenth session; with owner's own dQ by TMA too,
+// `sms` SMs, either head dim. auto: owner for a causal mask whose units fill the last wave
+// to at least kOwnerWaveFill, else tma. Measured on an H200 (BENCHMARKS.md): owner beat
+// atomic at 128, 256, 512 and 768 units (97% fill; +1 to +9%) and lost at 32, 64 and 192
+// (24%, 48%, 73%), seventh session; tma beat atomic on every shape measured and owner beat
+// tma at 256, 512 and 768 units (+1 to +6%), tenth session; with owner's own dQ by TMA too,
 // owner took 1.065 ms against tma's 1.174-1.181 at 768 units (eleventh session). At
 // D = 128 owner beat tma by 3.5-15% at 128 and 256 units (T = 1K, 2K) and took 2-8x as
-// long at 16, 32 and 64 (fourteenth session).
-inline DqMode choose_dq_mode(const char* requested, int64_t B, int64_t H, int64_t sms) {
+// long at 16, 32 and 64 (fourteenth session). Those were causal masks; without a mask
+// tma beat owner at every such shape, by 9-37% (twentieth session, call 2: D = 64 T = 4K
+// 452 against 342 TFLOP/s, D = 128 T = 2K 468 against 344), while with a causal mask
+// owner still won by 5-20% (GPT-2's shape 1.01 against 1.18 ms).
+inline DqMode choose_dq_mode(const char* requested, int64_t B, int64_t H, bool causal, int64_t sms) {
   const std::string v = requested && *requested ? requested : "auto";
   if (v != "auto" && v != "atomic" && v != "tma" && v != "owner")
     fail_input("FLASHGPT_ATTENTION_BWD_DQ must be auto, atomic, tma or owner, got '", v, "'");
   if (v == "atomic") return DqMode::atomic;
   if (v == "tma") return DqMode::tma;
   if (v == "owner") return DqMode::owner;
+  if (!causal) return DqMode::tma;
   const int64_t units = B * H, waves = (units + sms - 1) / sms;
   return double(units) / double(waves * sms) >= kOwnerWaveFill ? DqMode::owner : DqMode::tma;
 }
