@@ -322,25 +322,16 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     sm90::bulk_commit();
     sDqPending.x = -1;  // (owner mode: a step that writes no tile follows)
   };
-  // Sᵀ = K·Qᵀ of a step (this warpgroup's K rows, the step's Q buffer). kPreissueS: each
-  // step issues the next step's Sᵀ once its dQ is issued, so that the tensor cores work on
-  // it while the warps store the dQ tile and cross the next step's first barrier, where
-  // they had nothing to do. The next item's first step included: its K and V were loaded
-  // at this item's first step, and its last step waits for them before the dQ barrier.
-  // (Issued at one place, the end of a step, and before the loop: with a second, optional
-  // issue at the step's start, ptxas serialised every wgmma, C7515.) Without it (D = 128,
-  // no registers to spare beside dK and dV; owner mode) each step issues its Sᵀ at its start.
+  // Sᵀ = K·Qᵀ of a step (sm90::issue_abt: this warpgroup's K rows, the step's Q buffer).
+  // kPreissueS: each step issues the next step's Sᵀ once its dQ is issued, so that the
+  // tensor cores work on it while the warps store the dQ tile and cross the next step's
+  // first barrier, where they had nothing to do. The next item's first step included: its
+  // K and V were loaded at this item's first step, and its last step waits for them before
+  // the dQ barrier. (Issued at one place, the end of a step, and before the loop: with a
+  // second, optional issue at the step's start, ptxas serialised every wgmma, C7515.)
+  // Without it (D = 128, no registers to spare beside dK and dV; owner mode) each step
+  // issues its Sᵀ at its start.
   float s[Tile::kMTiles][4], dp[Tile::kMTiles][4];
-  auto issue_s = [&](uint32_t k_rows, uint32_t q_base) {
-    const uint64_t k_desc = sm90::make_desc(k_rows, 16, sm90::kSwizzleAtom);
-    const uint64_t q_desc = sm90::make_desc(q_base, 16, sm90::kSwizzleAtom);
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t col_bytes = (kk & 3) * 32;
-      sm90::wgmma_ss<BM>(s, sm90::desc_advance(k_desc, (kk >> 2) * BN * 128 + col_bytes),
-                         sm90::desc_advance(q_desc, (kk >> 2) * BM * 128 + col_bytes), /*accumulate=*/kk > 0);
-    }
-  };
   constexpr bool kPreissueS = D == 64 && !kOwner;  // (owner mode: it spilled 24-32 bytes)
   if constexpr (kPreissueS) {  // the first step's
     cp_async_wait<0>();
@@ -348,8 +339,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     __syncthreads();
     sm90::mbar_wait_spin(&q_full[0], 0);
     sm90::wgmma_fence();
-    issue_s(smem_u32(sK) + wg * 64 * 128, smem_u32(sQ));  // K/V buffer 0, Q buffer 0
-    sm90::wgmma_commit();
+    sm90::issue_abt<D, BN, BM>(s, smem_u32(sK) + wg * 64 * 128, smem_u32(sQ));  // K/V buffer 0, Q buffer 0
   }
   for (;;) {
     const int buf = step & 1;
@@ -427,17 +417,15 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const float* cDelta = sDelta + buf * Tile::kLseStride + lse_offset;
     const int q0 = m * BM;
 
-    // Sᵀ = K·Qᵀ, then dPᵀ = V·dOᵀ: k-step kk is 16 head-dim columns = 32 bytes into
-    // column block kk/4. Two commit groups, so that the softmax starts on Sᵀ while the
-    // tensor cores still work on dPᵀ.
-    // (Each operand's descriptor is built once and advanced: sm90::desc_advance.)
+    // Sᵀ = K·Qᵀ, then dPᵀ = V·dOᵀ, in two commit groups, so that the softmax starts on Sᵀ
+    // while the tensor cores still work on dPᵀ.
+    // dPᵀ is sm90::issue_abt's loop written out, its descriptors built before the fence:
+    // through issue_abt (descriptors built behind the fence) ptxas scheduled two of the
+    // kernels differently, and that code has not run on a GPU.
     const uint64_t v_desc = sm90::make_desc(v_rows, 16, sm90::kSwizzleAtom);
     const uint64_t do_desc = sm90::make_desc(do_base, 16, sm90::kSwizzleAtom);
     sm90::wgmma_fence();
-    if constexpr (!kPreissueS) {
-      issue_s(k_rows, q_base);
-      sm90::wgmma_commit();
-    }
+    if constexpr (!kPreissueS) sm90::issue_abt<D, BN, BM>(s, k_rows, q_base);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t col_bytes = (kk & 3) * 32;
@@ -585,8 +573,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       // buffers hold, and its result is never used.
       const uint32_t k_next = same_item ? k_rows : sm90::opaque(smem_u32(sK) + (kv_buf ^ 1) * (BN * D * 2)) + wg * 64 * 128;
       if (q_item < items) sm90::mbar_wait_spin(&q_full[buf ^ 1], ((step + 1) >> 1) & 1);
-      issue_s(k_next, smem_u32(sQ + (buf ^ 1) * BM * D));
-      sm90::wgmma_commit();
+      sm90::issue_abt<D, BN, BM>(s, k_next, smem_u32(sQ + (buf ^ 1) * BM * D));
     }
     if constexpr (kSpreadDkDv) {
       sm90::wgmma_fence();

@@ -19,7 +19,7 @@
 #include <string>
 #include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/flash_fwd_parts.cuh"
-#include "kernels/cuda/attention/flash_fwd_sm90_consumer.cuh"  // Sm90FwdTileShape, sm90::issue_qk, issue_pv
+#include "kernels/cuda/attention/flash_fwd_sm90_consumer.cuh"  // Sm90FwdTileShape, sm90::issue_pv
 #include "kernels/cuda/attention/flash_params.h"
 #include "kernels/cuda/attention/wgmma_sm90.cuh"
 
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_fwd_sm90_kernel(const
     // S = Q·Kᵀ
     float s[1][Tile::kNTiles][4];
     sm90::wgmma_fence();
-    sm90::issue_qk<D, BM, BN>(s[0], q_base, k_base);
+    sm90::issue_abt<D, BM, BN>(s[0], q_base, k_base);
     sm90::wgmma_wait<0>();
     sm90::fence_accumulators(s[0]);
 

@@ -1,8 +1,8 @@
 // One warpgroup's share of the pipelined Hopper attention forward: 64 query rows against
 // key tiles of kBlockN keys in shared memory (wgmma layout), with the online softmax of
 // flash_fwd_parts.cuh. Used by the warp-specialised forward, flash_fwd_sm90_ws.cu (tiles
-// by TMA from a producer warpgroup); flash_fwd_sm90.cu uses its QKᵀ and P·V issue loops
-// (sm90::issue_qk, sm90::issue_pv) only.
+// by TMA from a producer warpgroup); flash_fwd_sm90.cu uses its P·V issue loop (sm90::issue_pv)
+// only (QKᵀ: sm90::issue_abt, wgmma_sm90.cuh).
 //   S = Q·Kᵀ   wgmma m64n{kBlockN}k16, A (Q) and B (K) from shared memory
 //   O += P·V   wgmma m64n{D}k16, A (P, bf16) from registers, B (V) from shared memory
 //              with the transpose flag (V is stored [key][d]: d-contiguous = N-major)
@@ -39,21 +39,6 @@ struct Sm90FwdTileShape {
 
 #if FLASHGPT_HAS_WGMMA
 namespace sm90 {
-// S = Q·Kᵀ for one warpgroup's 64 query rows (q_base: their first row, column block 0 of a
-// [D/64][BM][64] tile; BM: the tile's rows in shared memory) against the K tile at k_base
-// ([D/64][BN][64]), issued and committed: k-step kk is 16 columns = 32 bytes into column
-// block kk/4.
-template <int D, int BM, int BN>
-__device__ __forceinline__ void issue_qk(float (&s)[BN / 8][4], uint32_t q_base, uint32_t k_base) {
-  const uint64_t desc_q = make_desc(q_base, 16, kSwizzleAtom), desc_k = make_desc(k_base, 16, kSwizzleAtom);
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    const uint32_t col_bytes = (kk & 3) * 32;
-    wgmma_ss<BN>(s, desc_advance(desc_q, (kk >> 2) * BM * 128 + col_bytes),
-                 desc_advance(desc_k, (kk >> 2) * BN * 128 + col_bytes), /*accumulate=*/kk > 0);
-  }
-  wgmma_commit();
-}
 // O += P·V for the V tile at v_base ([D/64][BN][64]), P as bf16 A fragments, issued and
 // committed: k-step kk is keys 16kk.. = 16 rows of 128 bytes; the d dimension spans D/64
 // column blocks, BN·128 bytes apart (the leading-dimension offset, N-major).
@@ -90,7 +75,7 @@ struct Sm90FwdConsumer {
   }
 
   __device__ __forceinline__ void issue_qk(Scores& s, uint32_t k_base) {
-    sm90::issue_qk<D, Tile::kQRows, BN>(s[0], q_base, k_base);
+    sm90::issue_abt<D, Tile::kQRows, BN>(s[0], q_base, k_base);  // S = Q·Kᵀ
   }
   __device__ __forceinline__ void issue_pv(uint32_t v_base) { sm90::issue_pv<D, BN>(o[0], a, v_base); }
   // Masks tile nb's scores and runs its softmax step: P in s, O's factor in alpha.
