@@ -58,11 +58,6 @@ struct MatmulBackward {
   // This fuses the GELU backward into the matmul epilogue (cuBLASLt DGELU): the MLP's
   // c_proj backward uses it to hand c_fc the gradient of its pre-activation.
   Tensor dinp_gelu_pre;
-  // If defined (C), accumulates Σ_n dinp[n, :] (grad dtype): the bias gradient of the
-  // layer whose output gradient dinp is (with dinp_gelu_pre: the MLP's c_fc bias). On
-  // CUDA a column sum of the stored dinp; cuBLASLt's DGELU_BGRAD epilogue, which would
-  // fuse it, had no algorithm for a bf16 output with an fp32 bias gradient.
-  Tensor dinp_dbias;
 };
 
 struct AttentionForward {
@@ -199,14 +194,9 @@ class Ops {
   virtual void residual_layernorm_forward(Tensor residual, Tensor out, Tensor mean,
                                           Tensor rstd, Tensor inp1, Tensor inp2,
                                           Tensor weight, Tensor bias) = 0;
-  // dinp (N,C) accumulates; dweight, dbias (C) accumulate. dsum (C), if defined,
-  // accumulates Σ_n dinp[n, :] of dinp as updated: in the model dinp is the residual
-  // stream's gradient, which is also the output gradient of the c_proj matmul added into
-  // that residual, so dsum is that matmul's bias gradient (taken here instead of by a
-  // second read of dinp in its backward).
+  // dinp (N,C) accumulates; dweight, dbias (C) accumulate.
   virtual void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout,
-                                  Tensor inp, Tensor weight, Tensor mean, Tensor rstd,
-                                  Tensor dsum) = 0;
+                                  Tensor inp, Tensor weight, Tensor mean, Tensor rstd) = 0;
 
   // ---- matmul ----
   virtual void matmul_forward(const MatmulForward& a) = 0;

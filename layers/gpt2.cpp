@@ -90,9 +90,7 @@ class PlanningOps final : public Ops {
   void rope(Tensor, int, int, bool) override { no_compute(); }
   void layernorm_forward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) override { no_compute(); }
   void residual_layernorm_forward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) override { no_compute(); }
-  void layernorm_backward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) override {
-    no_compute();
-  }
+  void layernorm_backward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) override { no_compute(); }
   void matmul_forward(const MatmulForward&) override { no_compute(); }
   void matmul_backward(const MatmulBackward&) override { no_compute(); }
   void gelu_forward(Tensor, Tensor) override { no_compute(); }
@@ -461,32 +459,25 @@ void GPT2::head_chunk(int64_t row0, int64_t row1, float dloss) {
 void GPT2::backward() {
   Acts& A = *acts_;
   const int B = B_, T = T_, C = cfg_.n_embd, H = cfg_.n_head, D = C / H, L = cfg_.n_layer;
-  // dres accumulates the gradient of the residual stream as we walk back. Each layernorm
-  // backward leaves in dres the output gradient of the c_proj matmul whose output was added
-  // into that residual (the MLP's for lnf and ln1, the attention's for ln2), and takes
-  // that matmul's bias gradient (its column sum) on the way, so the matmul's backward
-  // does not read dres again for it.
+  // dres accumulates the gradient of the residual stream as we walk back.
   ops_.memset_zero(A.dres);
   ops_.layernorm_backward(A.dres, ends_->d_lnf_w, ends_->d_lnf_b, A.dln, A.l[size_t(L - 1)].res3,
-                          ends_->lnf_w, A.lnf_mean, A.lnf_rstd, layers_[size_t(L - 1)].d_fcproj_b);
+                          ends_->lnf_w, A.lnf_mean, A.lnf_rstd);
   if (grads_ready_) grads_ready_(L);
   for (int l = L - 1; l >= 0; --l) {
     recompute(l);
     Layer& w = layers_[size_t(l)];
     Acts::PerLayer& y = A.l[size_t(l)];
     const Tensor& res_in = l == 0 ? A.encoded : A.l[size_t(l - 1)].res3;
-    // res3 = res2 + c_proj(gelu(c_fc(ln2))): dres is d(res3) = d(mlp out), and flows on to
-    // d(res2). c_proj's bias gradient was taken by the layernorm backward after res3 (lnf or
-    // the next layer's ln1); c_fc's comes from this backward's DGELU epilogue (dinp_dbias).
-    ops_.matmul_backward({.dinp = A.dfch, .dweight = w.d_fcproj_w, .dout = A.dres, .inp = y.fch,
-                          .weight = w.fcproj_w, .dinp_gelu_pre = y.fch_pre, .dinp_dbias = w.d_fc_b});
-    ops_.matmul_backward({.dinp = A.dln, .dweight = w.d_fc_w, .dout = A.dfch, .inp = y.ln2, .weight = w.fc_w});
-    ops_.layernorm_backward(A.dres, w.d_ln2_w, w.d_ln2_b, A.dln, y.res2, w.ln2_w, y.ln2_mean, y.ln2_rstd,
-                            w.d_attproj_b);
-    // res2 = res_in + c_proj(attn(c_attn(ln1))): dres is now d(res2), and its column sum
-    // (the attention c_proj's bias gradient) is taken.
-    ops_.matmul_backward({.dinp = A.datty, .dweight = w.d_attproj_w, .dout = A.dres, .inp = y.atty,
-                          .weight = w.attproj_w});
+    // res3 = res2 + c_proj(gelu(c_fc(ln2))): dres is d(res3) = d(mlp out), and flows on to d(res2).
+    ops_.matmul_backward({.dinp = A.dfch, .dweight = w.d_fcproj_w, .dbias = w.d_fcproj_b, .dout = A.dres,
+                          .inp = y.fch, .weight = w.fcproj_w, .dinp_gelu_pre = y.fch_pre});
+    ops_.matmul_backward({.dinp = A.dln, .dweight = w.d_fc_w, .dbias = w.d_fc_b, .dout = A.dfch,
+                          .inp = y.ln2, .weight = w.fc_w});
+    ops_.layernorm_backward(A.dres, w.d_ln2_w, w.d_ln2_b, A.dln, y.res2, w.ln2_w, y.ln2_mean, y.ln2_rstd);
+    // res2 = res_in + c_proj(attn(c_attn(ln1))): dres is now d(res2).
+    ops_.matmul_backward({.dinp = A.datty, .dweight = w.d_attproj_w, .dbias = w.d_attproj_b, .dout = A.dres,
+                          .inp = y.atty, .weight = w.attproj_w});
     AttentionBackward att;
     att.dqkv = A.dqkv; att.dout = A.datty; att.qkv = y.qkv; att.out = y.atty; att.lse = y.lse;
     att.delta = A.delta; att.probs = y.probs;
@@ -496,10 +487,7 @@ void GPT2::backward() {
     if (cfg_.position == PositionEncoding::rope) ops_.rope(A.dqkv, T, H, /*inverse=*/true);
     ops_.matmul_backward({.dinp = A.dln, .dweight = w.d_qkv_w, .dbias = w.d_qkv_b, .dout = A.dqkv,
                           .inp = y.ln1, .weight = w.qkv_w});
-    // dres becomes d(res_in): layer l − 1's res3, whose MLP c_proj bias gradient is its sum
-    // (none for layer 0, whose residual input is the embedding).
-    ops_.layernorm_backward(A.dres, w.d_ln1_w, w.d_ln1_b, A.dln, res_in, w.ln1_w, y.ln1_mean, y.ln1_rstd,
-                            l > 0 ? layers_[size_t(l - 1)].d_fcproj_b : Tensor());
+    ops_.layernorm_backward(A.dres, w.d_ln1_w, w.d_ln1_b, A.dln, res_in, w.ln1_w, y.ln1_mean, y.ln1_rstd);
     if (grads_ready_) grads_ready_(l);
   }
   ops_.embedding_backward(ends_->d_wte, ends_->d_wpe, A.dres, A.tokens);

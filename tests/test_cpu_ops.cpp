@@ -84,7 +84,7 @@ TEST_F(CpuOps, LayerNormBackwardMatchesFiniteDifferences) {
     fill_uniform(dw, rng);
     fill_uniform(db, rng);
     const H64 dinp0 = dinp, dw0 = dw, db0 = db;
-    ops->layernorm_backward(dinp, dw, db, loss_of.weights(), inp, w, mean, rstd, Tensor());
+    ops->layernorm_backward(dinp, dw, db, loss_of.weights(), inp, w, mean, rstd);
     expect_gradient_matches("dinp", dinp.vec(), inp, loss, dinp0.vec());
     expect_gradient_matches("dweight", dw.vec(), w, loss, dw0.vec());
     expect_gradient_matches("dbias", db.vec(), b, loss, db0.vec());
@@ -141,39 +141,32 @@ TEST_F(CpuOps, EmbeddingForwardIsTheLookupPlusThePosition) {
   }
 }
 
-// residual = inp1 + inp2 + bias2 (a second output, seen by the loss too), out =
-// LN(residual). Backward as the model does it: d(residual) holds the gradient from its
-// other use, and layernorm_backward accumulates into it and sums it over the rows into
-// dsum, the gradient of bias2 (in the model: c_proj's bias, whose output is inp2).
+// residual = inp1 + inp2 (a second output, seen by the loss too), out = LN(residual).
+// Backward as the model does it: d(residual) holds the gradient from its other use,
+// and layernorm_backward accumulates into it.
 TEST_F(CpuOps, ResidualLayerNormBackwardMatchesFiniteDifferences) {
   constexpr int64_t C = 36;
   for (int T : kLengths) {
     SCOPED_TRACE("T=" + std::to_string(T));
     auto rng = test_rng(T);
     const int64_t N = kB * T;
-    H64 inp1({N, C}), inp2({N, C}), bias2({C}), w({C}), b({C}), res({N, C}), out({N, C}), mean({N}), rstd({N});
+    H64 inp1({N, C}), inp2({N, C}), w({C}), b({C}), res({N, C}), out({N, C}), mean({N}), rstd({N});
     fill_uniform(inp1, rng);
     fill_uniform(inp2, rng, 0, 2);
-    fill_uniform(bias2, rng);
     fill_uniform(w, rng);
     fill_uniform(b, rng);
     RandomProjection loss_out(out.numel(), rng), loss_res(res.numel(), rng);
     auto loss = [&] {
-      H64 in2({N, C});
-      for (int64_t i = 0; i < in2.numel(); ++i) in2.vec()[size_t(i)] = inp2.vec()[size_t(i)] + bias2.vec()[size_t(i % C)];
-      ops->residual_layernorm_forward(res, out, mean, rstd, inp1, in2, w, b);
+      ops->residual_layernorm_forward(res, out, mean, rstd, inp1, inp2, w, b);
       return loss_out(out) + loss_res(res);
     };
     loss();
-    H64 dres = loss_res.weights(), dw({C}), db({C}), dsum({C});
-    fill_uniform(dsum, rng);  // accumulates
-    const H64 dsum0 = dsum;
-    ops->layernorm_backward(dres, dw, db, loss_out.weights(), res, w, mean, rstd, dsum);
+    H64 dres = loss_res.weights(), dw({C}), db({C});
+    ops->layernorm_backward(dres, dw, db, loss_out.weights(), res, w, mean, rstd);
     expect_gradient_matches("dinp1", dres.vec(), inp1, loss);
     expect_gradient_matches("dinp2", dres.vec(), inp2, loss);
     expect_gradient_matches("dweight", dw.vec(), w, loss);
     expect_gradient_matches("dbias", db.vec(), b, loss);
-    expect_gradient_matches("dsum (bias2)", dsum.vec(), bias2, loss, dsum0.vec());
   }
 }
 
@@ -241,26 +234,13 @@ TEST_F(CpuOps, MatmulBackwardDGeluEpilogueMatchesFiniteDifferences) {
       return loss_of(out);
     };
     loss();
-    H64 dx({N, C}), dw({OC, C}), dxb({C}), dxb0({C});
+    H64 dx({N, C}), dw({OC, C});
     fill_uniform(dx, rng);  // overwritten
-    fill_uniform(dxb, rng);  // accumulated into
-    dxb0.vec() = dxb.vec();
     MatmulBackward bwd;
     bwd.dinp = dx, bwd.dweight = dw, bwd.dout = loss_of.weights(), bwd.inp = h, bwd.weight = w;
-    bwd.dinp_gelu_pre = x, bwd.dinp_dbias = dxb;
+    bwd.dinp_gelu_pre = x;
     ops->matmul_backward(bwd);
     expect_gradient_matches("d(gelu pre-activation)", dx.vec(), x, loss);
-    // dinp_dbias: the gradient of a bias added to x (the c_fc bias), accumulated.
-    H64 xb({C});
-    auto loss_b = [&] {
-      H64 xs({N, C});
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t c = 0; c < C; ++c) xs.vec()[size_t(n * C + c)] = x.vec()[size_t(n * C + c)] + xb.vec()[size_t(c)];
-      ops->gelu_forward(h, xs);
-      ops->matmul_forward(fwd);
-      return loss_of(out);
-    };
-    expect_gradient_matches("d(bias before GELU)", dxb.vec(), xb, loss_b, dxb0.vec());
   }
 }
 
@@ -466,7 +446,7 @@ TEST_F(CpuOps, Fp32OpsMatchFp64WithinFp32Rounding) {
     HostTensor<T> xt = convert<T>(x, {N, C}), wt = convert<T>(w, {C}), bt = convert<T>(b, {C});
     HostTensor<T> out({N, C}), mean({N}), rstd({N}), dx({N, C}), dw({C}), db({C});
     ops->layernorm_forward(out, mean, rstd, xt, wt, bt);
-    ops->layernorm_backward(dx, dw, db, convert<T>(dy, {N, C}), xt, wt, mean, rstd, Tensor());
+    ops->layernorm_backward(dx, dw, db, convert<T>(dy, {N, C}), xt, wt, mean, rstd);
     HostTensor<T> gl({N, C}), dgl({N, C});
     ops->gelu_forward(gl, xt);
     ops->gelu_backward(dgl, xt, convert<T>(dy, {N, C}));

@@ -31,10 +31,9 @@ size_t cuda_scratch_bytes(int64_t N, int64_t C, int64_t H, int64_t T, DType act,
   // holds the alternate key and value arrays (2·N ints) and per-pass histograms
   // (estimate: 1 MiB; the CUDA test checks that this bounds the real size).
   const size_t embedding = 3 * align256(size_t(N) * 4) + 2 * size_t(N) * 4 + (size_t(1) << 20);
-  // layernorm.cu: one (3, C) fp32 partial per block (dw, db and the residual's column
-  // sum), at most one block per 4 rows, and at most as many as are resident at once
-  // (132 SMs × the kernel's cap of 8 a SM).
-  const size_t layernorm = size_t(std::min<int64_t>(ceil_div(N, 4), 132 * 8)) * 3 * size_t(C) * 4;
+  // layernorm.cu: one (2, C) fp32 partial per block, at most one block per 4 rows, and
+  // at most as many as are resident at once (132 SMs × the kernel's cap of 8 a SM).
+  const size_t layernorm = size_t(std::min<int64_t>(ceil_div(N, 4), 132 * 8)) * 2 * size_t(C) * 4;
   // bias_grad.cu: one fp32 partial row per split of 512 rows (at most 128), OC ≤ 4C.
   const size_t bias = size_t(std::clamp<int64_t>(ceil_div(N, 512), 1, 128)) * 4 * size_t(C) * 4;
   // attention_naive.cu: dP for one sequence, (H, T, T) of the activation dtype.

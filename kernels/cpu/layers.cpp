@@ -146,11 +146,10 @@ void layernorm_forward(Tensor out, StatView mean, StatView rstd, Tensor inp, Ten
 }
 
 // With xhat = (x - mean)·rstd and g = dout·w:
-//   dinp += rstd·(g - mean(g) - xhat·mean(g·xhat)),  dweight += Σ dout·xhat,  dbias += Σ dout,
-//   [dsum += Σ dinp, of the updated dinp].
+//   dinp += rstd·(g - mean(g) - xhat·mean(g·xhat)),  dweight += Σ dout·xhat,  dbias += Σ dout.
 template <class T>
 void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
-                        Tensor weight, StatView mean, StatView rstd, Tensor dsum) {
+                        Tensor weight, StatView mean, StatView rstd) {
   const int64_t C = inp.size(-1), N = inp.numel() / C;
   T* dx = dinp.as<T>();
   T* dw = dweight.as<T>();
@@ -186,11 +185,6 @@ void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, 
         dw[c] += dy[n * C + c] * ((x[n * C + c] - m) * r);
         db[c] += dy[n * C + c];
       }
-    }
-    if (dsum.defined()) {
-      T* ds = dsum.as<T>();
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t c = c0; c < c1; ++c) ds[c] += dx[n * C + c];
     }
   }
 }
@@ -237,7 +231,7 @@ void softmax_cross_entropy(StatView losses, Tensor logits, Tensor targets, int V
   template void embedding_backward<T>(Tensor, Tensor, Tensor, Tensor);                      \
   template void layernorm_forward<T>(Tensor, StatView, StatView, Tensor, Tensor, Tensor);   \
   template void layernorm_backward<T>(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor,       \
-                                      StatView, StatView, Tensor);                          \
+                                      StatView, StatView);                                  \
   template void softmax_cross_entropy<T>(StatView, Tensor, Tensor, int, float);          \
   template void rope<T>(Tensor, int64_t, int, bool);
 FG_INSTANTIATE(float)

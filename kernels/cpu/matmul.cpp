@@ -121,15 +121,6 @@ template <class T> void matmul_backward(const MatmulBackward& a) {
 #pragma omp parallel for schedule(static) if (cpu::worth_parallel(N * C))
       for (int64_t i = 0; i < N * C; ++i) dinp[i] *= gelu_grad(pre[i]);
     }
-    if (a.dinp_dbias.defined()) {  // dinp_dbias (C) += Σ_n dinp[n, :]
-      T* db = a.dinp_dbias.as<T>();
-#pragma omp parallel for schedule(static) if (cpu::worth_parallel(N * C))
-      for (int64_t c = 0; c < C; ++c) {
-        T s = 0;
-        for (int64_t n = 0; n < N; ++n) s += dinp[n * C + c];
-        db[c] += s;
-      }
-    }
   }
   if (a.dweight.defined()) {  // dW (OC,C) += doutᵀ (OC,N) · inp (N,C)
     T* dout_t = scratch<T>(size_t(N * OC));

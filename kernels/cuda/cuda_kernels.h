@@ -36,10 +36,9 @@ void rope(Tensor qkv, int T_len, int H, bool inverse, cudaStream_t stream);
 void layernorm_forward(Tensor residual, Tensor out, Tensor mean, Tensor rstd, Tensor inp1,
                        Tensor inp2, Tensor weight, Tensor bias, cudaStream_t stream);
 size_t layernorm_backward_scratch_bytes(int64_t N, int64_t C);
-// dinp (N,C) accumulates; dweight, dbias (C) fp32 accumulate; dsum (C) fp32, if defined,
-// accumulates Σ_n dinp[n, :] of the updated dinp (Ops::layernorm_backward).
+// dinp (N,C) accumulates; dweight, dbias (C) fp32 accumulate.
 void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
-                        Tensor weight, Tensor mean, Tensor rstd, Tensor dsum, void* scratch,
+                        Tensor weight, Tensor mean, Tensor rstd, void* scratch,
                         cudaStream_t stream);
 
 // ---- gelu.cu (tanh approximation) ----

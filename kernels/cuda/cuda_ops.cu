@@ -143,13 +143,13 @@ class CudaOps final : public Ops {
     cuda::layernorm_forward(residual, out, mean, rstd, inp1, inp2, weight, bias, stream());
   }
   void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
-                          Tensor weight, Tensor mean, Tensor rstd, Tensor dsum) override {
+                          Tensor weight, Tensor mean, Tensor rstd) override {
     check_dev(dinp, "dinp"); check_dev(dweight, "dweight"); check_dev(dbias, "dbias");
     check_dev(dout, "dout"); check_dev(inp, "inp"); check_dev(weight, "weight");
-    check_dev(mean, "mean"); check_dev(rstd, "rstd"); check_dev_opt(dsum, "dsum");
+    check_dev(mean, "mean"); check_dev(rstd, "rstd");
     int64_t C = weight.numel();
     void* s = scratch_.get(cuda::layernorm_backward_scratch_bytes(inp.numel() / C, C), stream());
-    cuda::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, dsum, s, stream());
+    cuda::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, s, stream());
   }
 
   // ---- matmul ----
@@ -163,10 +163,9 @@ class CudaOps final : public Ops {
     check_dev(a.dout, "dout"); check_dev(a.inp, "inp"); check_dev(a.weight, "weight");
     check_dev_opt(a.dinp_gelu_pre, "dinp_gelu_pre");
     void* s = nullptr;
-    if (a.dbias.defined() || a.dinp_dbias.defined()) {
-      int64_t OC = a.weight.shape[0], C = a.weight.shape[1];
-      s = scratch_.get(std::max(cuda::bias_grad_scratch_bytes(a.dout.numel() / OC, OC),
-                                cuda::bias_grad_scratch_bytes(a.dout.numel() / OC, C)), stream());
+    if (a.dbias.defined()) {
+      int64_t OC = a.weight.shape[0];
+      s = scratch_.get(cuda::bias_grad_scratch_bytes(a.dout.numel() / OC, OC), stream());
     }
     matmul_.backward(a, s, stream());
   }

@@ -4,8 +4,6 @@
 //   backward: xhat = (x - mean)·rstd,  g = dout·w
 //             dinp += rstd·(g - mean(g) - xhat·mean(g·xhat))    (one warp per row)
 //             dw += Σ_rows dout·xhat,  db += Σ_rows dout         (deterministic:)
-//             [ds += Σ_rows dinp (after the update): the bias gradient of the matmul
-//              whose output gradient dinp is, fused here for rows of C ≤ 1024]
 // The column sums are deterministic (no float atomics): each lane keeps its columns'
 // sums over its rows in registers, the block adds its warps in a fixed order and writes
 // one partial per block; a second kernel adds the block partials in a fixed order into
@@ -95,66 +93,33 @@ constexpr int kBwdWarps = 4;
 constexpr int kBwdThreads = kBwdWarps * kWarpSize;
 template <class T> constexpr int kBwdMaxPacks = sizeof(T) == 2 ? 8 : 13;  // bf16 C ≤ 2048, fp32 C ≤ 1664
 
-template <class T, int kPacks, bool kSum = false>
+template <class T, int kPacks>
 struct BwdPlan {
   static constexpr int kCols = kPacks * Pack<T>::N;          // columns per lane
   static constexpr int kPackRegs = kPacks * kPackBytes / 4;  // registers of one packed row array
-  static constexpr int kSums = kSum ? 3 : 2;                 // column sums a lane keeps: dw, db[, ds]
-  static constexpr bool kKeepRow = (2 + kSums) * kCols + 24 <= 210;
-  static constexpr bool kPrefetchDinp = kKeepRow && (2 + kSums) * kCols + kPackRegs + 24 <= 210;
+  static constexpr bool kKeepRow = 4 * kCols + 24 <= 210;
+  static constexpr bool kPrefetchDinp = kKeepRow && 4 * kCols + kPackRegs + 24 <= 210;
 };
-// The ds sum is fused for up to this many columns a lane (C ≤ 1024): a third register
-// array beside dw and db; wider rows get a separate column sum (bias_grad.cu).
-constexpr int kMaxSumCols = 32;
 
-// The block's column sums into shared memory (kSums, C): warp 0 writes its sums, then warps
-// 1, 2, ... add theirs in turn (each column c < C belongs to exactly one lane of every
-// warp, so every entry is written); then the block's partial goes to `partials`.
-template <int kSums, int kCols, int P>
-__device__ __forceinline__ void write_block_partial(float* block_part, float* partials, const float (&sums)[kSums][kCols],
-                                                    int C, int lane, int warp) {
-  for (int turn = 0; turn < kBwdWarps; ++turn) {
-    if (warp == turn) {
-#pragma unroll
-      for (int j = 0; j < kCols / P; ++j) {
-        const int c0 = (j * kWarpSize + lane) * P;
-        if (c0 >= C) continue;
-#pragma unroll
-        for (int i = 0; i < kSums; ++i)
-#pragma unroll
-          for (int k = 0; k < P; ++k)
-            block_part[i * C + c0 + k] = (turn == 0 ? 0.f : block_part[i * C + c0 + k]) + sums[i][j * P + k];
-      }
-    }
-    __syncthreads();
-  }
-  float* dst = partials + int64_t(blockIdx.x) * kSums * C;
-  for (int c = threadIdx.x; c < kSums * C; c += kBwdThreads) dst[c] = block_part[c];
-}
-
-// Dynamic shared memory: kSums × C floats (the block's dw, db[, ds] partial).
-// partials: (gridDim.x, kSums, C) fp32. Needs C a multiple of P and C ≤ 32·P·kPacks.
-template <class T, int kPacks, bool kSum>
+// Dynamic shared memory: 2 × C floats (the block's dw, db partial).
+// partials: (gridDim.x, 2, C) fp32. Needs C a multiple of P and C ≤ 32·P·kPacks.
+template <class T, int kPacks>
 __global__ void __launch_bounds__(kBwdThreads)
 layernorm_backward_kernel(T* __restrict__ dinp, float* __restrict__ partials,
                           const T* __restrict__ dout, const T* __restrict__ inp,
                           const T* __restrict__ w, const float* __restrict__ mean,
                           const float* __restrict__ rstd, int64_t N, int C) {
-  using Plan = BwdPlan<T, kPacks, kSum>;
+  using Plan = BwdPlan<T, kPacks>;
   constexpr int P = Pack<T>::N;
-  extern __shared__ float block_part[];  // (kSums, C): dw, db[, ds]
+  extern __shared__ float block_part[];  // (2, C): dw then db
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   // First column of this lane's pack j. C is a multiple of P, so a pack lies wholly
   // inside or wholly past the row; only the last j can be past it.
   auto col = [&](int j) { return (j * kWarpSize + lane) * P; };
 
-  float sums[Plan::kSums][Plan::kCols];  // dw, db[, ds]
+  float dw[Plan::kCols], db[Plan::kCols];
 #pragma unroll
-  for (int i = 0; i < Plan::kSums; ++i)
-#pragma unroll
-    for (int c = 0; c < Plan::kCols; ++c) sums[i][c] = 0.f;
-  float (&dw)[Plan::kCols] = sums[0];
-  float (&db)[Plan::kCols] = sums[1];
+  for (int i = 0; i < Plan::kCols; ++i) dw[i] = db[i] = 0.f;
 
   for (int64_t row = int64_t(blockIdx.x) * kBwdWarps + warp; row < N;
        row += int64_t(gridDim.x) * kBwdWarps) {
@@ -204,12 +169,30 @@ layernorm_backward_kernel(T* __restrict__ dinp, float* __restrict__ partials,
         float xhat = (to_f(x[j].v[k]) - m) * rs;
         float g = to_f(dy[j].v[k]) * to_f(wv[j].v[k]);
         di[j].v[k] = from_f<T>(to_f(di[j].v[k]) + rs * (g - mean_g - xhat * mean_gx));
-        if constexpr (kSum) sums[2][j * P + k] += to_f(di[j].v[k]);  // the stored value
       }
       store_pack(dinp + off + col(j), di[j]);
     }
   }
-  write_block_partial<Plan::kSums, Plan::kCols, P>(block_part, partials, sums, C, lane, warp);
+
+  // Block partial: warp 0 writes its sums, then warps 1, 2, ... add theirs in turn. Each
+  // column c < C belongs to exactly one lane of every warp, so every entry is written.
+  for (int turn = 0; turn < kBwdWarps; ++turn) {
+    if (warp == turn) {
+#pragma unroll
+      for (int j = 0; j < kPacks; ++j) {
+        if (col(j) >= C) continue;
+#pragma unroll
+        for (int k = 0; k < P; ++k) {
+          int c = col(j) + k;
+          block_part[c] = (turn == 0 ? 0.f : block_part[c]) + dw[j * P + k];
+          block_part[C + c] = (turn == 0 ? 0.f : block_part[C + c]) + db[j * P + k];
+        }
+      }
+    }
+    __syncthreads();
+  }
+  float* dst = partials + int64_t(blockIdx.x) * 2 * C;
+  for (int c = threadIdx.x; c < 2 * C; c += kBwdThreads) dst[c] = block_part[c];
 }
 
 // The same backward with each warp's rows streamed through shared memory (the default
@@ -228,24 +211,24 @@ __device__ __forceinline__ void copy16_async(void* smem, const void* gmem) {
 __device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void copy_wait_all_but_one() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
-// Dynamic shared memory of the staged kernel: the block's (kSums, C) fp32 partial, then
-// per warp kRowStages × (inp, dout, dinp) rows of C.
+// Dynamic shared memory of the staged kernel: the block's (2, C) fp32 partial, then per
+// warp kRowStages × (inp, dout, dinp) rows of C.
 template <class T>
-size_t staged_smem_bytes(int C, int sums) {
-  return sums * size_t(C) * sizeof(float) + size_t(kBwdWarps) * kRowStages * 3 * size_t(C) * sizeof(T);
+size_t staged_smem_bytes(int C) {
+  return 2 * size_t(C) * sizeof(float) + size_t(kBwdWarps) * kRowStages * 3 * size_t(C) * sizeof(T);
 }
 
-template <class T, int kPacks, bool kSum>
+template <class T, int kPacks>
 __global__ void __launch_bounds__(kBwdThreads)
 layernorm_backward_staged_kernel(T* __restrict__ dinp, float* __restrict__ partials,
                                  const T* __restrict__ dout, const T* __restrict__ inp,
                                  const T* __restrict__ w, const float* __restrict__ mean,
                                  const float* __restrict__ rstd, int64_t N, int C) {
-  constexpr int P = Pack<T>::N, kCols = kPacks * P, kSums = kSum ? 3 : 2;
+  constexpr int P = Pack<T>::N, kCols = kPacks * P;
   extern __shared__ __align__(16) unsigned char ln_smem[];
-  float* block_part = reinterpret_cast<float*>(ln_smem);  // (kSums, C): dw, db[, ds]
+  float* block_part = reinterpret_cast<float*>(ln_smem);  // (2, C): dw then db
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  T* const stages = reinterpret_cast<T*>(block_part + kSums * C) + size_t(warp) * kRowStages * 3 * C;
+  T* const stages = reinterpret_cast<T*>(block_part + 2 * C) + size_t(warp) * kRowStages * 3 * C;
   auto col = [&](int j) { return (j * kWarpSize + lane) * P; };
   auto slot = [&](int stage, int which) { return stages + (stage * 3 + which) * C; };  // which: x, dy, dinp
   // Row `row` (if < N) into `stage`; always one commit group, so the count stays uniform.
@@ -262,13 +245,9 @@ layernorm_backward_staged_kernel(T* __restrict__ dinp, float* __restrict__ parti
     copy_commit();
   };
 
-  float sums[kSums][kCols];  // dw, db[, ds]
+  float dw[kCols], db[kCols];
 #pragma unroll
-  for (int i = 0; i < kSums; ++i)
-#pragma unroll
-    for (int c = 0; c < kCols; ++c) sums[i][c] = 0.f;
-  float (&dw)[kCols] = sums[0];
-  float (&db)[kCols] = sums[1];
+  for (int i = 0; i < kCols; ++i) dw[i] = db[i] = 0.f;
 
   const int64_t stride = int64_t(gridDim.x) * kBwdWarps;
   int64_t row = int64_t(blockIdx.x) * kBwdWarps + warp;
@@ -308,61 +287,67 @@ layernorm_backward_staged_kernel(T* __restrict__ dinp, float* __restrict__ parti
         const float xhat = (to_f(x.v[k]) - m) * rs;
         const float g = to_f(dy.v[k]) * to_f(wv.v[k]);
         di.v[k] = from_f<T>(to_f(di.v[k]) + rs * (g - mean_g - xhat * mean_gx));
-        if constexpr (kSum) sums[2][j * P + k] += to_f(di.v[k]);  // the stored value
       }
       store_pack(dinp + off + col(j), di);
     }
   }
-  write_block_partial<kSums, kCols, P>(block_part, partials, sums, C, lane, warp);
+
+  // Block partial, as in layernorm_backward_kernel.
+  for (int turn = 0; turn < kBwdWarps; ++turn) {
+    if (warp == turn) {
+#pragma unroll
+      for (int j = 0; j < kPacks; ++j) {
+        if (col(j) >= C) continue;
+#pragma unroll
+        for (int k = 0; k < P; ++k) {
+          int c = col(j) + k;
+          block_part[c] = (turn == 0 ? 0.f : block_part[c]) + dw[j * P + k];
+          block_part[C + c] = (turn == 0 ? 0.f : block_part[C + c]) + db[j * P + k];
+        }
+      }
+    }
+    __syncthreads();
+  }
+  float* dst = partials + int64_t(blockIdx.x) * 2 * C;
+  for (int c = threadIdx.x; c < 2 * C; c += kBwdThreads) dst[c] = block_part[c];
 }
 
-// dw[c] += Σ_g partials[g][0][c];  db[c] += Σ_g partials[g][1][c]  [ds[c] += Σ_g
-// partials[g][2][c]]   (fixed order). Block (32, 32): 32 of the sums·C columns (x) × 32
-// strided slices of the blocks (y); slice y sums g = y, y + 32, ... in order, then thread
-// y = 0 adds the 32 slices in order.
+// dw[c] += Σ_g partials[g][0][c];  db[c] += Σ_g partials[g][1][c]   (fixed order).
+// Block (32, 32): 32 of the 2C columns (x) × 32 strided slices of the blocks (y); slice y
+// sums g = y, y + 32, ... in order, then thread y = 0 adds the 32 slices in order.
 constexpr int kReduceCols = 32, kReduceSlices = 32;
 __global__ void __launch_bounds__(kReduceCols * kReduceSlices)
-layernorm_reduce_kernel(float* __restrict__ dw, float* __restrict__ db, float* __restrict__ ds,
-                        const float* __restrict__ partials, int blocks, int C, int sums) {
+layernorm_reduce_kernel(float* __restrict__ dw, float* __restrict__ db,
+                        const float* __restrict__ partials, int blocks, int C) {
   __shared__ float slice[kReduceSlices][kReduceCols + 1];
-  const int q = blockIdx.x * kReduceCols + threadIdx.x;  // column of the (sums·C) view
-  const int width = sums * C;
+  const int q = blockIdx.x * kReduceCols + threadIdx.x;  // column of the (2C) view
   float s = 0.f;
-  if (q < width) {
+  if (q < 2 * C) {
 #pragma unroll 4
-    for (int g = threadIdx.y; g < blocks; g += kReduceSlices) s += partials[int64_t(g) * width + q];
+    for (int g = threadIdx.y; g < blocks; g += kReduceSlices) s += partials[int64_t(g) * 2 * C + q];
   }
   slice[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
-  if (threadIdx.y != 0 || q >= width) return;
+  if (threadIdx.y != 0 || q >= 2 * C) return;
   float t = 0.f;
   for (int y = 0; y < kReduceSlices; ++y) t += slice[y][threadIdx.x];
   if (q < C) dw[q] += t;
-  else if (q < 2 * C) db[q - C] += t;
-  else ds[q - 2 * C] += t;
+  else db[q - C] += t;
 }
 
 template <class T>
 using BackwardKernel = void (*)(T*, float*, const T*, const T*, const T*, const float*,
                                 const float*, int64_t, int);
 
-// The instantiation with exactly `packs` packs per lane (kSum only up to kMaxSumCols
-// columns a lane).
-template <class T, bool kStaged, bool kSum, int kPacks = 1>
+// The instantiation with exactly `packs` packs per lane.
+template <class T, bool kStaged, int kPacks = 1>
 BackwardKernel<T> backward_kernel(int packs) {
-  if constexpr (kPacks > kBwdMaxPacks<T> || (kSum && kPacks * Pack<T>::N > kMaxSumCols)) {
+  if constexpr (kPacks > kBwdMaxPacks<T>) {
     ::flashgpt::fail("layernorm_backward: no instantiation for ", packs, " packs per lane");
   } else {
-    if (packs == kPacks)
-      return kStaged ? layernorm_backward_staged_kernel<T, kPacks, kSum> : layernorm_backward_kernel<T, kPacks, kSum>;
-    return backward_kernel<T, kStaged, kSum, kPacks + 1>(packs);
+    if (packs == kPacks) return kStaged ? layernorm_backward_staged_kernel<T, kPacks> : layernorm_backward_kernel<T, kPacks>;
+    return backward_kernel<T, kStaged, kPacks + 1>(packs);
   }
-}
-
-// Whether rows of C in dtype T get the ds sum inside the kernel.
-template <class T>
-bool fused_sum(int64_t C) {
-  return ceil_div(C, kWarpSize * Pack<T>::N) * Pack<T>::N <= kMaxSumCols;
 }
 
 // Packs per lane for C in dtype T, or 0 where the kernel does not take this C.
@@ -379,7 +364,7 @@ int backward_packs(int64_t C) {
 template <class T>
 bool staged_fits(int C) {
   static const size_t limit = size_t(current_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin));
-  return staged_smem_bytes<T>(C, 3) <= limit;
+  return staged_smem_bytes<T>(C) <= limit;
 }
 
 // Blocks of the backward kernel resident on the whole GPU at once, at most
@@ -412,26 +397,19 @@ bool staged_backward(int C) {
   if (want == "registers") return false;
   const bool fits = staged_fits<T>(C);
   if (want == "staged" && !fits)
-    fail_input("FLASHGPT_LN_BWD=staged: its ", staged_smem_bytes<T>(C, 3), " bytes of shared memory for C = ", C,
+    fail_input("FLASHGPT_LN_BWD=staged: its ", staged_smem_bytes<T>(C), " bytes of shared memory for C = ", C,
                " do not fit a block of this GPU");
   return fits;
 }
 
-// A backward kernel for (T, C) with its dynamic shared memory; `sum`: with the ds sum
-// (only where fused_sum<T>(C)).
+// A backward kernel for (T, C) with its dynamic shared memory.
 template <class T>
 struct BackwardLaunch {
   BackwardKernel<T> kernel;
-  int sums;
   size_t smem;
-  BackwardLaunch(bool staged, bool sum, int C)
-      : kernel(pick(staged, sum, backward_packs<T>(C))),
-        sums(sum ? 3 : 2),
-        smem(staged ? staged_smem_bytes<T>(C, sums) : sums * size_t(C) * sizeof(float)) {}
-  static BackwardKernel<T> pick(bool staged, bool sum, int packs) {
-    if (staged) return sum ? backward_kernel<T, true, true>(packs) : backward_kernel<T, true, false>(packs);
-    return sum ? backward_kernel<T, false, true>(packs) : backward_kernel<T, false, false>(packs);
-  }
+  BackwardLaunch(bool staged, int C)
+      : kernel(staged ? backward_kernel<T, true>(backward_packs<T>(C)) : backward_kernel<T, false>(backward_packs<T>(C))),
+        smem(staged ? staged_smem_bytes<T>(C) : 2 * size_t(C) * sizeof(float)) {}
   // Blocks of the grid: all that fit on the device at once (fewer for small N). Fixed per
   // (device, kernel, dtype, N, C), and so is the order of the dw, db sums.
   int blocks(int64_t N) const {
@@ -474,30 +452,27 @@ void layernorm_forward(Tensor residual, Tensor out, Tensor mean, Tensor rstd, Te
 }
 
 // Sized for whichever dtype and kernel needs more blocks (the caller does not say which
-// it uses, and FLASHGPT_LN_BWD may change between plan and call), with room for the ds
-// sum: (blocks, 3, C) fp32. That also holds the separate column sum's partials where ds is
-// not fused (bias_grad_scratch_bytes: at most one per 512 rows, so fewer than 3·blocks).
+// it uses, and FLASHGPT_LN_BWD may change between plan and call).
 size_t layernorm_backward_scratch_bytes(int64_t N, int64_t C) {
   int64_t blocks = 0;
   if (N <= 0) return 0;
   for (bool staged : {false, true}) {
     if (backward_packs<float>(C) && (!staged || staged_fits<float>(int(C))))
-      blocks = std::max<int64_t>(blocks, BackwardLaunch<float>(staged, fused_sum<float>(C), int(C)).blocks(N));
+      blocks = std::max<int64_t>(blocks, BackwardLaunch<float>(staged, int(C)).blocks(N));
     if (backward_packs<bf16>(C) && (!staged || staged_fits<bf16>(int(C))))
-      blocks = std::max<int64_t>(blocks, BackwardLaunch<bf16>(staged, fused_sum<bf16>(C), int(C)).blocks(N));
+      blocks = std::max<int64_t>(blocks, BackwardLaunch<bf16>(staged, int(C)).blocks(N));
   }
-  return std::max(size_t(blocks) * 3 * size_t(C) * sizeof(float), bias_grad_scratch_bytes(N, C));
+  return size_t(blocks) * 2 * size_t(C) * sizeof(float);
 }
 
 void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
-                        Tensor weight, Tensor mean, Tensor rstd, Tensor dsum, void* scratch,
+                        Tensor weight, Tensor mean, Tensor rstd, void* scratch,
                         cudaStream_t stream) {
   int C = int(weight.numel());
   int64_t N = inp.numel() / C;
   FG_ASSERT(dinp.numel() == N * C && dout.numel() == N * C, "layernorm backward shapes");
   FG_ASSERT(dweight.dtype == DType::f32 && dbias.dtype == DType::f32, "LN grads are fp32");
   FG_ASSERT(dweight.numel() == C && dbias.numel() == C, "dweight, dbias must be (C)");
-  FG_ASSERT(!dsum.defined() || (dsum.dtype == DType::f32 && dsum.numel() == C), "dsum must be (C) fp32");
   FG_ASSERT(mean.dtype == DType::f32 && rstd.dtype == DType::f32 && mean.numel() == N &&
                 rstd.numel() == N, "mean, rstd must be (N) fp32");
   FG_ASSERT(dinp.dtype == inp.dtype && dout.dtype == inp.dtype && weight.dtype == inp.dtype,
@@ -505,30 +480,24 @@ void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, 
   FG_ASSERT(aligned16(dinp.data) && aligned16(dout.data) && aligned16(inp.data) &&
                 aligned16(weight.data), "layernorm needs 16-byte aligned tensors");
   if (N == 0) return;
-  int blocks = 0, sums = 2;
-  bool separate_sum = false;
+  int blocks = 0;
   FG_DISPATCH_FLOAT(inp.dtype, T, {
     constexpr int P = Pack<T>::N;
     FG_ASSERT(C % P == 0, "C=", C, " must be a multiple of ", P);
     FG_ASSERT(backward_packs<T>(C) > 0, "layernorm_backward takes C ≤ ",
               kWarpSize * P * kBwdMaxPacks<T>, " in this dtype, got ", C);
-    const bool fuse = dsum.defined() && fused_sum<T>(C);
-    separate_sum = dsum.defined() && !fuse;
-    // The scratch holds (blocks, sums, C) fp32, blocks as layernorm_backward_scratch_bytes.
-    const BackwardLaunch<T> launch(staged_backward<T>(C), fuse, C);
+    // The scratch holds (blocks, 2, C) fp32, blocks as layernorm_backward_scratch_bytes.
+    const BackwardLaunch<T> launch(staged_backward<T>(C), C);
     blocks = launch.blocks(N);
-    sums = launch.sums;
     launch.kernel<<<blocks, kBwdThreads, launch.smem, stream>>>(
         dinp.as<T>(), static_cast<float*>(scratch), dout.as<T>(), inp.as<T>(), weight.as<T>(), mean.as<float>(),
         rstd.as<float>(), N, C);
     CUDA_CHECK_LAUNCH();
   });
   dim3 reduce_block(kReduceCols, kReduceSlices);
-  layernorm_reduce_kernel<<<unsigned(ceil_div(sums * C, kReduceCols)), reduce_block, 0, stream>>>(
-      dweight.as<float>(), dbias.as<float>(), sums == 3 ? dsum.as<float>() : nullptr,
-      static_cast<const float*>(scratch), blocks, C, sums);
+  layernorm_reduce_kernel<<<unsigned(ceil_div(2 * C, kReduceCols)), reduce_block, 0, stream>>>(
+      dweight.as<float>(), dbias.as<float>(), static_cast<const float*>(scratch), blocks, C);
   CUDA_CHECK_LAUNCH();
-  if (separate_sum) bias_grad(dsum, dinp, scratch, stream);  // after the reduce: same scratch
 }
 
 }  // namespace flashgpt::cuda

@@ -320,7 +320,6 @@ void Matmul::backward(const MatmulBackward& a, void* scratch, cudaStream_t strea
     } else {
       run(g, stream);
     }
-    if (a.dinp_dbias.defined()) bias_grad(a.dinp_dbias, a.dinp, scratch, stream);
   }
   if (a.dweight.defined()) {
     // dWᶜ(C,OC) += inpᶜ(C,N) · doutᶜ(OC,N)ᵀ

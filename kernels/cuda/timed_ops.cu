@@ -82,9 +82,9 @@ class TimedOpsImpl final : public TimedOps {
           bytes_work({&i1, &i2, &w, &b}, {&res, &o, &m, &r}));
   }
   void layernorm_backward(Tensor di, Tensor dw, Tensor db, Tensor d, Tensor i, Tensor w, Tensor m,
-                          Tensor r, Tensor ds) override {
-    timed("layernorm_backward", [&] { in_.layernorm_backward(di, dw, db, d, i, w, m, r, ds); },
-          bytes_work({&d, &i, &w, &m, &r}, {}, {&di, &dw, &db, &ds}));
+                          Tensor r) override {
+    timed("layernorm_backward", [&] { in_.layernorm_backward(di, dw, db, d, i, w, m, r); },
+          bytes_work({&d, &i, &w, &m, &r}, {}, {&di, &dw, &db}));
   }
   void matmul_forward(const MatmulForward& a) override {
     std::string k = cat("matmul_forward ", a.weight.shape[1], "->", a.weight.shape[0],

@@ -199,7 +199,7 @@ TEST_F(CudaInt64, LayerNormPast2To31Elements) {
   // The backward accumulates into dinp: keep the starting rows for the small runs.
   const int64_t cross = k2To31 / C - 512, tail = N - 1000;
   Tensor dinp_cross = copy_rows(dinp, cross, 1024), dinp_tail = copy_rows(dinp, tail, 1000);
-  gpu_->layernorm_backward(dinp, dw, db, dout, res, w, mean, rstd, Tensor());
+  gpu_->layernorm_backward(dinp, dw, db, dout, res, w, mean, rstd);
   gpu_->synchronize();
   for (auto [row0, rows, dinp0] : {std::tuple{cross, int64_t(1024), dinp_cross}, std::tuple{tail, int64_t(1000), dinp_tail}}) {
     expect_drawn(a, row0, rows, 3);
@@ -210,7 +210,7 @@ TEST_F(CudaInt64, LayerNormPast2To31Elements) {
     Tensor means = dev(DType::f32, {rows}), rstds = dev(DType::f32, {rows});
     Tensor dws = dev(DType::f32, {C}), dbs = dev(DType::f32, {C});
     gpu_->residual_layernorm_forward(ress, outs, means, rstds, as, bs, w, bias);
-    gpu_->layernorm_backward(dinp0, dws, dbs, douts, ress, w, means, rstds, Tensor());
+    gpu_->layernorm_backward(dinp0, dws, dbs, douts, ress, w, means, rstds);
     gpu_->synchronize();
     expect_same_rows(res, row0, ress, "residual");
     expect_same_rows(out, row0, outs, "layernorm out");
