@@ -215,14 +215,21 @@ __device__ void finish_split(const DecodeParams<T>& p, float m, float l, const f
   }
   if (threadIdx.x == 0) p.lse_part[bh * p.splits + split] = M + log2f(L);
 
-  // Count this split done; the last one combines (threadFenceReduction's pattern).
+  // Count this split done; the last one combines. One thread counts, with an acq_rel
+  // atomic at GPU scope: the barrier before it orders the block's partials before the
+  // count (release is cumulative in the PTX memory model), and the barrier after it orders
+  // the last block's reads of the others' partials after it (acquire). That replaced a
+  // __threadfence() by every thread before a relaxed atomicAdd and another after it:
+  // 0.2-0.5 us less a call at B = 1 (BENCHMARKS.md, "Twenty-first session").
   __shared__ bool last;
-  __threadfence();  // this block's partials are visible device-wide before it counts
   __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(p.done + bh, 1u) == unsigned(p.splits - 1);
+  if (threadIdx.x == 0) {
+    unsigned before;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(p.done + bh) : "memory");
+    last = before == unsigned(p.splits - 1);
+  }
   __syncthreads();
   if (!last) return;
-  __threadfence();
   combine_splits<Tr>(p, bh);
   if (threadIdx.x == 0) p.done[bh] = 0;  // ready for the next call
 }
