@@ -220,7 +220,7 @@ __device__ void finish_split(const DecodeParams<T>& p, float m, float l, const f
   // count (release is cumulative in the PTX memory model), and the barrier after it orders
   // the last block's reads of the others' partials after it (acquire). That replaced a
   // __threadfence() by every thread before a relaxed atomicAdd and another after it:
-  // 0.2-0.5 us less a call at B = 1 (BENCHMARKS.md, "Twenty-first session").
+  // 0.1-0.5 us less a call at B = 1 (BENCHMARKS.md, "Twenty-first session", call 1).
   __shared__ bool last;
   __syncthreads();
   if (threadIdx.x == 0) {
