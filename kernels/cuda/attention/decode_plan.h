@@ -24,7 +24,7 @@ constexpr int64_t kDecodeMergeTiles = 24;
 // wave lasts as long as its chunk plus a start-up of about two tiles, chunks are whole
 // tiles; ties go to fewer splits (less to combine). When one block per (b, h) already
 // gives every SM work (B·H >= sms), the GPU reads at full bandwidth either way and a split
-// only evens out the load, while the merge at the end (fence, counter, the partials read
+// only evens out the load, while the merge at the end (the acq_rel count, the partials read
 // back from L2: a few serial memory latencies) is not in the model: a split plan then
 // also pays kDecodeMergeTiles tiles. Measured on an H200 at B = 16, H = 12, D = 64
 // (BENCHMARKS.md, "Ninth session"): one split against two took 0.0172 against 0.0198 ms
