@@ -419,20 +419,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 
     // Sᵀ = K·Qᵀ, then dPᵀ = V·dOᵀ, in two commit groups, so that the softmax starts on Sᵀ
     // while the tensor cores still work on dPᵀ.
-    // dPᵀ is sm90::issue_abt's loop written out, its descriptors built before the fence:
-    // through issue_abt (descriptors built behind the fence) ptxas scheduled two of the
-    // kernels differently, and that code has not run on a GPU.
-    const uint64_t v_desc = sm90::make_desc(v_rows, 16, sm90::kSwizzleAtom);
-    const uint64_t do_desc = sm90::make_desc(do_base, 16, sm90::kSwizzleAtom);
     sm90::wgmma_fence();
     if constexpr (!kPreissueS) sm90::issue_abt<D, BN, BM>(s, k_rows, q_base);
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t col_bytes = (kk & 3) * 32;
-      sm90::wgmma_ss<BM>(dp, sm90::desc_advance(v_desc, (kk >> 2) * BN * 128 + col_bytes),
-                         sm90::desc_advance(do_desc, (kk >> 2) * BM * 128 + col_bytes), /*accumulate=*/kk > 0);
-    }
-    sm90::wgmma_commit();
+    sm90::issue_abt<D, BN, BM>(dp, v_rows, do_base);
     // The TMA work, behind the issuing warpgroup's share of this step's matmuls rather
     // than in front of it: thread 0, the next step's query tile into the other buffer
     // (free since the barrier above); tma mode, kDqThread, the last step's dQ tile
