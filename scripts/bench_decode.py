@@ -153,7 +153,7 @@ def main():
           f"device copy bandwidth {copy:.2f} TB/s (read + write), read bandwidth {read:.2f} TB/s (a 2 GiB sum); "
           f"median of {args.iters}, L2 flushed (by a {args.flush} of 512 MiB) before each call")
     print(f"{'B':>3} {'H':>3} {'D':>4} {'T':>7} | {'ours ms':>8} {'TB/s':>6} {'%copy':>6} {'%read':>6} {'splits':>6} | "
-          f"{'SDPA best':>9} {'backend':>9} {'TB/s':>6} | {'speedup':>7} {'kernel':>17} | "
+          f"{'SDPA best':>9} {'backend':>9} {'TB/s':>6} | {'speedup':>7} {'kernel':>9} | "
           f"{'plain read':>9} {'%copy':>6} {'empty':>7}")
     worst_speedup, worst_share_16k, floor_at_worst = float("inf"), float("inf"), float("nan")
     sdpa_ms = []
@@ -170,7 +170,7 @@ def main():
             worst_share_16k, floor_at_worst = share, floor_share
         print(f"{s['B']:>3} {s['H']:>3} {s['D']:>4} {s['T']:>7} | {s['ms']:8.4f} {s['tbs']:6.2f} {100 * share:5.1f}% "
               f"{100 * s['tbs'] / read:5.1f}% {s['splits']:>6} | {best_ms:9.4f} {best_name:>9} {tbs:6.2f} | "
-              f"{speedup:6.2f}x {s.get('kernel', '-'):>17} | {s['read_ms']:9.4f} {100 * floor_share:5.1f}% "
+              f"{speedup:6.2f}x {s.get('kernel', '-'):>9} | {s['read_ms']:9.4f} {100 * floor_share:5.1f}% "
               f"{s['empty_ms']:7.4f}", flush=True)
     print(f"slowest relative to the best SDPA backend: {worst_speedup:.2f}x; "
           f"lowest share of the copy bandwidth from T=16K on: {100 * worst_share_16k:.1f}% "

@@ -4,7 +4,6 @@
 // the bulk kernel with 3 blocks resident on an SM at D = 64 (128 threads, tiles of 64 keys)
 // and 2 at D = 128 (256 threads, tiles of 32 keys), chunks of at most 16,384 keys.
 #include <gtest/gtest.h>
-#include <algorithm>
 #include <string>
 #include "kernels/cuda/attention/decode_plan.h"
 
@@ -61,43 +60,6 @@ TEST(DecodePlan, TheSuiteShapesAsMeasured) {
 TEST(DecodePlan, TheMergePriceAppliesOnlyWhenThePairsCoverTheSms) {
   EXPECT_EQ(plan_decode(16, 12, 1024, 64, kMaxChunk, 3 * kSms, /*sms=*/16 * 12 + 1, 0).splits, 2);
   EXPECT_EQ(plan_decode(16, 12, 1024, 64, kMaxChunk, 3 * kSms, /*sms=*/16 * 12, 0).splits, 1);
-}
-
-// The cluster plan (cluster_plan): the same cover of the cache, at most max_cluster
-// splits, and the L2 merge wherever a cluster does not apply.
-TEST(DecodePlan, ClusterPlanCapsTheSplitsAndKeepsTheCover) {
-  using cuda::cluster_plan;
-  for (int D : {64, 128})
-    for (int64_t B : {1, 16})
-      for (int64_t T : {1, 17, 64, 65, 1000, 4097, 16384, 65537, 262144, 1048583})
-        for (int cap : {0, 2, 8, 16}) {
-          const int64_t tile = D == 64 ? 64 : 32;
-          const DecodePlan base = plan(B, T, D), p = cluster_plan(base, T, tile, kMaxChunk, cap, 0);
-          const std::string at = "B=" + std::to_string(B) + " T=" + std::to_string(T) + " D=" + std::to_string(D) +
-                                 " cap=" + std::to_string(cap);
-          if (!p.cluster) {
-            EXPECT_EQ(p.splits, base.splits) << at;
-            EXPECT_EQ(p.chunk, base.chunk) << at;
-            continue;
-          }
-          EXPECT_GT(base.splits, 1) << at;
-          EXPECT_GE(p.splits, 2) << at;
-          EXPECT_LE(p.splits, std::min(cap, base.splits)) << at;
-          EXPECT_EQ(p.chunk % tile, 0) << at;
-          EXPECT_LE(p.chunk, kMaxChunk) << at;
-          EXPECT_GE(p.chunk * p.splits, T) << at;
-          EXPECT_LT(p.chunk * (p.splits - 1), T) << at << ": a split with no keys";
-        }
-  // B = 1 at 16K keys, D = 64: 32 splits in the L2 plan, 16 (chunks of 1,024) in a cluster.
-  const DecodePlan p = cluster_plan(plan(1, 16384, 64), 16384, 64, kMaxChunk, 16, 0);
-  EXPECT_TRUE(p.cluster);
-  EXPECT_EQ(p.splits, 16);
-  EXPECT_EQ(p.chunk, 1024);
-  // Over a million keys, 16 splits would pass the longest chunk: the L2 merge stays.
-  EXPECT_FALSE(cluster_plan(plan(1, 1048583, 64), 1048583, 64, kMaxChunk, 16, 0).cluster);
-  // Forced splits and one-split plans keep the L2 path.
-  EXPECT_FALSE(cluster_plan(plan(1, 4097, 64, 3), 4097, 64, kMaxChunk, 16, 3).cluster);
-  EXPECT_FALSE(cluster_plan(plan(16, 1024, 64), 1024, 64, kMaxChunk, 16, 0).cluster);
 }
 
 }  // namespace

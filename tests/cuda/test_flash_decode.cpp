@@ -9,9 +9,7 @@
 // Cache positions at and past T hold NaN, and the outputs are NaN before the launch, so
 // a key read past the end or an element never written fails. Lengths are awkward on
 // purpose (1, 17, 4097, 65537, 1048583), the cache capacity exceeds T, and forced split
-// counts exercise uneven chunks and the single-split path at long T; the bulk kernel's
-// splits merge in a cluster where the plan takes one, and the L2 merge is tested both
-// forced (split counts) and by FLASHGPT_DECODE_CLUSTER=off. Every case runs on
+// counts exercise uneven chunks and the single-split path at long T. Every case runs on
 // both kernels (FLASHGPT_DECODE_KERNEL): loads into registers, and bulk copies through
 // shared memory (Hopper only), the latter also at both block sizes.
 #include <gtest/gtest.h>
@@ -36,7 +34,6 @@ struct DecodeCase {
   int splits;          // 0: the launcher's choice
   const char* kernel;  // FLASHGPT_DECODE_KERNEL: registers or bulk (Hopper only)
   const char* threads;  // FLASHGPT_DECODE_THREADS of the bulk kernel; nullptr: its default
-  const char* cluster = nullptr;  // FLASHGPT_DECODE_CLUSTER; nullptr: its default
 };
 
 std::string case_name(const ::testing::TestParamInfo<DecodeCase>& i) {
@@ -44,7 +41,7 @@ std::string case_name(const ::testing::TestParamInfo<DecodeCase>& i) {
   return "B" + std::to_string(c.B) + "_H" + std::to_string(c.H) + "_T" + std::to_string(c.T) + "_D" +
          std::to_string(c.D) + "_" + (c.dtype == DType::bf16 ? "bf16" : "fp32") +
          (c.splits ? "_splits" + std::to_string(c.splits) : "") + "_" + c.kernel +
-         (c.threads ? std::string("_threads") + c.threads : "") + (c.cluster ? std::string("_cluster") + c.cluster : "");
+         (c.threads ? std::string("_threads") + c.threads : "");
 }
 
 // Uniform in [-2, 2) from a hash of (seed, i): cheap enough for 10^9 values, parallel,
@@ -91,8 +88,7 @@ TEST_P(FlashDecodeVsReference, OutputAndLse) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
   const DecodeCase c = GetParam();
   if (std::string(c.kernel) == "bulk" && !is_hopper()) GTEST_SKIP() << "the bulk-copy decode kernel needs a Hopper GPU";
-  ScopedEnv kernel("FLASHGPT_DECODE_KERNEL", c.kernel), threads("FLASHGPT_DECODE_THREADS", c.threads),
-      cluster("FLASHGPT_DECODE_CLUSTER", c.cluster);
+  ScopedEnv kernel("FLASHGPT_DECODE_KERNEL", c.kernel), threads("FLASHGPT_DECODE_THREADS", c.threads);
   const int B = c.B, H = c.H, T = c.T, D = c.D, Tmax = c.T + 3;
   const int64_t HD = int64_t(H) * D, cache_n = int64_t(B) * H * Tmax * D;
   const uint64_t seed = std::hash<std::string>()(case_name({c, 0}));
@@ -160,8 +156,7 @@ TEST_P(FlashDecodeVsReference, OutputAndLse) {
   ::testing::Test::RecordProperty("splits", std::to_string(cuda::flash_decode_splits(a, c.splits)));
   const std::vector<double> got_out = OpCase::download(*gpu, o.t), got_lse = OpCase::download(*gpu, l.t);
   const std::string what = case_name({c, 0}) + " (" + cuda::flash_decode_kernel(D) + ", " +
-                           std::to_string(cuda::flash_decode_splits(a, c.splits)) + " splits" +
-                           (cuda::flash_decode_clustered(a, c.splits) ? " in a cluster)" : ")");
+                           std::to_string(cuda::flash_decode_splits(a, c.splits)) + " splits)";
   expect_rule(got_out, naive_out, out[0], D, unit_roundoff(c.dtype), what + " out");
   expect_rule(got_lse, lse[1], lse[0], H, unit_roundoff(DType::f32), what + " lse");
 }
@@ -185,13 +180,6 @@ std::vector<DecodeCase> cases() {
       v.push_back({3, 3, 65537, D, DType::bf16, 0, "bulk", threads});
       v.push_back({2, 3, 4097, D, DType::f32, 1, "bulk", threads});
     }
-  // The splits of a (b, h) as one cluster merged in distributed shared memory (the
-  // default at these shapes, above) against the L2 merge, and smaller clusters (the
-  // portable 8 at most; 2 and 4 at 4,097 keys, where their chunks stay within 16K keys).
-  for (int D : {64, 128}) {
-    for (const char* cluster : {"off", "8"}) v.push_back({1, 3, 65537, D, DType::bf16, 0, "bulk", nullptr, cluster});
-    for (const char* cluster : {"2", "4"}) v.push_back({1, 3, 4097, D, DType::bf16, 0, "bulk", nullptr, cluster});
-  }
   return v;
 }
 

@@ -7,9 +7,8 @@
 namespace flashgpt::cuda {
 
 struct DecodePlan {
-  int64_t chunk;         // keys per block
-  int splits;            // blocks per (b, h)
-  bool cluster = false;  // the splits of a (b, h) are one thread-block cluster (cluster_plan)
+  int64_t chunk;  // keys per block
+  int splits;     // blocks per (b, h)
 };
 
 // Splits per (b, h) the plan considers (the longest chunks win anyway).
@@ -52,29 +51,6 @@ inline DecodePlan plan_decode(int64_t B, int64_t H, int64_t T, int64_t tile, int
     if (cost < best_cost) best_cost = cost, best_chunk = chunk;
   }
   return {best_chunk, int(ceil_div(T, best_chunk))};
-}
-
-// The largest cluster the bulk kernel asks for (FLASHGPT_DECODE_CLUSTER overrides it; 0:
-// no clusters). 16 is over the portable 8: the launcher asks the driver for it and takes
-// what the GPU can schedule.
-constexpr int kDecodeMaxCluster = 16;
-
-// `base` (plan_decode's) with the splits of each (b, h) made one thread-block cluster of
-// at most max_cluster blocks (Hopper): the splits then merge through distributed shared
-// memory, one cluster barrier, where the L2 merge costs an atomic's and the partials'
-// round trips after the last block's last tile. Taken when base splits a (b, h), with
-// its split count capped at max_cluster (chunks of whole tiles, so possibly fewer), unless
-// the capped chunk would pass max_chunk or leave one split; forced splits keep the L2
-// merge. At B·H < sms that cap trades blocks (plan_decode's one wave of them) for a
-// shorter tail: a choice measured on an H200 (BENCHMARKS.md, "Twenty-second session").
-inline DecodePlan cluster_plan(const DecodePlan& base, int64_t T, int64_t tile, int64_t max_chunk, int max_cluster,
-                               int want_splits) {
-  if (want_splits > 0 || base.splits <= 1 || max_cluster <= 1) return base;
-  auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
-  const int64_t splits = std::min<int64_t>(base.splits, max_cluster);
-  const int64_t chunk = ceil_div(ceil_div(T, splits), tile) * tile;
-  if (chunk > max_chunk || ceil_div(T, chunk) <= 1) return base;
-  return {chunk, int(ceil_div(T, chunk)), true};
 }
 
 }  // namespace flashgpt::cuda

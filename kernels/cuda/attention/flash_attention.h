@@ -27,8 +27,6 @@ int flash_decode_splits(const AttentionDecode& a, int splits = 0);
 // The kernel a call at head dim D would run now: "registers" or "bulk<stages>x<threads>"
 // (FLASHGPT_DECODE_KERNEL, FLASHGPT_DECODE_THREADS).
 std::string flash_decode_kernel(int D);
-// Whether the splits of each (b, h) run as one thread-block cluster (FLASHGPT_DECODE_CLUSTER).
-bool flash_decode_clustered(const AttentionDecode& a, int splits = 0);
 void flash_decode(const AttentionDecode& a, void* workspace, size_t workspace_bytes, cudaStream_t stream,
                   int splits = 0);
 // Copies k and v of a.n new tokens into the caches at positions [a.pos, a.pos + a.n).

@@ -45,13 +45,11 @@
 #include "kernels/cuda/attention/flash_params.h"
 #include "kernels/cuda/attention/tma_sm90.cuh"
 #include "kernels/cuda/common.cuh"
-#include <cooperative_groups.h>
 
 namespace flashgpt::cuda {
 namespace {
 
 namespace sm90 = attn::sm90;
-namespace cg = cooperative_groups;
 
 constexpr int kBulkStages = 4;      // tiles in flight per block in the bulk kernel
 constexpr float kLn2 = 0.6931471805599453f;
@@ -180,11 +178,12 @@ __device__ __forceinline__ void start_split(const DecodeParams<T>& p, int h, int
   for (int i = 0; i < E; ++i) q[i] = to_f(qp.v[i]) * p.scale_log2, acc[i] = 0.f;
 }
 
-// Merges the block's groups (group 0 always saw a key: t1 > t0) through shared memory:
-// emit(d, o) gets column d of the block's output normalised by its own sum (every d <
-// kD once, over the block's threads); returns the block's log2-sum-exp, M + log2 L.
-template <class Tr, class Emit>
-__device__ float merge_groups(float m, float l, const float (&acc)[Tr::kElems], Emit&& emit) {
+// The end of every split's block: merges the block's groups (group 0 always saw a key:
+// t1 > t0), writes the split's partial O and log2-sum-exp (or, with one split, the
+// output), and the last split of (b, h) to finish combines them all.
+template <class Tr, class T = typename Tr::Elem>
+__device__ void finish_split(const DecodeParams<T>& p, float m, float l, const float (&acc)[Tr::kElems], int split,
+                             int h, int b) {
   constexpr int E = Tr::kElems, kD = Tr::kHeadDim, kThreads = Tr::kThreads;
   const int g = threadIdx.x / Tr::kGroup, lane = threadIdx.x % Tr::kGroup;
   __shared__ float sm_m[Tr::kGroups], sm_l[Tr::kGroups];
@@ -202,32 +201,19 @@ __device__ float merge_groups(float m, float l, const float (&acc)[Tr::kElems], 
   float L = 0.f;
 #pragma unroll
   for (int i = 0; i < Tr::kGroups; ++i) L += sm_l[i] * exp2f(sm_m[i] - M);
+  const int64_t bh = int64_t(b) * p.H + h;
   for (int d = threadIdx.x; d < kD; d += kThreads) {
     float o = 0.f;
 #pragma unroll
     for (int i = 0; i < Tr::kGroups; ++i) o += sm_acc[i][d] * exp2f(sm_m[i] - M);
-    emit(d, o / L);
+    if (p.splits == 1) p.out[bh * kD + d] = from_f<T>(o / L);
+    else p.o_part[(bh * p.splits + split) * kD + d] = o / L;
   }
-  return M + log2f(L);
-}
-
-// The end of every split's block (the L2 merge): writes the split's partial O and
-// log2-sum-exp (or, with one split, the output), and the last split of (b, h) to finish
-// combines them all.
-template <class Tr, class T = typename Tr::Elem>
-__device__ void finish_split(const DecodeParams<T>& p, float m, float l, const float (&acc)[Tr::kElems], int split,
-                             int h, int b) {
-  constexpr int kD = Tr::kHeadDim;
-  const int64_t bh = int64_t(b) * p.H + h;
-  const float lse = merge_groups<Tr>(m, l, acc, [&](int d, float o) {
-    if (p.splits == 1) p.out[bh * kD + d] = from_f<T>(o);
-    else p.o_part[(bh * p.splits + split) * kD + d] = o;
-  });
   if (p.splits == 1) {
-    if (threadIdx.x == 0 && p.lse) p.lse[bh] = lse * kLn2;
+    if (threadIdx.x == 0 && p.lse) p.lse[bh] = (M + log2f(L)) * kLn2;
     return;
   }
-  if (threadIdx.x == 0) p.lse_part[bh * p.splits + split] = lse;
+  if (threadIdx.x == 0) p.lse_part[bh * p.splits + split] = M + log2f(L);
 
   // Count this split done; the last one combines. One thread counts, with an acq_rel
   // atomic at GPU scope: the barrier before it orders the block's partials before the
@@ -247,41 +233,6 @@ __device__ void finish_split(const DecodeParams<T>& p, float m, float l, const f
   combine_splits<Tr>(p, bh);
   if (threadIdx.x == 0) p.done[bh] = 0;  // ready for the next call
 }
-
-#if FLASHGPT_HAS_WGMMA
-// The end of a split's block when the splits of (b, h) are one cluster (cluster_plan): each
-// block leaves its partial O and log2-sum-exp in its own shared memory; after a cluster
-// barrier (release/acquire at cluster scope) block 0 reads them all through distributed
-// shared memory, in rank order (deterministic), and merges them as combine_splits does;
-// a second barrier keeps the others' shared memory alive until it has.
-template <class Tr, class T = typename Tr::Elem>
-__device__ void finish_cluster(const DecodeParams<T>& p, float m, float l, const float (&acc)[Tr::kElems], int h,
-                               int b) {
-  constexpr int kD = Tr::kHeadDim;
-  __shared__ float part_o[kD], part_lse;
-  const float lse = merge_groups<Tr>(m, l, acc, [&](int d, float o) { part_o[d] = o; });
-  if (threadIdx.x == 0) part_lse = lse;
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  if (cluster.block_rank() == 0) {
-    const int S = int(cluster.num_blocks());
-    const int64_t bh = int64_t(b) * p.H + h;
-    for (int d = threadIdx.x; d < kD; d += Tr::kThreads) {
-      float M = -INFINITY;
-      for (int r = 0; r < S; ++r) M = fmaxf(M, *cluster.map_shared_rank(&part_lse, r));
-      float W = 0.f, o = 0.f;
-      for (int r = 0; r < S; ++r) {
-        const float w = exp2f(*cluster.map_shared_rank(&part_lse, r) - M);
-        W += w;
-        o += w * cluster.map_shared_rank(part_o, r)[d];
-      }
-      p.out[bh * kD + d] = from_f<T>(o / W);
-      if (d == 0 && p.lse) p.lse[bh] = (M + log2f(W)) * kLn2;
-    }
-  }
-  cluster.sync();
-}
-#endif
 
 template <class Tr, class T = typename Tr::Elem>
 __global__ void __launch_bounds__(Tr::kThreads) decode_kernel(const DecodeParams<T> p) {
@@ -319,8 +270,7 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_kernel(const DecodeParams
 // stage is refilled once the whole block has read it. A block's in-flight bytes no
 // longer depend on its thread count, so a chunk costs one memory latency instead of one
 // per tile.
-// kCluster: the grid's splits of each (b, h) are one cluster, merged by finish_cluster.
-template <class Tr, bool kCluster, class T = typename Tr::Elem>
+template <class Tr, class T = typename Tr::Elem>
 __global__ void __launch_bounds__(Tr::kThreads) decode_bulk_kernel(const DecodeParams<T> p) {
 #if FLASHGPT_HAS_WGMMA
   constexpr int kStages = kBulkStages;
@@ -368,24 +318,10 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_bulk_kernel(const DecodeP
     if (threadIdx.x == 0 && i + kStages < tiles) issue(i + kStages);
     consume<Tr>(kp, vp, q, t0 + int64_t(i) * kTile, g, t1, m, l, acc);
   }
-  if constexpr (kCluster) finish_cluster<Tr>(p, m, l, acc, h, b);
-  else finish_split<Tr>(p, m, l, acc, split, h, b);
+  finish_split<Tr>(p, m, l, acc, split, h, b);
 #else
   static_assert(Tr::kHeadDim % Tr::kElems == 0, "never launched: the dispatcher checks that sm_90a code was built");
 #endif
-}
-
-// FLASHGPT_DECODE_CLUSTER = auto | off | 2..16: the largest cluster of splits the bulk
-// kernel may use (auto: kDecodeMaxCluster; off: the L2 merge always). Read at every call.
-int wanted_cluster() {
-  const char* env = std::getenv("FLASHGPT_DECODE_CLUSTER");
-  const std::string want = env && *env ? env : "auto";
-  if (want == "auto") return kDecodeMaxCluster;
-  if (want == "off") return 0;
-  const int n = std::atoi(want.c_str());
-  if (n < 2 || n > 16 || std::to_string(n) != want)
-    fail_input("FLASHGPT_DECODE_CLUSTER must be auto, off or 2..16, got '", want, "'");
-  return n;
 }
 
 // One kernel variant: decode_kernel (loads into registers, 128 threads) or, kBulk,
@@ -400,51 +336,22 @@ struct Variant {
   // only save blocks.
   static constexpr int64_t kMaxChunk = kBulk ? 16384 : 2048;
   static constexpr auto kernel() {
-    if constexpr (kBulk) return decode_bulk_kernel<Tr, /*kCluster=*/false>;
-    else return decode_kernel<Tr>;
-  }
-  static constexpr auto cluster_kernel() {  // (the register kernel has none)
-    if constexpr (kBulk) return decode_bulk_kernel<Tr, /*kCluster=*/true>;
+    if constexpr (kBulk) return decode_bulk_kernel<Tr>;
     else return decode_kernel<Tr>;
   }
   // Blocks resident on the whole GPU. One process drives one GPU (docs/ARCHITECTURE.md):
-  // computed once, which also opts the kernels into their shared memory.
+  // computed once, which also opts the kernel into its shared memory.
   static int64_t resident() {
     static const int64_t n = [] {
       int per_sm = 0;
-      if (kSmemBytes > 48 * 1024) {
-        attn::opt_in_dynamic_smem(kernel(), kSmemBytes);
-        if constexpr (kBulk) attn::opt_in_dynamic_smem(cluster_kernel(), kSmemBytes);
-      }
+      if (kSmemBytes > 48 * 1024) attn::opt_in_dynamic_smem(kernel(), kSmemBytes);
       CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel(), kThreads, kSmemBytes));
       return int64_t(device_sm_count()) * std::max(per_sm, 1);
     }();
     return n;
   }
-  // The largest cluster of this kernel that the GPU schedules (up to kDecodeMaxCluster,
-  // asking for the non-portable sizes past 8); 0 for the register kernel. Once.
-  static int hardware_cluster() {
-    if constexpr (!kBulk) {
-      return 0;
-    } else {
-      static const int n = [] {
-        resident();  // the shared-memory opt-in first
-        const auto k = cluster_kernel();
-        CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-        cudaLaunchConfig_t cfg{};
-        cfg.gridDim = dim3(kDecodeMaxCluster, 1, 1);
-        cfg.blockDim = dim3(kThreads, 1, 1);
-        cfg.dynamicSmemBytes = kSmemBytes;
-        int size = 0;
-        CUDA_CHECK(cudaOccupancyMaxPotentialClusterSize(&size, k, &cfg));
-        return std::min(size, kDecodeMaxCluster);
-      }();
-      return n;
-    }
-  }
   static DecodePlan plan(const AttentionDecode& a, int want_splits) {
-    const DecodePlan base = plan_decode(a.B, a.H, a.T, Tr::kTile, kMaxChunk, resident(), device_sm_count(), want_splits);
-    return cluster_plan(base, a.T, Tr::kTile, kMaxChunk, std::min(wanted_cluster(), hardware_cluster()), want_splits);
+    return plan_decode(a.B, a.H, a.T, Tr::kTile, kMaxChunk, resident(), device_sm_count(), want_splits);
   }
 };
 
@@ -489,11 +396,10 @@ DecodePlan plan_for(const AttentionDecode& a, int want_splits) {
   return with_variant<T, kD>([&](auto v) { return decltype(v)::plan(a, want_splits); });
 }
 
-// Workspace of the L2 merge: the partial outputs, their log2-sum-exps, then one counter
-// per (b, h). (A cluster merges in shared memory.)
-size_t workspace_for(int B, int H, int D, const DecodePlan& plan) {
-  if (plan.splits <= 1 || plan.cluster) return 0;
-  const size_t parts = size_t(B) * H * plan.splits;
+// Workspace: the partial outputs, their log2-sum-exps, then one counter per (b, h).
+size_t workspace_for(int B, int H, int D, int splits) {
+  if (splits <= 1) return 0;
+  const size_t parts = size_t(B) * H * splits;
   return parts * (D + 1) * sizeof(float) + size_t(B) * H * sizeof(unsigned);
 }
 
@@ -556,7 +462,7 @@ __global__ void kv_cache_write_kernel(T* __restrict__ kc, T* __restrict__ vc, co
 
 size_t flash_decode_workspace_bytes(const AttentionDecode& a, int splits) {
   FG_DECODE_DISPATCH(a.qkv.dtype, a.D, {
-    return workspace_for(a.B, a.H, kD, plan_for<T, kD>(a, splits));
+    return workspace_for(a.B, a.H, kD, plan_for<T, kD>(a, splits).splits);
   });
   return 0;  // not reached
 }
@@ -564,11 +470,6 @@ size_t flash_decode_workspace_bytes(const AttentionDecode& a, int splits) {
 std::string flash_decode_kernel(int D) {
   const int threads = choose_variant(D);
   return threads ? "bulk" + std::to_string(kBulkStages) + "x" + std::to_string(threads) : "registers";
-}
-
-bool flash_decode_clustered(const AttentionDecode& a, int splits) {
-  FG_DECODE_DISPATCH(a.qkv.dtype, a.D, { return plan_for<T, kD>(a, splits).cluster; });
-  return false;  // not reached
 }
 
 int flash_decode_splits(const AttentionDecode& a, int splits) {
@@ -603,31 +504,16 @@ void flash_decode(const AttentionDecode& a, void* workspace, size_t workspace_by
       p.Tmax = a.k_cache.shape[2];
       p.chunk = plan.chunk;
       p.scale_log2 = kLog2e / std::sqrt(float(kD));
-      if (plan.splits > 1 && !plan.cluster) {
-        const size_t parts = size_t(a.B) * a.H * plan.splits, need = workspace_for(a.B, a.H, kD, plan);
+      if (plan.splits > 1) {
+        const size_t parts = size_t(a.B) * a.H * plan.splits, need = workspace_for(a.B, a.H, kD, plan.splits);
         FG_ASSERT(workspace && workspace_bytes >= need, "flash decode: workspace of ", workspace_bytes,
                   " bytes, needs ", need);
         p.o_part = static_cast<float*>(workspace);
         p.lse_part = p.o_part + parts * kD;
         p.done = reinterpret_cast<unsigned*>(p.lse_part + parts);
       }
-      const dim3 grid(unsigned(plan.splits), unsigned(a.H), unsigned(a.B));
-      if (plan.cluster) {  // (bulk kernels only: cluster_plan is given 0 for the others)
-        cudaLaunchConfig_t cfg{};
-        cfg.gridDim = grid;
-        cfg.blockDim = dim3(V::Tr::kThreads, 1, 1);
-        cfg.dynamicSmemBytes = V::kSmemBytes;
-        cfg.stream = stream;
-        cudaLaunchAttribute cluster[1];
-        cluster[0].id = cudaLaunchAttributeClusterDimension;
-        cluster[0].val.clusterDim.x = unsigned(plan.splits);
-        cluster[0].val.clusterDim.y = cluster[0].val.clusterDim.z = 1;
-        cfg.attrs = cluster;
-        cfg.numAttrs = 1;
-        CUDA_CHECK(cudaLaunchKernelEx(&cfg, V::cluster_kernel(), p));
-      } else {
-        V::kernel()<<<grid, V::Tr::kThreads, V::kSmemBytes, stream>>>(p);
-      }
+      const auto kernel = V::kernel();
+      kernel<<<dim3(unsigned(plan.splits), unsigned(a.H), unsigned(a.B)), V::Tr::kThreads, V::kSmemBytes, stream>>>(p);
     });
     CUDA_CHECK_LAUNCH();
   });
