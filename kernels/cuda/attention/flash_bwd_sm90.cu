@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   bf16* sdO = sQ + 2 * BM * D;               // [2][BM][D]
   bf16* sdSt = sdO + 2 * BM * D;             // [BN][BM]  dSᵀ, keys × queries
   float* sDq = reinterpret_cast<float*>(sdSt + BN * BM);   // tma: [dq_bufs][BM·D] boxes
-  float* sLse = sDq + Tile::dq_region(kOwner, kTmaDq) / sizeof(float);  // [2][kLseStride]  natural-log LSE, then −LSE·log2 e
+  float* sLse = sDq + Tile::dq_region(kOwner, kTmaDq) / sizeof(float);  // [2][kLseStride]  natural-log LSE
   float* sDelta = sLse + 2 * Tile::kLseStride;                            // [2][kLseStride]
   float* sAcc = sDq;  // owner: [BM][kAccStride], in the dQ tiles' room
   __shared__ int sItem[2];  // items ahead, by ordinal parity (static: no base register)
@@ -354,10 +354,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // sdSt, and the cp.async writes are visible to the async proxy that wgmma reads through.
     if (first_step) cp_async_wait<0>();
     sm90::mbar_wait_spin(&q_full[buf], (step >> 1) & 1);
-    // The tile's LSE into the exponent's offset, −LSE·log2 e, once a step by kLseBox threads
-    // (each read below is then one FFMA, not an FMUL and an FFMA by every thread). The
-    // buffer's next TMA load comes after this step's fence and barrier.
-    if (tid < Tile::kLseBox) sLse[buf * Tile::kLseStride + tid] *= -kLog2e;
     sm90::fence_proxy_async();
     __syncthreads();
     if constexpr (kOwner) {
@@ -417,7 +413,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const uint32_t k_rows = k_base + wg * 64 * 128, v_rows = v_base + wg * 64 * 128;
     // (bh·T + q0) mod 4: where row q0 lies in the LSE and D buffers.
     const int lse_offset = ((int(bh) & 3) * (p.T & 3) + m * BM) & 3;
-    const float* cLse = sLse + buf * Tile::kLseStride + lse_offset;  // −LSE·log2 e (above)
+    const float* cLse = sLse + buf * Tile::kLseStride + lse_offset;
     const float* cDelta = sDelta + buf * Tile::kLseStride + lse_offset;
     const int q0 = m * BM;
 
@@ -462,7 +458,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           const int key = n0 + warp_key0 + g + (i >> 1) * 8, qry = q0 + col;
           if (qry >= p.T || key >= p.T || (kCausal && key > qry)) x = -INFINITY;
         }
-        s[nt][i] = fast_exp2(fmaf(x, p.scale_log2, cLse[col]));
+        s[nt][i] = fast_exp2(fmaf(x, p.scale_log2, -cLse[col] * kLog2e));
       }
     // Pᵀ and dSᵀ as bf16 A fragments (k-step kk = queries 16kk..) for dV += Pᵀ·dO and
     // dK += dSᵀ·Q (k-step kk is queries 16kk.. = 16 rows of 128 bytes; the head dim spans

@@ -83,20 +83,6 @@ struct DecodeParams {
   float scale_log2;  // 1/sqrt(D) · log2 e
 };
 
-// Shared memory of a block's end (finish_split, combine_splits): static in the register
-// kernel; in the bulk kernel the stages' room, free by then, so that its shared memory is
-// the stages alone (three blocks an SM fit at both head dims, where at D = 128 this
-// scratch beside the stages had left room for two).
-template <class Tr>
-struct FinishScratch {
-  static constexpr int kCols = Tr::kHeadDim / 4, kRows = Tr::kThreads / kCols;  // combine_splits' float4 layout
-  float group_m[Tr::kGroups], group_l[Tr::kGroups];
-  float group_acc[Tr::kGroups][Tr::kHeadDim];
-  float4 rows[kRows][kCols];
-  float row_m[kRows], row_w[kRows];
-  bool last;
-};
-
 // The last block of (b, h): merges the splits' partials (written by other blocks: read
 // from L2, __ldcg) in one pass, so the merge costs one round of L2 latency: a thread
 // takes one 16-byte column of the partials and every (kThreads / columns)-th split,
@@ -105,9 +91,9 @@ struct FinishScratch {
 // fixed order through shared memory. The order depends only on the split count, never
 // on which block came last.
 template <class Tr, class T = typename Tr::Elem>
-__device__ void combine_splits(const DecodeParams<T>& p, int64_t bh, FinishScratch<Tr>& sh) {
-  constexpr int kD = Tr::kHeadDim;
-  constexpr int kCols = FinishScratch<Tr>::kCols, kRows = FinishScratch<Tr>::kRows;  // float4 columns; splits side by side
+__device__ void combine_splits(const DecodeParams<T>& p, int64_t bh) {
+  constexpr int kD = Tr::kHeadDim, kThreads = Tr::kThreads;
+  constexpr int kCols = kD / 4, kRows = kThreads / kCols;  // float4 columns; splits side by side
   const int S = p.splits;
   const float* lp = p.lse_part + bh * S;
   const float4* op = reinterpret_cast<const float4*>(p.o_part + bh * S * kD);
@@ -123,9 +109,8 @@ __device__ void combine_splits(const DecodeParams<T>& p, int64_t bh, FinishScrat
     o.x = o.x * corr + e * x.x, o.y = o.y * corr + e * x.y, o.z = o.z * corr + e * x.z, o.w = o.w * corr + e * x.w;
     m = mx;
   }
-  auto& rows = sh.rows;
-  auto& row_m = sh.row_m;
-  auto& row_w = sh.row_w;
+  __shared__ float4 rows[kRows][kCols];
+  __shared__ float row_m[kRows], row_w[kRows];
   rows[row][col] = o;
   if (col == 0) row_m[row] = m, row_w[row] = w;  // the same in every column of the row
   __syncthreads();
@@ -198,12 +183,11 @@ __device__ __forceinline__ void start_split(const DecodeParams<T>& p, int h, int
 // output), and the last split of (b, h) to finish combines them all.
 template <class Tr, class T = typename Tr::Elem>
 __device__ void finish_split(const DecodeParams<T>& p, float m, float l, const float (&acc)[Tr::kElems], int split,
-                             int h, int b, FinishScratch<Tr>& sh) {
+                             int h, int b) {
   constexpr int E = Tr::kElems, kD = Tr::kHeadDim, kThreads = Tr::kThreads;
   const int g = threadIdx.x / Tr::kGroup, lane = threadIdx.x % Tr::kGroup;
-  auto& sm_m = sh.group_m;
-  auto& sm_l = sh.group_l;
-  auto& sm_acc = sh.group_acc;
+  __shared__ float sm_m[Tr::kGroups], sm_l[Tr::kGroups];
+  __shared__ float sm_acc[Tr::kGroups][kD];
   if (lane == 0) {
     sm_m[g] = m;
     sm_l[g] = l;
@@ -237,15 +221,16 @@ __device__ void finish_split(const DecodeParams<T>& p, float m, float l, const f
   // the last block's reads of the others' partials after it (acquire). That replaced a
   // __threadfence() by every thread before a relaxed atomicAdd and another after it:
   // 0.1-0.5 us less a call at B = 1 (BENCHMARKS.md, "Twenty-first session", call 1).
+  __shared__ bool last;
   __syncthreads();
   if (threadIdx.x == 0) {
     unsigned before;
     asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(p.done + bh) : "memory");
-    sh.last = before == unsigned(p.splits - 1);
+    last = before == unsigned(p.splits - 1);
   }
   __syncthreads();
-  if (!sh.last) return;
-  combine_splits<Tr>(p, bh, sh);
+  if (!last) return;
+  combine_splits<Tr>(p, bh);
   if (threadIdx.x == 0) p.done[bh] = 0;  // ready for the next call
 }
 
@@ -275,8 +260,7 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_kernel(const DecodeParams
     consume<Tr>(kp, vp, q, first, g, t1, m, l, acc);
   }
 
-  __shared__ FinishScratch<Tr> scratch;
-  finish_split<Tr>(p, m, l, acc, split, h, b, scratch);
+  finish_split<Tr>(p, m, l, acc, split, h, b);
 }
 
 // The same split with the chunk streamed through shared memory by bulk copies (Hopper):
@@ -334,10 +318,7 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_bulk_kernel(const DecodeP
     if (threadIdx.x == 0 && i + kStages < tiles) issue(i + kStages);
     consume<Tr>(kp, vp, q, t0 + int64_t(i) * kTile, g, t1, m, l, acc);
   }
-  // The stages are free: every thread has passed the barrier after its reads of the last
-  // tile, and every bulk copy issued has been waited for.
-  static_assert(sizeof(FinishScratch<Tr>) <= size_t(2) * kStages * kTileElems * sizeof(T), "the end's scratch fits the stages");
-  finish_split<Tr>(p, m, l, acc, split, h, b, *reinterpret_cast<FinishScratch<Tr>*>(smem_raw));
+  finish_split<Tr>(p, m, l, acc, split, h, b);
 #else
   static_assert(Tr::kHeadDim % Tr::kElems == 0, "never launched: the dispatcher checks that sm_90a code was built");
 #endif
