@@ -331,43 +331,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // second, optional issue at the step's start, ptxas serialised every wgmma, C7515.)
   // Without it (D = 128, no registers to spare beside dK and dV; owner mode) each step
   // issues its Sᵀ at its start.
-  // This step's dQ (float dq[8][4], this warpgroup's 64×64 block, as the dQ wgmma leaves
-  // it) into dQ tile slot `slot`, for the TMA's reduce-add:
-  float dq[8][4];
-  auto store_dq_tile = [&](int slot) {
-    // This warpgroup's 64×64 block into the tile's boxes (64 rows × 32 columns, 128-byte
-    // rows whose 16-byte chunks are XOR-swizzled by row % 8, as the TMA reads them);
-    // rows >= T too (the TMA skips them). Each float2 store of a warp: 2 wavefronts.
-    // Row r0 = dq_q0 + 16·(warp % 4) + g and r0 + 8 (half), columns dq_d0 + 8·dt + 2t:
-    // box (r0 / 64)·(D / 32) + dq_d0 / 32 + dt / 4, row r0 % 64 (+ 8·half), whose row % 8
-    // is g, and chunk (2·(dt % 4) + t / 2) XOR g = 2·((dt % 4) XOR g / 2) + (t / 2 XOR
-    // g % 2). So a thread's 16 stores are 4 addresses (dt % 4) plus constants (dt / 4:
-    // a box, 8 KB; half: 8 rows, 1 KB), where 16 addresses were kept in registers.
-    // (The tile's address is laundered: hoisted out of the loop, it spilled.)
-    constexpr int kBoxBytes = Tile::kDqBoxRows * Tile::kDqBoxCols * 4, kRowBytes = Tile::kDqBoxCols * 4;
-    static_assert(Tile::kDqBoxCols == 32 && Tile::kDqBoxRows == 64, "the swizzle arithmetic below");
-    const int r0 = dq_q0 + (warp % 4) * 16 + g;
-    const uint32_t base = sm90::opaque(smem_u32(sDq) + slot * BM * D * 4) +
-                          ((r0 / 64) * (D / 32) + dq_d0 / 32) * kBoxBytes + (r0 % 64) * kRowBytes +
-                          (((t >> 1) ^ (g & 1)) * 16) + (t & 1) * 8;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t at = base + ((j * 32) ^ ((g >> 1) * 32));
-#pragma unroll
-      for (int hb = 0; hb < 2; ++hb)  // dt / 4
-#pragma unroll
-        for (int half = 0; half < 2; ++half)
-          st_shared_f32x2(at + hb * kBoxBytes + half * 8 * kRowBytes, dq[4 * hb + j][2 * half],
-                          dq[4 * hb + j][2 * half + 1]);
-    }
-  };
-  // kDeferDqStore (tma mode at D = 64): a step's dQ goes to shared memory at the next step,
-  // right behind that step's dPᵀ, while the tensor cores work on Sᵀ and dPᵀ, instead of
-  // between the dQ matmul and the next step's first barrier, where every warp waited for
-  // it (without those stores the backward took 10% less time, as a measurement:
-  // BENCHMARKS.md, "Twenty-second session"). The reduce then goes out after that step's
-  // dQ barrier, and the wait for the slot's previous reduce comes before its first barrier.
-  constexpr bool kDeferDqStore = kTmaDq && !kOwner && D == 64;
   float s[Tile::kMTiles][4], dp[Tile::kMTiles][4];
   constexpr bool kPreissueS = D == 64 && !kOwner;  // (owner mode: it spilled 24-32 bytes)
   if constexpr (kPreissueS) {  // the first step's
@@ -391,8 +354,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // sdSt, and the cp.async writes are visible to the async proxy that wgmma reads through.
     if (first_step) cp_async_wait<0>();
     sm90::mbar_wait_spin(&q_full[buf], (step >> 1) & 1);
-    if constexpr (kDeferDqStore)  // the reduce that last read the slot the last step's dQ goes to
-      if (tid == kDqThread) sm90::bulk_wait_read<kDqBufs - 1>();
     sm90::fence_proxy_async();
     __syncthreads();
     if constexpr (kOwner) {
@@ -473,11 +434,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         issue_q_tile(bh, bh / p.H, bh % p.H, first_m(next_item), buf ^ 1);
       }
     }
-    if constexpr (kDeferDqStore) {
-      if (step > 0) store_dq_tile(dq_slot(buf ^ 1));  // the last step's dQ (its reduce: after the dQ barrier)
-    } else if constexpr (kTmaDq && !kOwner) {
-      issue_pending_dq(buf ^ 1);
-    }
+    if constexpr (kTmaDq && !kOwner) issue_pending_dq(buf ^ 1);
     // The claim of the item after next (ordinal + 2), while the tensor cores work on Sᵀ
     // and dPᵀ; the number goes to its slot just before the dQ barrier, so that warp 0
     // waits for the atomic's round trip only if the softmax took less (a store right
@@ -579,16 +536,16 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     else if (kPreissueS && !same_item) cp_async_wait<0>();  // the next item's K and V, for the next Sᵀ
     // TMA dQ: the reduce that last read this step's dQ slot is done reading it (issued
     // a step ago with two slots; with one, at this step's start).
-    if constexpr (kTmaDq && !kDeferDqStore)
+    if constexpr (kTmaDq)
       if (tid == kDqThread) sm90::bulk_wait_read<kDqBufs - 1>();
     if (claimed >= 0) sItem[ordinal & 1] = claimed;  // (thread 0 only)
     sm90::fence_proxy_async();  // st.shared above, read next by wgmma (async proxy)
     __syncthreads();            // dQ needs the dSᵀ of both warpgroups (owner: and sAcc)
-    if constexpr (kDeferDqStore) issue_pending_dq(buf ^ 1);  // the last step's dQ, stored above
 
     // dQ (this warpgroup's 64×64 block) = dS·K over all BN keys: k-step kk is keys
     // 16kk.. = 16 rows of 128 bytes of both dSᵀ (column block dq_q0/64) and K (column
     // block dq_d0/64); both MN-major.
+    float dq[8][4];
     const uint64_t ds_desc_t = sm90::make_desc(dst_base + (dq_q0 / 64) * BN * 128, BN * 128, sm90::kSwizzleAtom);
     const uint64_t k_desc_t = sm90::make_desc(k_base + (dq_d0 / 64) * BN * 128, BN * 128, sm90::kSwizzleAtom);
     sm90::wgmma_fence();
@@ -619,7 +576,31 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     sm90::fence_accumulators(dq);
 
     if (kTmaDq && !(kOwner && dq_last)) {
-      if constexpr (!kDeferDqStore) store_dq_tile(dq_slot(buf));
+      // This warpgroup's 64×64 block into the tile's boxes (64 rows × 32 columns, 128-byte
+      // rows whose 16-byte chunks are XOR-swizzled by row % 8, as the TMA reads them);
+      // rows >= T too (the TMA skips them). Each float2 store of a warp: 2 wavefronts.
+      // Row r0 = dq_q0 + 16·(warp % 4) + g and r0 + 8 (half), columns dq_d0 + 8·dt + 2t:
+      // box (r0 / 64)·(D / 32) + dq_d0 / 32 + dt / 4, row r0 % 64 (+ 8·half), whose row % 8
+      // is g, and chunk (2·(dt % 4) + t / 2) XOR g = 2·((dt % 4) XOR g / 2) + (t / 2 XOR
+      // g % 2). So a thread's 16 stores are 4 addresses (dt % 4) plus constants (dt / 4:
+      // a box, 8 KB; half: 8 rows, 1 KB), where 16 addresses were kept in registers.
+      // (The tile's address is laundered: hoisted out of the loop, it spilled.)
+      constexpr int kBoxBytes = Tile::kDqBoxRows * Tile::kDqBoxCols * 4, kRowBytes = Tile::kDqBoxCols * 4;
+      static_assert(Tile::kDqBoxCols == 32 && Tile::kDqBoxRows == 64, "the swizzle arithmetic below");
+      const int r0 = dq_q0 + (warp % 4) * 16 + g;
+      const uint32_t base = sm90::opaque(smem_u32(sDq) + dq_slot(buf) * BM * D * 4) +
+                            ((r0 / 64) * (D / 32) + dq_d0 / 32) * kBoxBytes + (r0 % 64) * kRowBytes +
+                            (((t >> 1) ^ (g & 1)) * 16) + (t & 1) * 8;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t at = base + ((j * 32) ^ ((g >> 1) * 32));
+#pragma unroll
+        for (int hb = 0; hb < 2; ++hb)  // dt / 4
+#pragma unroll
+          for (int half = 0; half < 2; ++half)
+            st_shared_f32x2(at + hb * kBoxBytes + half * 8 * kRowBytes, dq[4 * hb + j][2 * half],
+                            dq[4 * hb + j][2 * half + 1]);
+      }
       if (tid == kDqThread) sDqPending = make_int4(q0, int(bh), kOwner && dq_first, 0);
     }
 #pragma unroll
@@ -688,11 +669,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     m = first_m_of(n_block);
   }
   if constexpr (kPreissueS) sm90::wgmma_wait<0>();  // the Sᵀ issued after the last step
-  if constexpr (kDeferDqStore) {  // the last step's dQ, once its slot is free
-    if (tid == kDqThread) sm90::bulk_wait_read<kDqBufs - 1>();
-    __syncthreads();
-    store_dq_tile(dq_slot((step - 1) & 1));
-  }
   if constexpr (kTmaDq) {  // the last tile, and shared memory stays until it is read
     sm90::fence_proxy_async();
     __syncthreads();
