@@ -35,6 +35,7 @@
 // resident blocks says is cheapest, with chunks of whole tiles and at most
 // Variant::kMaxChunk keys (and, when B·H blocks already cover the SMs, a price for the merge).
 #include <cuda_bf16.h>
+#include <cuda/atomic>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -224,9 +225,8 @@ __device__ void finish_split(const DecodeParams<T>& p, float m, float l, const f
   __shared__ bool last;
   __syncthreads();
   if (threadIdx.x == 0) {
-    unsigned before;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(p.done + bh) : "memory");
-    last = before == unsigned(p.splits - 1);
+    ::cuda::atomic_ref<unsigned, ::cuda::thread_scope_device> done(p.done[bh]);
+    last = done.fetch_add(1u, ::cuda::memory_order_acq_rel) == unsigned(p.splits - 1);
   }
   __syncthreads();
   if (!last) return;
