@@ -448,19 +448,27 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // Pᵀ = exp2(Sᵀ·scale·log2e − LSE·log2e); masked: queries >= T, keys >= T and
     // (causal) keys after the query. Accumulator row = key, column = query.
     const bool needs_mask = q0 + BM > p.T || n0 + BN > p.T || (kCausal && n0 + BN - 1 > q0);
+#pragma unroll
+    for (int nt = 0; nt < Tile::kMTiles; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int col = nt * 8 + 2 * t + (i & 1);
+        float x = s[nt][i];
+        if (needs_mask) {
+          const int key = n0 + warp_key0 + g + (i >> 1) * 8, qry = q0 + col;
+          if (qry >= p.T || key >= p.T || (kCausal && key > qry)) x = -INFINITY;
+        }
+        s[nt][i] = fast_exp2(fmaf(x, p.scale_log2, -cLse[col] * kLog2e));
+      }
     // Pᵀ and dSᵀ as bf16 A fragments (k-step kk = queries 16kk..) for dV += Pᵀ·dO and
     // dK += dSᵀ·Q (k-step kk is queries 16kk.. = 16 rows of 128 bytes; the head dim spans
     // D/64 column blocks, BM·128 bytes apart: the leading-dimension offset, MN-major).
-    // kStreamDv (D = 64): dV's k-step kk is issued as soon as the softmax has made its Pᵀ
-    // fragment, so that the tensor cores work on dV (behind dPᵀ) while both warpgroups are
-    // in their exp2s, which they reach together; dK is issued once dSᵀ is ready.
     // kSpreadDkDv (TMA dQ at D = 128): dV is issued before dPᵀ is waited for, so that it
     // runs while dPᵀ finishes and dSᵀ is computed, and dK behind dQ, so that it runs while
-    // dQ goes to shared memory.
+    // dQ goes to shared memory. At D = 64 either order spills (Pᵀ's or dSᵀ's registers
+    // stay live longer) and both are issued together once dSᵀ is ready.
     constexpr bool kSpreadDkDv = kTmaDq && D == 128;
-    constexpr bool kStreamDv = D == 64 && !kOwner;  // (owner mode: it spilled 40-52 bytes)
     static_assert(!(kPreissueS && kSpreadDkDv), "a pre-issued Sᵀ would sit between dQ and dK");
-    static_assert(!(kStreamDv && kSpreadDkDv), "one dV schedule");
     uint32_t pa[BM / 16][4], dsa[BM / 16][4];
     auto issue_dv = [&] {
       const uint64_t do_desc_t = sm90::make_desc(do_base, BM * 128, sm90::kSwizzleAtom);
@@ -474,53 +482,15 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       for (int kk = 0; kk < BM / 16; ++kk)
         sm90::wgmma_rs_tb<D>(dk, dsa[kk], sm90::desc_advance(q_desc_t, kk * 16 * 128));
     };
-    if constexpr (kStreamDv) {
-      auto softmax_tile = [&](int nt) {  // the 8-query column tile nt of Sᵀ, in place
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int col = nt * 8 + 2 * t + (i & 1);
-          float x = s[nt][i];
-          if (needs_mask) {
-            const int key = n0 + warp_key0 + g + (i >> 1) * 8, qry = q0 + col;
-            if (qry >= p.T || key >= p.T || (kCausal && key > qry)) x = -INFINITY;
-          }
-          s[nt][i] = fast_exp2(fmaf(x, p.scale_log2, -cLse[col] * kLog2e));
-        }
-      };
-      const uint64_t do_desc_t = sm90::make_desc(do_base, BM * 128, sm90::kSwizzleAtom);
-#pragma unroll
-      for (int kk = 0; kk < BM / 16; ++kk) {
-        softmax_tile(2 * kk);
-        softmax_tile(2 * kk + 1);
-        c_pair_to_a(pa[kk], s[2 * kk], s[2 * kk + 1]);
-        sm90::wgmma_fence();  // pa[kk] written (the fence is the warpgroup's: its warps meet there)
-        sm90::wgmma_rs_tb<D>(dv, pa[kk], sm90::desc_advance(do_desc_t, kk * 16 * 128));
-      }
+    for (int kk = 0; kk < BM / 16; ++kk) c_pair_to_a(pa[kk], s[2 * kk], s[2 * kk + 1]);
+    if constexpr (kSpreadDkDv) {
+      sm90::wgmma_fence();
+      issue_dv();
       sm90::wgmma_commit();
       sm90::wgmma_wait<1>();  // dPᵀ done; dV may still run
     } else {
-#pragma unroll
-      for (int nt = 0; nt < Tile::kMTiles; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {  // (the same arithmetic as softmax_tile above)
-          const int col = nt * 8 + 2 * t + (i & 1);
-          float x = s[nt][i];
-          if (needs_mask) {
-            const int key = n0 + warp_key0 + g + (i >> 1) * 8, qry = q0 + col;
-            if (qry >= p.T || key >= p.T || (kCausal && key > qry)) x = -INFINITY;
-          }
-          s[nt][i] = fast_exp2(fmaf(x, p.scale_log2, -cLse[col] * kLog2e));
-        }
-#pragma unroll
-      for (int kk = 0; kk < BM / 16; ++kk) c_pair_to_a(pa[kk], s[2 * kk], s[2 * kk + 1]);
-      if constexpr (kSpreadDkDv) {
-        sm90::wgmma_fence();
-        issue_dv();
-        sm90::wgmma_commit();
-        sm90::wgmma_wait<1>();  // dPᵀ done; dV may still run
-      } else {
-        sm90::wgmma_wait<0>();
-      }
+      sm90::wgmma_wait<0>();
     }
     sm90::fence_accumulators(dp);
     // dSᵀ = Pᵀ ∘ (dPᵀ − D) as bf16 A fragments.
@@ -530,11 +500,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       for (int i = 0; i < 4; ++i) dp[nt][i] = s[nt][i] * (dp[nt][i] - cDelta[nt * 8 + 2 * t + (i & 1)]);
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) c_pair_to_a(dsa[kk], dp[2 * kk], dp[2 * kk + 1]);
-    if constexpr (kStreamDv) {
-      sm90::wgmma_fence();
-      issue_dk();
-      sm90::wgmma_commit();
-    } else if constexpr (!kSpreadDkDv) {
+    if constexpr (!kSpreadDkDv) {
       sm90::wgmma_fence();
       issue_dv();
       issue_dk();
