@@ -44,7 +44,7 @@ namespace {
 // to +7% with three consumers).
 // kConsumers = 1 (tile kSm90WsOneConsumer: auto's at D = 64 up to T = 1024, anywhere with
 // FLASHGPT_ATTENTION_FWD_CONSUMERS=1): 64 query rows a block and two blocks an SM
-// (registers 24 / 232; three K/V stages at D = 64, two with 64-key tiles at D = 128), so that one block's
+// (registers 24 / 232, two K/V stages, 64-key tiles at D = 128), so that one block's
 // first loads and epilogue run under the other's matmuls at short sequences, where a
 // block's tile has few key tiles.
 template <int kHeadDim_, int kBlockN_ = 128, int kConsumers_ = 2>
@@ -54,8 +54,7 @@ struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
   static constexpr int kThreads = 128 * (1 + kConsumers);  // producer + consumer warpgroups
   static constexpr int kBlocksPerSm = kConsumers == 1 ? 2 : 1;
   static constexpr int kConsumerRegs = kConsumers == 1 ? 232 : kConsumers == 2 ? 240 : 160;
-  // One consumer at D = 128 (64-key tiles): two stages, so that two blocks' shared memory fits.
-  static constexpr int kStages = kConsumers == 1 && kHeadDim_ == 128 ? 2 : 3;
+  static constexpr int kStages = kConsumers == 1 ? 2 : 3;
   static constexpr uint32_t kTileBytes = uint32_t(Shape::kBlockN) * kHeadDim_ * sizeof(bf16);
   static constexpr uint32_t kQBytes = uint32_t(Shape::kQRows) * kHeadDim_ * sizeof(bf16);
   // Q + kStages × (K, V), and slack to align the base to 1024 bytes (the swizzle period).
