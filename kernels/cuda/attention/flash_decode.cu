@@ -270,10 +270,9 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_kernel(const DecodeParams
 // stage is refilled once the whole block has read it. A block's in-flight bytes no
 // longer depend on its thread count, so a chunk costs one memory latency instead of one
 // per tile.
-template <class Tr, class T = typename Tr::Elem>
+template <class Tr, int kStages = kBulkStages, class T = typename Tr::Elem>
 __global__ void __launch_bounds__(Tr::kThreads) decode_bulk_kernel(const DecodeParams<T> p) {
 #if FLASHGPT_HAS_WGMMA
-  constexpr int kStages = kBulkStages;
   constexpr int E = Tr::kElems, kTile = Tr::kTile, kD = Tr::kHeadDim, kUnroll = Tr::kUnroll;
   constexpr int kTileElems = kTile * kD;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -327,16 +326,18 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_bulk_kernel(const DecodeP
 // One kernel variant: decode_kernel (loads into registers, 128 threads) or, kBulk,
 // decode_bulk_kernel with kThreads threads a block (Hopper builds only). Every variant's
 // tile is 8 KB of K (threads × keys per group = 512).
-template <class T, int kD, bool kBulk, int kThreads>
+template <class T, int kD, bool kBulk, int kThreads, int kTileKB = 8>
 struct Variant {
-  using Tr = Traits<T, kD, kThreads, 512 / kThreads>;
-  static constexpr size_t kSmemBytes = kBulk ? size_t(kBulkStages) * 2 * Tr::kTile * kD * sizeof(T) : 0;
+  using Tr = Traits<T, kD, kThreads, kTileKB * 64 / kThreads>;
+  // The bulk kernel keeps 64 KB in flight: 4 stages of 8 KB tiles, 2 of 16 KB.
+  static constexpr int kStages = kBulkStages * 8 / kTileKB;
+  static constexpr size_t kSmemBytes = kBulk ? size_t(kStages) * 2 * Tr::kTile * kD * sizeof(T) : 0;
   // Keys per block at most: the register kernel's chunks were measured no faster when
   // longer (BENCHMARKS.md); a bulk block reads its chunk in one stream, so longer chunks
   // only save blocks.
   static constexpr int64_t kMaxChunk = kBulk ? 16384 : 2048;
   static constexpr auto kernel() {
-    if constexpr (kBulk) return decode_bulk_kernel<Tr>;
+    if constexpr (kBulk) return decode_bulk_kernel<Tr, kStages>;
     else return decode_kernel<Tr>;
   }
   // Blocks resident on the whole GPU. One process drives one GPU (docs/ARCHITECTURE.md):
@@ -378,7 +379,10 @@ int choose_variant(int D) {
   const char* t = std::getenv("FLASHGPT_DECODE_THREADS");
   const int threads = t && *t ? std::atoi(t) : D == 128 ? 256 : 128;
   if (threads != 128 && threads != 256) fail_input("FLASHGPT_DECODE_THREADS must be 128 or 256, got '", t, "'");
-  return threads;
+  const char* kb = std::getenv("FLASHGPT_DECODE_TILE_KB");
+  const std::string tile = kb && *kb ? kb : "8";
+  if (tile != "8" && tile != "16") fail_input("FLASHGPT_DECODE_TILE_KB must be 8 or 16, got '", tile, "'");
+  return tile == "16" ? threads + 16 : threads;
 }
 
 // Calls f(Variant<T, kD, ...>{}) for the chosen variant.
@@ -387,6 +391,8 @@ auto with_variant(F&& f) {
   switch (choose_variant(kD)) {
     case 128: return f(Variant<T, kD, /*kBulk=*/true, 128>{});
     case 256: return f(Variant<T, kD, /*kBulk=*/true, 256>{});
+    case 128 + 16: return f(Variant<T, kD, /*kBulk=*/true, 128, 16>{});
+    case 256 + 16: return f(Variant<T, kD, /*kBulk=*/true, 256, 16>{});
     default: return f(Variant<T, kD, /*kBulk=*/false, 128>{});
   }
 }
@@ -468,8 +474,8 @@ size_t flash_decode_workspace_bytes(const AttentionDecode& a, int splits) {
 }
 
 std::string flash_decode_kernel(int D) {
-  const int threads = choose_variant(D);
-  return threads ? "bulk" + std::to_string(kBulkStages) + "x" + std::to_string(threads) : "registers";
+  const int v = choose_variant(D), threads = v & ~16;
+  return v ? "bulk" + std::to_string(v & 16 ? kBulkStages / 2 : kBulkStages) + "x" + std::to_string(threads) + (v & 16 ? "t16" : "") : "registers";
 }
 
 int flash_decode_splits(const AttentionDecode& a, int splits) {
