@@ -1,8 +1,9 @@
 // FlashDecoding's split plan (kernels/cuda/attention/decode_plan.h), on the CPU: the GPU
 // tests (Cuda/FlashDecodeVsReference) check that every split count computes the right
 // attention; these check which split count the plan takes. The GPU is an H200's: 132 SMs,
-// the bulk kernel with 3 blocks resident on an SM at D = 64 (128 threads, tiles of 64 keys)
-// and 2 at D = 128 (256 threads, tiles of 32 keys), chunks of at most 16,384 keys.
+// the bulk kernel with 3 blocks resident on an SM at D = 64 (128 threads, tiles of 128
+// keys) and 2 at D = 128 (256 threads, tiles of 64 keys): 16 KB of K a tile; chunks of at
+// most 16,384 keys.
 #include <gtest/gtest.h>
 #include <string>
 #include "kernels/cuda/attention/decode_plan.h"
@@ -15,7 +16,7 @@ using cuda::plan_decode;
 constexpr int64_t kSms = 132, kMaxChunk = 16384;
 
 DecodePlan plan(int64_t B, int64_t T, int D, int want_splits = 0) {
-  const int64_t H = D == 64 ? 12 : 16, tile = D == 64 ? 64 : 32, resident = (D == 64 ? 3 : 2) * kSms;
+  const int64_t H = D == 64 ? 12 : 16, tile = D == 64 ? 128 : 64, resident = (D == 64 ? 3 : 2) * kSms;
   return plan_decode(B, H, T, tile, kMaxChunk, resident, kSms, want_splits);
 }
 
@@ -25,7 +26,7 @@ TEST(DecodePlan, ChunksCoverTheCacheInWholeTiles) {
       for (int64_t T : {1, 17, 64, 65, 1000, 4097, 65537, 1048583}) {
         const DecodePlan p = plan(B, T, D);
         const std::string at = "B=" + std::to_string(B) + " T=" + std::to_string(T) + " D=" + std::to_string(D);
-        EXPECT_EQ(p.chunk % (D == 64 ? 64 : 32), 0) << at;
+        EXPECT_EQ(p.chunk % (D == 64 ? 128 : 64), 0) << at;
         EXPECT_LE(p.chunk, kMaxChunk) << at;
         EXPECT_GE(p.chunk * p.splits, T) << at;
         EXPECT_LT(p.chunk * (p.splits - 1), T) << at << ": a split with no keys";
@@ -39,15 +40,16 @@ TEST(DecodePlan, ForcedSplits) {
 }
 
 // The split counts that `scripts/bench_decode.py` printed for its 36 shapes on an H200
-// (BENCHMARKS.md, "Ninth session", with B = 16, D = 64, 4K keys from the final merge price
-// there): batch 1 spreads the few heads over the resident blocks; at batch 16 the
-// (b, h) pairs already cover the SMs, so a split has to pay for its merge (one split up to
-// 2K keys at D = 64, measured 0.0172 against 0.0198 ms for two at 1K).
+// with 16 KB tiles (BENCHMARKS.md, "Twenty-third session", call 5; the merge price from
+// the ninth session): batch 1 spreads the few heads over the resident blocks; at batch 16
+// the (b, h) pairs already cover the SMs, so a split has to pay for its merge (one split
+// up to 4K keys at D = 64; with 8 KB tiles two at 1K had been measured 0.0198 ms against
+// 0.0172 for one).
 TEST(DecodePlan, TheSuiteShapesAsMeasured) {
   const int64_t lengths[] = {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144};
   const int want[2][2][9] = {
-      {{16, 32, 32, 32, 32, 32, 32, 33, 33}, {1, 1, 2, 2, 2, 2, 4, 8, 33}},     // D = 64: B = 1, 16
-      {{16, 16, 16, 16, 16, 16, 16, 33, 33}, {1, 1, 1, 1, 1, 2, 4, 34, 34}}};  // D = 128
+      {{8, 16, 32, 32, 32, 32, 32, 32, 33}, {1, 1, 1, 2, 2, 2, 4, 8, 35}},      // D = 64: B = 1, 16
+      {{16, 16, 16, 16, 16, 16, 16, 16, 33}, {1, 1, 1, 1, 1, 2, 4, 8, 34}}};  // D = 128
   for (int d = 0; d < 2; ++d)
     for (int b = 0; b < 2; ++b)
       for (int i = 0; i < 9; ++i)

@@ -30,7 +30,8 @@ constexpr int64_t kDecodeMergeTiles = 24;
 // (BENCHMARKS.md, "Ninth session"): one split against two took 0.0172 against 0.0198 ms
 // with 1K keys and 0.0292 against 0.0307 with 2K; with 4K two splits were 1-3% ahead and
 // from 8K on 6% (0.0967 against 0.1030). Any price between 16 and 32 tiles gives those
-// choices; 24.
+// choices; 24. The bulk kernel's tiles grew from 8 to 16 KB in the twenty-third session;
+// the same 24 (and two-tile start-up) gave the split counts measured with them there.
 inline DecodePlan plan_decode(int64_t B, int64_t H, int64_t T, int64_t tile, int64_t max_chunk, int64_t resident,
                               int64_t sms, int want_splits) {
   auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };

@@ -5,8 +5,9 @@
 // B·H = 12. The cache of each (b, h) is split along the sequence into chunks handled by
 // different thread blocks (grid = splits × H × B), one kernel in all:
 //
-//   read      block (s, h, b) reads keys [s·chunk, (s+1)·chunk) in tiles of 8 KB of K
-//             (and as much V). Two kernels (choose_variant):
+//   read      block (s, h, b) reads keys [s·chunk, (s+1)·chunk) in tiles of K (and as
+//             much V): 16 KB in the bulk kernel, 8 KB in the register kernel. Two
+//             kernels (choose_variant):
 //             decode_bulk_kernel (Hopper, the default there): thread 0 streams the
 //             chunk through kBulkStages shared-memory stages with bulk copies
 //             (cp.async.bulk, one per tile of K and of V, completing on the stage's
@@ -52,11 +53,15 @@ namespace {
 
 namespace sm90 = attn::sm90;
 
-constexpr int kBulkStages = 4;      // tiles in flight per block in the bulk kernel
+// Tiles in flight per block in the bulk kernel: two of 16 KB of K and of V, 64 KB. Four
+// of 8 KB (the same bytes in flight) read 1-3% slower at most suite shapes on an H200
+// (BENCHMARKS.md, "Twenty-third session", call 5).
+constexpr int kBulkStages = 2;
+constexpr int kBulkTileBytes = 16384, kRegisterTileBytes = 8192;
 constexpr float kLn2 = 0.6931471805599453f;
 
 // A kernel's shape: element type, head dim, threads per block and keys per thread group
-// per tile (the register kernel's loads in flight). A tile is always 8 KB of K.
+// per tile (the register kernel's loads in flight). A tile is 8 or 16 KB of K (Variant).
 template <class T, int kD, int kBlockThreads = 128, int kKeysPerGroup = 4>
 struct Traits {
   using Elem = T;
@@ -265,14 +270,15 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_kernel(const DecodeParams
 
 // The same split with the chunk streamed through shared memory by bulk copies (Hopper):
 // thread 0 keeps kBulkStages tiles of K and of V in flight (cp.async.bulk, one contiguous
-// copy of up to 8 KB each, completing on the stage's mbarrier), every thread computes
+// copy of up to 16 KB each, completing on the stage's mbarrier), every thread computes
 // from the tile that has landed exactly as decode_kernel does from registers, and the
 // stage is refilled once the whole block has read it. A block's in-flight bytes no
 // longer depend on its thread count, so a chunk costs one memory latency instead of one
 // per tile.
-template <class Tr, int kStages = kBulkStages, class T = typename Tr::Elem>
+template <class Tr, class T = typename Tr::Elem>
 __global__ void __launch_bounds__(Tr::kThreads) decode_bulk_kernel(const DecodeParams<T> p) {
 #if FLASHGPT_HAS_WGMMA
+  constexpr int kStages = kBulkStages;
   constexpr int E = Tr::kElems, kTile = Tr::kTile, kD = Tr::kHeadDim, kUnroll = Tr::kUnroll;
   constexpr int kTileElems = kTile * kD;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -324,20 +330,19 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_bulk_kernel(const DecodeP
 }
 
 // One kernel variant: decode_kernel (loads into registers, 128 threads) or, kBulk,
-// decode_bulk_kernel with kThreads threads a block (Hopper builds only). Every variant's
-// tile is 8 KB of K (threads × keys per group = 512).
-template <class T, int kD, bool kBulk, int kThreads, int kTileKB = 8>
+// decode_bulk_kernel with kThreads threads a block (Hopper builds only). A tile is 8 KB of
+// K in the register kernel and 16 KB in the bulk kernel: threads × keys per group × 16
+// bytes, whatever the element type and head dim.
+template <class T, int kD, bool kBulk, int kThreads>
 struct Variant {
-  using Tr = Traits<T, kD, kThreads, kTileKB * 64 / kThreads>;
-  // The bulk kernel keeps 64 KB in flight: 4 stages of 8 KB tiles, 2 of 16 KB.
-  static constexpr int kStages = kBulkStages * 8 / kTileKB;
-  static constexpr size_t kSmemBytes = kBulk ? size_t(kStages) * 2 * Tr::kTile * kD * sizeof(T) : 0;
+  using Tr = Traits<T, kD, kThreads, (kBulk ? kBulkTileBytes : kRegisterTileBytes) / 16 / kThreads>;
+  static constexpr size_t kSmemBytes = kBulk ? size_t(kBulkStages) * 2 * Tr::kTile * kD * sizeof(T) : 0;
   // Keys per block at most: the register kernel's chunks were measured no faster when
   // longer (BENCHMARKS.md); a bulk block reads its chunk in one stream, so longer chunks
   // only save blocks.
   static constexpr int64_t kMaxChunk = kBulk ? 16384 : 2048;
   static constexpr auto kernel() {
-    if constexpr (kBulk) return decode_bulk_kernel<Tr, kStages>;
+    if constexpr (kBulk) return decode_bulk_kernel<Tr>;
     else return decode_kernel<Tr>;
   }
   // Blocks resident on the whole GPU. One process drives one GPU (docs/ARCHITECTURE.md):
@@ -362,7 +367,7 @@ struct Variant {
 // beat the register one on 28 (the register kernel stays 2-6% ahead at B = 1 with
 // 16K-32K keys at D = 64 and 1K-8K at D = 128, and at B = 16 with 1K-2K keys at D = 64);
 // 256 threads beat 128 at D = 128 with B = 16 (0.97-1.01x of SDPA against 0.89-0.98x)
-// but not at D = 64; 2 stages against 4 was a wash. So auto is bulk, 128 threads at
+// but not at D = 64; 2 stages of 8 KB against 4 was a wash. So auto is bulk, 128 threads at
 // D = 64 and 256 at D = 128, wherever the Hopper kernels are built. Returns the bulk
 // kernel's threads, 0 for the register kernel.
 int choose_variant(int D) {
@@ -379,10 +384,7 @@ int choose_variant(int D) {
   const char* t = std::getenv("FLASHGPT_DECODE_THREADS");
   const int threads = t && *t ? std::atoi(t) : D == 128 ? 256 : 128;
   if (threads != 128 && threads != 256) fail_input("FLASHGPT_DECODE_THREADS must be 128 or 256, got '", t, "'");
-  const char* kb = std::getenv("FLASHGPT_DECODE_TILE_KB");
-  const std::string tile = kb && *kb ? kb : "8";
-  if (tile != "8" && tile != "16") fail_input("FLASHGPT_DECODE_TILE_KB must be 8 or 16, got '", tile, "'");
-  return tile == "16" ? threads + 16 : threads;
+  return threads;
 }
 
 // Calls f(Variant<T, kD, ...>{}) for the chosen variant.
@@ -391,8 +393,6 @@ auto with_variant(F&& f) {
   switch (choose_variant(kD)) {
     case 128: return f(Variant<T, kD, /*kBulk=*/true, 128>{});
     case 256: return f(Variant<T, kD, /*kBulk=*/true, 256>{});
-    case 128 + 16: return f(Variant<T, kD, /*kBulk=*/true, 128, 16>{});
-    case 256 + 16: return f(Variant<T, kD, /*kBulk=*/true, 256, 16>{});
     default: return f(Variant<T, kD, /*kBulk=*/false, 128>{});
   }
 }
@@ -474,8 +474,8 @@ size_t flash_decode_workspace_bytes(const AttentionDecode& a, int splits) {
 }
 
 std::string flash_decode_kernel(int D) {
-  const int v = choose_variant(D), threads = v & ~16;
-  return v ? "bulk" + std::to_string(v & 16 ? kBulkStages / 2 : kBulkStages) + "x" + std::to_string(threads) + (v & 16 ? "t16" : "") : "registers";
+  const int threads = choose_variant(D);
+  return threads ? "bulk" + std::to_string(kBulkStages) + "x" + std::to_string(threads) : "registers";
 }
 
 int flash_decode_splits(const AttentionDecode& a, int splits) {
