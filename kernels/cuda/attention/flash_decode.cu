@@ -54,8 +54,9 @@ namespace {
 namespace sm90 = attn::sm90;
 
 // Tiles in flight per block in the bulk kernel: two of 16 KB of K and of V, 64 KB. Four
-// of 8 KB (the same bytes in flight) read 1-3% slower at most suite shapes on an H200
-// (BENCHMARKS.md, "Twenty-third session", call 5).
+// of 8 KB (the same bytes in flight) were slower at 31 of the 36 suite shapes on an H200,
+// by up to 4.5%, and faster at 4 by up to 3.7% (BENCHMARKS.md, "Twenty-third session",
+// call 5).
 constexpr int kBulkStages = 2;
 constexpr int kBulkTileBytes = 16384, kRegisterTileBytes = 8192;
 constexpr float kLn2 = 0.6931471805599453f;
