@@ -63,7 +63,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 // A kernel's shape: element type, head dim, threads per block and keys per thread group
 // per tile (the register kernel's loads in flight). A tile is 8 or 16 KB of K (Variant).
-template <class T, int kD, int kBlockThreads = 128, int kKeysPerGroup = 4>
+template <class T, int kD, int kBlockThreads, int kKeysPerGroup>
 struct Traits {
   using Elem = T;
   static constexpr int kHeadDim = kD, kThreads = kBlockThreads, kUnroll = kKeysPerGroup;
@@ -336,7 +336,9 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_bulk_kernel(const DecodeP
 // bytes, whatever the element type and head dim.
 template <class T, int kD, bool kBulk, int kThreads>
 struct Variant {
-  using Tr = Traits<T, kD, kThreads, (kBulk ? kBulkTileBytes : kRegisterTileBytes) / 16 / kThreads>;
+  static constexpr int kTileBytes = kBulk ? kBulkTileBytes : kRegisterTileBytes;
+  using Tr = Traits<T, kD, kThreads, kTileBytes / 16 / kThreads>;
+  static_assert(Tr::kTile * kD * int(sizeof(T)) == kTileBytes, "a tile is kTileBytes of K");
   static constexpr size_t kSmemBytes = kBulk ? size_t(kBulkStages) * 2 * Tr::kTile * kD * sizeof(T) : 0;
   // Keys per block at most: the register kernel's chunks were measured no faster when
   // longer (BENCHMARKS.md); a bulk block reads its chunk in one stream, so longer chunks
