@@ -7,10 +7,12 @@
 // rows); after a write it is full of dirty lines, and the timed call also pays for
 // writing back up to an L2's worth of them (about 50 MB on an H100/H200).
 // Bytes = the K and V read, 2·B·H·T·D·2 (q and the output are negligible); bandwidth =
-// bytes / time. --floor also times, by the same protocol, what no decode kernel can beat:
-// a launch that does nothing, and the fastest of three plain streaming reads of the same
-// K and V bytes (2, 4 and 8 blocks an SM), and gives each as a share of the device copy
-// bandwidth ((read + written) bytes / time of a 1 GiB cudaMemcpy, median of 10).
+// bytes / time. --floor also times, by the same protocol, two references for a decode
+// kernel: a launch that does nothing, and the fastest of three plain streaming reads of the
+// same K and V bytes (2, 4 and 8 blocks an SM; our floor, not the device's: cuDNN's decode
+// kernel has read 1.5% faster at B = 16, D = 128, BENCHMARKS.md), and gives each as a share
+// of the device copy bandwidth ((read + written) bytes / time of a 1 GiB cudaMemcpy, median
+// of 10).
 #include "train/bench_decode.h"
 #include <algorithm>
 #include <cstdint>

@@ -46,7 +46,10 @@ namespace {
 // FLASHGPT_ATTENTION_FWD_CONSUMERS=1): 64 query rows a block and two blocks an SM
 // (registers 24 / 232, two K/V stages, 64-key tiles at D = 128), so that one block's
 // first loads and epilogue run under the other's matmuls at short sequences, where a
-// block's tile has few key tiles.
+// block's tile has few key tiles. Three stages at D = 64 take 113 KB a block, one block an
+// SM: Q comes in the K/V map's boxes of kBlockN rows, so a 64-row block holds a 128-row Q
+// tile (kQRows). With Q in a map of its own two such blocks fit, and they ran no faster
+// than two stages (BENCHMARKS.md, "Twenty-fourth session", calls 3-4).
 template <int kHeadDim_, int kBlockN_ = 128, int kConsumers_ = 2>
 struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
   using Shape = Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_>;
