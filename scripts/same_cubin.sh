@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Whether an edit leaves the compiled CUDA code unchanged (a comment, a rename, a moved
+# helper): compiles each FILE.cu as it is at REV (default HEAD) and as it is in the work
+# tree (its tracked files), for sm_90a and sm_80, without line information (moved lines
+# would change it), and compares the cubins byte for byte once nvcc's anonymous-namespace
+# ids, which change from one compile to the next, are masked. No GPU needed.
+#   scripts/same_cubin.sh [--rev REV] FILE.cu [FILE.cu ...]
+# Exit status 0 when every cubin is identical, 1 when one differs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+rev=HEAD
+if [[ "${1:-}" == "--rev" ]]; then rev=$2; shift 2; fi
+[[ $# -ge 1 ]] || { sed -n '2,8p' "$0"; exit 2; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+# Both sides compile at the same path ($tmp/src): nvcc's anonymous-namespace id hashes it.
+tree() { rm -rf "$tmp/src" && mkdir -p "$tmp/src"; }
+status=0
+for f in "$@"; do
+  git cat-file -e "$rev:$f" 2>/dev/null && [[ -f $f ]] ||
+    { echo "same_cubin.sh: $f is not a file both here and at $rev" >&2; exit 2; }
+done
+for arch in 90a 80; do
+  for side in rev work; do
+    tree
+    if [[ $side == rev ]]; then git archive "$rev" | tar x -C "$tmp/src"
+    else git ls-files -z | tar c --null -T - | tar x -C "$tmp/src"; fi
+    for f in "$@"; do
+      out="$tmp/$side.$arch.$(echo "$f" | tr / _).cubin"
+      (cd "$tmp/src" && "$nvcc" -std=c++17 -O3 -DNDEBUG --expt-relaxed-constexpr -I. \
+        -gencode=arch=compute_$arch,code=sm_$arch -cubin -o "$out" "$f") || { echo "FAILED    sm_$arch  $f ($side)"; exit 1; }
+    done
+  done
+  for f in "$@"; do
+    name=$(echo "$f" | tr / _)
+    if python3 - "$tmp/rev.$arch.$name.cubin" "$tmp/work.$arch.$name.cubin" <<'PY'
+import re, sys
+# _GLOBAL__N__<hash>_<n>_<file>_cu_<hash>[_<n>], then the next name's length: the digits
+# after the second hash are masked with it (both sides alike when the names are).
+mask = lambda b: re.sub(rb"_GLOBAL__N__[0-9a-f]{8}_\d+_\w+?_cu_[0-9a-f]{8}[_\d]*", lambda m: b"X" * len(m.group()), b)
+a, b = (mask(open(p, "rb").read()) for p in sys.argv[1:])
+sys.exit(0 if a == b else 1)
+PY
+    then echo "same      sm_$arch  $f"
+    else echo "DIFFERENT sm_$arch  $f"; status=1
+    fi
+  done
+done
+exit $status
