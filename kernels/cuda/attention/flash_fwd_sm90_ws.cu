@@ -67,8 +67,9 @@ struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
   static constexpr size_t kStaticSmemBytes = (8 * (1 + 4 * size_t(kStages)) + 15) / 16 * 16;
   static_assert(kConsumers >= 1 && kConsumers <= 3, "one to three consumer warpgroups");
   static_assert((24 * 128 + kConsumerRegs * 128 * kConsumers) * kBlocksPerSm <= 65536, "the register file");
-  // An SM's 228 KB, less 1 KB the hardware keeps per block. (Without the static part this
-  // once passed for three stages of the one-consumer tile, which then ran one block an SM:
+  // kBlocksPerSm blocks in an SM's 228 KB, each with its dynamic and static shared memory
+  // and the 1 KB the hardware reserves for it. (Without the static part this once passed
+  // for three stages of the one-consumer tile, which then ran one block an SM:
   // BENCHMARKS.md, "Twenty-fourth session", call 3.)
   static_assert(kBlocksPerSm * (kSmemBytes + kStaticSmemBytes + 1024) <= 228 * 1024, "the shared memory");
 };
