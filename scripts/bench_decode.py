@@ -19,9 +19,8 @@ kernel can reach). Goal (issue 11): faster than the best SDPA backend at every l
 >= 80% of the copy bandwidth from T = 16K on. The last columns are references timed under
 the same protocol (`flashgpt bench decode --floor`): our fastest plain streaming read of
 exactly the cache's bytes and its share of the copy bandwidth (launch and ramp-up
-included, where the 2 GiB figures are asymptotes; a reference, not a floor: at B = 16 our
-decode kernel and cuDNN's have read up to 3.4% and 1.9% faster), and a launch that does
-nothing.
+included, where the 2 GiB figures are asymptotes; a reference, not a floor: at B = 16
+decode kernels have read faster, BENCHMARKS.md), and a launch that does nothing.
 
 --kernels registers,bulk128,bulk256 also times those decode kernels (FLASHGPT_DECODE_KERNEL
 and FLASHGPT_DECODE_THREADS) in the same run, each against the same SDPA figure; the main table

@@ -9,10 +9,9 @@
 // Bytes = the K and V read, 2·B·H·T·D·2 (q and the output are negligible); bandwidth =
 // bytes / time. --floor also times, by the same protocol, two references for a decode
 // kernel: a launch that does nothing, and the fastest of three plain streaming reads of the
-// same K and V bytes (2, 4 and 8 blocks an SM; a reference, not a floor: at B = 16 the
-// decode kernel and cuDNN's have read up to 3.4% and 1.9% faster, BENCHMARKS.md), and gives
-// each as a share of the device copy bandwidth ((read + written) bytes / time of a 1 GiB
-// cudaMemcpy, median of 10).
+// same K and V bytes (2, 4 and 8 blocks an SM; a reference, not a floor: at B = 16 decode
+// kernels have read faster, BENCHMARKS.md), and gives each as a share of the device copy
+// bandwidth ((read + written) bytes / time of a 1 GiB cudaMemcpy, median of 10).
 #include "train/bench_decode.h"
 #include <algorithm>
 #include <cstdint>

@@ -63,7 +63,7 @@ struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
   // Q + kStages × (K, V), and slack to align the base to 1024 bytes (the swizzle period).
   static constexpr size_t kSmemBytes = kQBytes + 2 * size_t(kStages) * kTileBytes + 1024;
   // The kernel's static shared memory: its mbarriers (q_full, and full and empty of K and
-  // of V per stage), 16-byte aligned.
+  // of V per stage), 16-byte aligned; the kernel asserts that its declaration fits.
   static constexpr size_t kStaticSmemBytes = (8 * (1 + 4 * size_t(kStages)) + 15) / 16 * 16;
   static_assert(kConsumers >= 1 && kConsumers <= 3, "one to three consumer warpgroups");
   static_assert((24 * 128 + kConsumerRegs * 128 * kConsumers) * kBlocksPerSm <= 65536, "the register file");
@@ -87,6 +87,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   bf16* sK = sQ + QR * D;                    // [S][D/64][BN][64]
   bf16* sV = sK + S * BN * D;                // [S][D/64][BN][64]
   __shared__ alignas(8) uint64_t q_full, k_full[S], k_empty[S], v_full[S], v_empty[S];
+  static_assert(sizeof(q_full) + sizeof(k_full) + sizeof(k_empty) + sizeof(v_full) + sizeof(v_empty) <=
+                    Tile::kStaticSmemBytes,
+                "Tile::kStaticSmemBytes counts these barriers");
   constexpr int kConsumerThreads = 128 * kConsumers;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp / 4;
