@@ -22,6 +22,9 @@ the persistent default; "/atomic", "/tma" and "/owner" force its dQ mode (FLASHG
 major (FLASHGPT_ATTENTION_BWD_HEAD_GROUP=all, the order before the L2-sized groups).
 "/c1" runs the sm90ws forward with one consumer warpgroup and two blocks an SM
 (FLASHGPT_ATTENTION_FWD_CONSUMERS=1) at every shape; auto takes it at D = 64 up to T = 1024.
+"/persist" and "/fgrid" run the sm90ws forward's two-consumer tiles persistent or a block
+per query tile (FLASHGPT_ATTENTION_FWD_SCHEDULE); auto takes persistent at D = 128 without a
+mask up to T = 2048.
 --flashgpt may be given more than once, as LABEL=BINARY: every binary runs every path,
 so two builds (before and after a change) are compared in the same run.
 The /FA2 and /cuDNN columns divide the best of our columns by FA2 and by cuDNN.
@@ -118,7 +121,7 @@ def main():
     ap.add_argument("--flashgpt", action="append", help="the flashgpt binary, or LABEL=BINARY (repeatable; default build/flashgpt)")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--paths", default="auto", help="comma-separated FLASHGPT_ATTENTION_PATH values, each optionally /bt1, /ft0, /ft1 (tile knobs), /grid, /atomic, /tma, /owner, /allheads or /c1")
+    ap.add_argument("--paths", default="auto", help="comma-separated FLASHGPT_ATTENTION_PATH values, each optionally /bt1, /ft0, /ft1 (tile knobs), /grid, /atomic, /tma, /owner, /allheads, /c1, /persist or /fgrid")
     args = ap.parse_args()
     paths = args.paths.split(",")
     binaries = parse_binaries(args.flashgpt or ["build/flashgpt"])
@@ -130,7 +133,9 @@ def main():
              "atomic": ("FLASHGPT_ATTENTION_BWD_DQ", "atomic"), "tma": ("FLASHGPT_ATTENTION_BWD_DQ", "tma"),
              "owner": ("FLASHGPT_ATTENTION_BWD_DQ", "owner"),
              "allheads": ("FLASHGPT_ATTENTION_BWD_HEAD_GROUP", "all"),
-             "c1": ("FLASHGPT_ATTENTION_FWD_CONSUMERS", "1")}
+             "c1": ("FLASHGPT_ATTENTION_FWD_CONSUMERS", "1"),
+             "persist": ("FLASHGPT_ATTENTION_FWD_SCHEDULE", "persistent"),
+             "fgrid": ("FLASHGPT_ATTENTION_FWD_SCHEDULE", "grid")}
     for label, binary in binaries:
         for entry in paths:
             path, *extra = entry.split("/")

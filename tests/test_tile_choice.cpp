@@ -70,5 +70,36 @@ TEST(TileChoice, ARequestedTileIsTakenEverywhere) {
         for (int tile : {0, 1}) EXPECT_EQ(sm90ws_forward_tile(tile, D, T, causal), tile);
 }
 
+TEST(TileChoice, Sm90wsRunsPersistentAtHeadDim128WithoutAMaskUpTo2048) {
+  using cuda::attn::sm90ws_forward_persistent;
+  for (const char* unset : {static_cast<const char*>(nullptr), "", "auto"}) {
+    for (int T : {1, 1024, 2048}) EXPECT_TRUE(sm90ws_forward_persistent(unset, 0, 128, T, /*causal=*/false)) << T;
+    EXPECT_FALSE(sm90ws_forward_persistent(unset, 0, 128, 2049, false));  // the threshold is inclusive
+    EXPECT_FALSE(sm90ws_forward_persistent(unset, 0, 128, 1024, /*causal=*/true));
+    EXPECT_FALSE(sm90ws_forward_persistent(unset, 0, 64, 1024, false));
+    // Auto's own tile at those shapes is 0: the rule and the tile rule agree.
+    EXPECT_EQ(cuda::attn::sm90ws_forward_tile(-1, 128, 1024, false), 0);
+  }
+}
+
+TEST(TileChoice, Sm90wsPersistentOnRequestForTwoConsumerTilesOnly) {
+  using cuda::attn::kSm90WsOneConsumer;
+  using cuda::attn::sm90ws_forward_persistent;
+  for (bool causal : {true, false})
+    for (int T : {1, 4096, 65536}) {
+      EXPECT_TRUE(sm90ws_forward_persistent("persistent", 0, 64, T, causal));
+      EXPECT_TRUE(sm90ws_forward_persistent("persistent", 0, 128, T, causal));
+      EXPECT_TRUE(sm90ws_forward_persistent("persistent", 1, 128, T, causal));   // two consumers, 64-key tiles
+      EXPECT_FALSE(sm90ws_forward_persistent("persistent", 1, 64, T, causal));   // three consumers
+      EXPECT_FALSE(sm90ws_forward_persistent("persistent", kSm90WsOneConsumer, 64, T, causal));
+      EXPECT_FALSE(sm90ws_forward_persistent("grid", 0, 128, 1024, false));
+    }
+}
+
+TEST(TileChoice, Sm90wsScheduleRejectsUnknownValues) {
+  for (const char* bad : {"Persistent", "grid ", "1", "on"})
+    EXPECT_THROW(cuda::attn::sm90ws_forward_persistent(bad, 0, 128, 1024, false), InputError) << bad;
+}
+
 }  // namespace
 }  // namespace flashgpt

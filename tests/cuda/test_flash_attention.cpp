@@ -429,6 +429,13 @@ TEST_P(FlashAttentionVsReference, OutputsAndGradients) {
     for (const char* tile : {"0", "1"}) {
       ScopedEnv fwd_tile("FLASHGPT_ATTENTION_FWD_TILE", tile);
       check_against(pb, ref, naive, std::string("sm90ws tile ") + tile);
+      if (c.D == 64 && tile[0] == '1') continue;  // three consumers: no persistent schedule
+      // The persistent schedule (two consumers) on every SM, and on 3 blocks, so that each
+      // block walks through query tiles of different heads and batches.
+      for (const char* blocks : {static_cast<const char*>(nullptr), "3"}) {
+        ScopedEnv sched("FLASHGPT_ATTENTION_FWD_SCHEDULE", "persistent"), n("FLASHGPT_ATTENTION_FWD_BLOCKS", blocks);
+        check_against(pb, ref, naive, std::string("sm90ws tile ") + tile + " persistent" + (blocks ? " on 3 blocks" : ""));
+      }
     }
     // One consumer warpgroup, two blocks an SM (auto's choice at D = 64 up to T = 1024).
     ScopedEnv one("FLASHGPT_ATTENTION_FWD_CONSUMERS", "1");
@@ -605,8 +612,9 @@ TEST(CudaFlashAttention, Sm90WsForwardIsBitwiseEqualToSm90) {
     for (bool causal : {true, false})
       for (int T : {1, 17, 128, 129, 300, 1023, 4100}) {
         const Problem pb = random_problem(2, T, 3, D, causal, uint32_t(test::test_rng()()));
-        auto run = [&](const char* path, const char* tile) {
-          ScopedEnv p("FLASHGPT_ATTENTION_PATH", path), t("FLASHGPT_ATTENTION_FWD_TILE", tile);
+        auto run = [&](const char* path, const char* tile, const char* sched = nullptr, const char* blocks = nullptr) {
+          ScopedEnv p("FLASHGPT_ATTENTION_PATH", path), t("FLASHGPT_ATTENTION_FWD_TILE", tile),
+              s("FLASHGPT_ATTENTION_FWD_SCHEDULE", sched), n("FLASHGPT_ATTENTION_FWD_BLOCKS", blocks);
           DeviceRun r;
           run_flash(pb, r);
           return r;
@@ -623,6 +631,8 @@ TEST(CudaFlashAttention, Sm90WsForwardIsBitwiseEqualToSm90) {
               << name << shape << ": LSE differs from sm90's";
         };
         expect_same(ws, "sm90ws");
+        expect_same(run("sm90ws", "0", "persistent"), "sm90ws persistent");
+        expect_same(run("sm90ws", "0", "persistent", "3"), "sm90ws persistent on 3 blocks");
         if (D == 64) {  // three consumers, 192 rows a block: the extra key tiles a row meets
                         // under a causal mask are wholly masked (P = 0, O scaled by exactly 1);
                         // one consumer, 64 rows a block, the same 128-key tiles
@@ -703,6 +713,21 @@ TEST(CudaFlashAttention, RejectsBadForwardConsumers) {
   for (const char* bad : {"0", "2", "one", " 1"}) {
     ScopedEnv consumers("FLASHGPT_ATTENTION_FWD_CONSUMERS", bad);
     EXPECT_THROW(cuda::flash_attention_forward(fake_forward(64, DType::bf16, 0), nullptr), InputError) << bad;
+  }
+}
+
+TEST(CudaFlashAttention, RejectsBadForwardSchedule) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (!is_hopper()) GTEST_SKIP() << "the knobs belong to the sm90ws forward";
+  ScopedEnv path("FLASHGPT_ATTENTION_PATH", "sm90ws");
+  for (const char* bad : {"Persistent", "on", " grid"}) {
+    ScopedEnv sched("FLASHGPT_ATTENTION_FWD_SCHEDULE", bad);
+    EXPECT_THROW(cuda::flash_attention_forward(fake_forward(128, DType::bf16, 0), nullptr), InputError) << bad;
+  }
+  ScopedEnv sched("FLASHGPT_ATTENTION_FWD_SCHEDULE", "persistent");
+  for (const char* bad : {"0", "-3", "many"}) {
+    ScopedEnv blocks("FLASHGPT_ATTENTION_FWD_BLOCKS", bad);
+    EXPECT_THROW(cuda::flash_attention_forward(fake_forward(128, DType::bf16, 0), nullptr), InputError) << bad;
   }
 }
 

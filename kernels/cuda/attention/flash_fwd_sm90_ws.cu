@@ -16,6 +16,8 @@
 //     1.., "ping-pong" with two, round robin with three): a consumer issues its matmuls,
 //     and once its QKᵀ is done hands the turn to the next, so that the others' softmax
 //     runs while one's matmuls hold the tensor cores.
+// A block per query tile (the grid), or for the two-consumer tiles at D = 128 without a
+// mask up to T = 2048 one block an SM walking the tiles (the persistent kernel below).
 // The arithmetic is the sm90 forward's (flash_fwd_sm90.cu); with 128-key tiles in the same
 // order too, at both head dims and with two or three consumers: the same bits
 // (CudaFlashAttention.Sm90WsForwardIsBitwiseEqualToSm90; a 192-row block's rows also meet
@@ -23,6 +25,7 @@
 // fastest forward on an H200 at every benchmarked shape (BENCHMARKS.md): auto's forward on
 // Hopper.
 #include <cuda.h>
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 #include "src/cuda/cuda_check.h"
@@ -180,12 +183,174 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
 #endif
 }
 
+// The persistent schedule of the two-consumer tiles (tile_choice.h's
+// sm90ws_forward_persistent: auto's at D = 128 without a mask up to T = 2048): one block
+// an SM walks the query tiles in rounds of gridDim.x, in the grid's order ((batch, head)
+// major, each head's last query tiles first), so that the tiles in flight share their
+// heads' K and V in the L2. What a block per tile pays in the open at every tile runs here
+// under the previous tile: the producer carries the K/V rings across tiles (a ring
+// position counted over the block's tiles), and each consumer has its own 64 rows of Q
+// (a tensor map with 64-row boxes), reloaded as soon as that consumer has issued its last
+// QKᵀ of the tile (q_empty), under its last softmax, P·V and epilogue. The consumers'
+// turns run on across tiles: one that has finished a tile starts the next one's first QKᵀ
+// while the other is in its epilogue. cuDNN's forward on Hopper is persistent too (a block
+// an SM, a producer and two consumer warpgroups: BENCHMARKS.md, "Twenty-fifth session").
+// Same arithmetic as the grid kernel, tile by tile: the same bits.
 template <class Tile, bool kCausal>
-void launch_tile(const FlashParams& p, cudaStream_t stream) {
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    flash_fwd_sm90_ws_persistent_kernel(const __grid_constant__ CUtensorMap kv_map,
+                                        const __grid_constant__ CUtensorMap q_map, const FlashParams p) {
+#if FLASHGPT_HAS_WGMMA
+  constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN, S = Tile::kStages;
+  constexpr int QR = Tile::kQRows, kConsumers = Tile::kConsumers;
+  static_assert(kConsumers >= 2 && Tile::kBlocksPerSm == 1, "the persistent schedule takes turns between consumers");
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  bf16* sQ = reinterpret_cast<bf16*>(smem);  // [D/64][QR][64], consumer w's rows 64w..
+  bf16* sK = sQ + QR * D;                    // [S][D/64][BN][64]
+  bf16* sV = sK + S * BN * D;                // [S][D/64][BN][64]
+  __shared__ alignas(8) uint64_t q_full[kConsumers], q_empty[kConsumers], k_full[S], k_empty[S], v_full[S], v_empty[S];
+  static_assert(Tile::kSmemBytes + sizeof(q_full) * 2 + sizeof(k_full) * 4 + 1024 <= 228 * 1024, "the shared memory");
+  constexpr int kConsumerThreads = 128 * kConsumers;
+  constexpr uint32_t kQPartBytes = 64u * D * sizeof(bf16);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp / 4;
+  const int m_blocks = (p.T + BM - 1) / BM, tiles = m_blocks * p.H * p.B;
+  // The block's local-th tile, or -1 past its last: round `local` of gridDim.x tiles,
+  // taken in turn forwards and backwards, so that under a causal mask (each head's tiles
+  // heaviest first) a block that takes a long tile in one round takes a short one in the next.
+  auto tile_of = [&](int local) {
+    const int g = gridDim.x, t = local * g + (local % 2 == 0 ? int(blockIdx.x) : g - 1 - int(blockIdx.x));
+    return t < tiles ? t : -1;
+  };
+  struct Coords { int m_block, h, b, n_blocks; };
+  auto coords = [&](int t) {
+    const int bh = t / m_blocks, m_block = m_blocks - 1 - (t - bh * m_blocks);
+    const int n_end = kCausal ? min(p.T, m_block * BM + BM) : p.T;
+    return Coords{m_block, bh % p.H, bh / p.H, (n_end + BN - 1) / BN};
+  };
+
+  if (tid == 0) {
+#pragma unroll
+    for (int w = 0; w < kConsumers; ++w) {
+      sm90::mbar_init(&q_full[w], 1);
+      sm90::mbar_init(&q_empty[w], 128);
+    }
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      sm90::mbar_init(&k_full[s], 1);
+      sm90::mbar_init(&v_full[s], 1);
+      sm90::mbar_init(&k_empty[s], kConsumerThreads);
+      sm90::mbar_init(&v_empty[s], kConsumerThreads);
+    }
+    sm90::fence_mbar_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {  // ---- producer
+    sm90::setmaxnreg_dec<24>();
+    if (tid != 0) return;
+    auto load_kv = [&](bf16* dst, uint64_t* bar, int col0, int row0, int b) {
+#pragma unroll
+      for (int c = 0; c < D / kTmaBoxCols; ++c)
+        sm90::tma_load_3d(dst + c * BN * kTmaBoxCols, &kv_map, bar, col0 + c * kTmaBoxCols, row0, b);
+    };
+    int kv = 0;
+    for (int local = 0, t = tile_of(0); t >= 0; t = tile_of(++local)) {
+      const Coords cd = coords(t);
+      for (int nb = 0; nb < cd.n_blocks; ++nb, ++kv) {
+        const int s = kv % S;
+        const uint32_t parity = ((kv / S) & 1) ^ 1;  // the release of this buffer's previous tile
+        sm90::mbar_wait(&k_empty[s], parity);
+        sm90::mbar_arrive_expect_tx(&k_full[s], Tile::kTileBytes);
+        load_kv(sK + s * BN * D, &k_full[s], (p.H + cd.h) * D, nb * BN, cd.b);
+        if (nb == 0) {  // this tile's Q, each consumer's rows once it is done with the last tile's
+#pragma unroll
+          for (int w = 0; w < kConsumers; ++w) {
+            if (local > 0) sm90::mbar_wait(&q_empty[w], uint32_t(local - 1) & 1);
+            sm90::mbar_arrive_expect_tx(&q_full[w], kQPartBytes);
+#pragma unroll
+            for (int c = 0; c < D / kTmaBoxCols; ++c)
+              sm90::tma_load_3d(sQ + (c * QR + w * 64) * kTmaBoxCols, &q_map, &q_full[w], cd.h * D + c * kTmaBoxCols,
+                                cd.m_block * BM + w * 64, cd.b);
+          }
+        }
+        sm90::mbar_wait(&v_empty[s], parity);
+        sm90::mbar_arrive_expect_tx(&v_full[s], Tile::kTileBytes);
+        load_kv(sV + s * BN * D, &v_full[s], (2 * p.H + cd.h) * D, nb * BN, cd.b);
+      }
+    }
+    return;
+  }
+
+  // ---- consumers
+  sm90::setmaxnreg_inc<Tile::kConsumerRegs>();
+  const int cw = wg - 1;  // rows 64·cw.. of each query tile
+  auto v_base = [&](int kv) { return smem_u32(sV + (kv % S) * BN * D); };
+  auto parity = [](int kv) { return uint32_t((kv / S) & 1); };
+  // Turns as in the grid kernel, run on across the block's tiles (every consumer takes
+  // as many steps a tile); the last consumer skips only its very last hand-over.
+  constexpr int kTurnThreads = 256;
+  if (cw == kConsumers - 1) sm90::named_arrive(1, kTurnThreads);
+  int kv0 = 0;  // the ring position of this tile's first K/V tile
+  for (int local = 0, t = tile_of(0); t >= 0; t = tile_of(++local)) {
+    const Coords cd = coords(t);
+    const bool last_tile = tile_of(local + 1) < 0;
+    const int n_blocks = cd.n_blocks;
+    Sm90FwdConsumer<Tile, kCausal> c(p, cd.m_block * BM, cw, warp % 4, lane, sQ);
+    sm90::mbar_wait(&q_full[cw], uint32_t(local) & 1);
+    auto step = [&](int nb, auto is_first) {
+      constexpr bool kFirst = decltype(is_first)::value;
+      const int kv = kv0 + nb, s = kv % S;
+      sm90::mbar_wait(&k_full[s], parity(kv));
+      if constexpr (!kFirst) sm90::mbar_wait(&v_full[(kv - 1) % S], parity(kv - 1));
+      sm90::named_sync(1 + cw, kTurnThreads);
+      auto after_qk = [&] {  // S done: the next consumer's turn; K of this tile (and, last, Q) read
+        if (cw != kConsumers - 1 || nb + 1 < n_blocks || !last_tile)
+          sm90::named_arrive(cw + 1 < kConsumers ? cw + 2 : 1, kTurnThreads);
+        sm90::mbar_arrive(&k_empty[s]);
+        if (nb + 1 == n_blocks) sm90::mbar_arrive(&q_empty[cw]);
+      };
+      auto after_pv = [&] { sm90::mbar_arrive(&v_empty[(kv - 1) % S]); };  // V of the previous key tile read
+      c.template step_overlapped<kFirst>(nb, smem_u32(sK + s * BN * D), v_base(kFirst ? kv : kv - 1), after_qk,
+                                         after_pv);
+    };
+    step(0, std::true_type{});
+    for (int nb = 1; nb < n_blocks; ++nb) step(nb, std::false_type{});
+    const int last = kv0 + n_blocks - 1;
+    sm90::mbar_wait(&v_full[last % S], parity(last));
+    c.finish_overlapped(v_base(last));
+    sm90::mbar_arrive(&v_empty[last % S]);
+    c.store(cd.b, cd.h);
+    kv0 += n_blocks;
+  }
+#else
+  static_assert(Tile::kMTiles == 1 && Tile::kNTiles > 0 && Tile::kDTiles > 0, "tile shape");
+  __trap();  // never launched: the dispatcher checks that sm_90a code was built
+#endif
+}
+
+// persistent_blocks > 0: the persistent kernel on that many blocks (two-consumer tiles).
+template <class Tile, bool kCausal>
+void launch_tile(const FlashParams& p, int persistent_blocks, cudaStream_t stream) {
   auto kernel = flash_fwd_sm90_ws_kernel<Tile, kCausal>;
   static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::kSmemBytes);  // once
   (void)opted_in;
   const CUtensorMap map = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, Tile::kBlockN, "qkv");
+  if constexpr (Tile::kConsumers == 2) {  // three consumers spill 16 bytes persistent (causal)
+    if (persistent_blocks > 0) {
+      auto pk = flash_fwd_sm90_ws_persistent_kernel<Tile, kCausal>;
+      static const bool pk_opted_in = opt_in_dynamic_smem(pk, Tile::kSmemBytes);  // once
+      (void)pk_opted_in;
+      const CUtensorMap q_map = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, 64, "qkv");
+      const int64_t tiles = int64_t((p.T + Tile::kBlockM - 1) / Tile::kBlockM) * p.H * p.B;
+      const int64_t blocks = std::min<int64_t>(tiles, persistent_blocks);
+      pk<<<unsigned(blocks), Tile::kThreads, Tile::kSmemBytes, stream>>>(map, q_map, p);
+      CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
   const dim3 grid((p.T + Tile::kBlockM - 1) / Tile::kBlockM, p.H, p.B);
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(map, p);
   CUDA_CHECK_LAUNCH();
@@ -194,22 +359,22 @@ void launch_tile(const FlashParams& p, cudaStream_t stream) {
 }  // namespace
 
 template <int kHeadDim, bool kCausal>
-void launch_fwd_sm90_ws(const FlashParams& p, int tile, cudaStream_t stream) {
+void launch_fwd_sm90_ws(const FlashParams& p, int tile, int persistent_blocks, cudaStream_t stream) {
   // One consumer: 128-key tiles at D = 64, 64-key tiles at D = 128 (two blocks' shared
   // memory).
   if (tile == kSm90WsOneConsumer)
-    return launch_tile<Sm90WsTile<kHeadDim, kHeadDim == 64 ? 128 : 64, /*kConsumers=*/1>, kCausal>(p, stream);
+    return launch_tile<Sm90WsTile<kHeadDim, kHeadDim == 64 ? 128 : 64, /*kConsumers=*/1>, kCausal>(p, persistent_blocks, stream);
   if constexpr (kHeadDim == 128) {
-    if (tile == 1) return launch_tile<Sm90WsTile<kHeadDim, 64>, kCausal>(p, stream);
+    if (tile == 1) return launch_tile<Sm90WsTile<kHeadDim, 64>, kCausal>(p, persistent_blocks, stream);
   } else {
-    if (tile == 1) return launch_tile<Sm90WsTile<kHeadDim, 128, /*kConsumers=*/3>, kCausal>(p, stream);
+    if (tile == 1) return launch_tile<Sm90WsTile<kHeadDim, 128, /*kConsumers=*/3>, kCausal>(p, persistent_blocks, stream);
   }
-  launch_tile<Sm90WsTile<kHeadDim>, kCausal>(p, stream);
+  launch_tile<Sm90WsTile<kHeadDim>, kCausal>(p, persistent_blocks, stream);
 }
 
-template void launch_fwd_sm90_ws<64, /*kCausal=*/true>(const FlashParams&, int, cudaStream_t);
-template void launch_fwd_sm90_ws<64, /*kCausal=*/false>(const FlashParams&, int, cudaStream_t);
-template void launch_fwd_sm90_ws<128, /*kCausal=*/true>(const FlashParams&, int, cudaStream_t);
-template void launch_fwd_sm90_ws<128, /*kCausal=*/false>(const FlashParams&, int, cudaStream_t);
+template void launch_fwd_sm90_ws<64, /*kCausal=*/true>(const FlashParams&, int, int, cudaStream_t);
+template void launch_fwd_sm90_ws<64, /*kCausal=*/false>(const FlashParams&, int, int, cudaStream_t);
+template void launch_fwd_sm90_ws<128, /*kCausal=*/true>(const FlashParams&, int, int, cudaStream_t);
+template void launch_fwd_sm90_ws<128, /*kCausal=*/false>(const FlashParams&, int, int, cudaStream_t);
 
 }  // namespace flashgpt::cuda::attn

@@ -59,9 +59,11 @@ void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream
 // flash_fwd_sm90_ws.cu), each consumer's softmax under its previous P·V. Tile 0: 128-key
 // tiles; tile 1: at D = 128 64-key tiles, at D = 64 three consumer warpgroups (192 query
 // rows a block, round robin); tile kSm90WsOneConsumer: one consumer, 64 query rows, two
-// blocks an SM. The caller picks the tile (tile_choice.h).
+// blocks an SM. The caller picks the tile (tile_choice.h). persistent_blocks > 0 runs a
+// two-consumer tile (tile 0, or tile 1 at D = 128) persistent on that many blocks; the
+// other tiles ignore it.
 template <int kHeadDim, bool kCausal>
-void launch_fwd_sm90_ws(const FlashParams& p, int tile, cudaStream_t stream);
+void launch_fwd_sm90_ws(const FlashParams& p, int tile, int persistent_blocks, cudaStream_t stream);
 // True when this build has sm_90a code and the current device runs it.
 bool sm90_kernels_built();
 // A TMA descriptor of a 3-D tensor (innermost dimension first; strides in bytes of

@@ -41,4 +41,25 @@ inline int sm90ws_forward_tile(int requested, int D, int T, bool causal) {
   return D == 64 && (!causal || T >= 2048) ? 1 : 0;
 }
 
+// Whether the sm90ws forward runs `tile` persistent (one block an SM walking the query
+// tiles, flash_fwd_sm90_ws.cu) or a block per query tile. `requested`:
+// FLASHGPT_ATTENTION_FWD_SCHEDULE, auto | grid | persistent (null or empty: auto;
+// anything else is an InputError). Only the two-consumer tiles have a persistent kernel
+// (tile 0, and tile 1 at D = 128): the others always run a block per tile. auto:
+// persistent at D = 128 without a mask up to T = 2048, where a block per tile, alone on its
+// SM, pays its tile's first loads and its epilogue in the open (cuDNN's forward is
+// persistent there). Measured on an H200 (BENCHMARKS.md, "Twenty-fifth session", call 3,
+// against a block per tile in the same sweep): 16 x 16 x 1K full 504.9-514.0 against 469.4
+// TFLOP/s, 8 x 16 x 2K full 592.4-602.2 against 546.6; from 4K on level or 1-4% behind;
+// with a causal mask 14-38% behind (blocks unevenly loaded); at D = 64 two consumers
+// persistent lost to the one- and three-consumer tiles at every shape.
+inline bool sm90ws_forward_persistent(const char* requested, int tile, int D, int T, bool causal) {
+  const std::string v = requested && *requested ? requested : "auto";
+  if (v != "auto" && v != "grid" && v != "persistent")
+    fail_input("FLASHGPT_ATTENTION_FWD_SCHEDULE must be auto, grid or persistent, got '", v, "'");
+  const bool two_consumers = tile == 0 || (tile == 1 && D == 128);
+  if (!two_consumers || v == "grid") return false;
+  return v == "persistent" || (D == 128 && !causal && T <= 2048);
+}
+
 }  // namespace flashgpt::cuda::attn
