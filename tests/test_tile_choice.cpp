@@ -40,13 +40,19 @@ TEST(TileChoice, Sm80TakesTheRequestedTileAndTileZeroWhenUnset) {
   EXPECT_EQ(sm80_tile(1), 1);
 }
 
-TEST(TileChoice, Sm90wsTakesOneConsumerAtHeadDim64UpTo1024) {
+TEST(TileChoice, Sm90wsTakesOneConsumerAtHeadDim64UpTo1024WithoutAMask) {
+  using cuda::attn::FwdSchedule;
   using cuda::attn::kSm90WsOneConsumer;
-  // GPT-2 124M's training step: causal, T = 1024.
-  EXPECT_EQ(sm90ws_forward_tile(-1, 64, 1024, /*causal=*/true), kSm90WsOneConsumer);
-  for (bool causal : {true, false})
-    for (int T : {1, 17, 512, 1023, 1024}) EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, causal), kSm90WsOneConsumer) << T;
-  EXPECT_NE(sm90ws_forward_tile(-1, 64, 1025, true), kSm90WsOneConsumer);  // the threshold is inclusive
+  for (int T : {1, 17, 512, 1023, 1024}) {
+    EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, /*causal=*/false), kSm90WsOneConsumer) << T;
+    // Causal: tile 0, persistent (GPT-2 124M's training step: T = 1024); with the schedule
+    // held to a block per tile, the one-consumer tile as before.
+    EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, /*causal=*/true), 0) << T;
+    EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, true, FwdSchedule::persistent), 0) << T;
+    EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, true, FwdSchedule::grid), kSm90WsOneConsumer) << T;
+    EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, false, FwdSchedule::grid), kSm90WsOneConsumer) << T;
+  }
+  EXPECT_NE(sm90ws_forward_tile(-1, 64, 1025, true, FwdSchedule::grid), kSm90WsOneConsumer);  // the threshold is inclusive
   EXPECT_NE(sm90ws_forward_tile(-1, 64, 1025, false), kSm90WsOneConsumer);
 }
 
@@ -70,35 +76,50 @@ TEST(TileChoice, ARequestedTileIsTakenEverywhere) {
         for (int tile : {0, 1}) EXPECT_EQ(sm90ws_forward_tile(tile, D, T, causal), tile);
 }
 
-TEST(TileChoice, Sm90wsRunsPersistentAtHeadDim128WithoutAMaskUpTo2048) {
+TEST(TileChoice, Sm90wsRunsPersistentAtShortSequences) {
+  using cuda::attn::FwdSchedule;
   using cuda::attn::sm90ws_forward_persistent;
-  for (const char* unset : {static_cast<const char*>(nullptr), "", "auto"}) {
-    for (int T : {1, 1024, 2048}) EXPECT_TRUE(sm90ws_forward_persistent(unset, 0, 128, T, /*causal=*/false)) << T;
-    EXPECT_FALSE(sm90ws_forward_persistent(unset, 0, 128, 2049, false));  // the threshold is inclusive
-    EXPECT_FALSE(sm90ws_forward_persistent(unset, 0, 128, 1024, /*causal=*/true));
-    EXPECT_FALSE(sm90ws_forward_persistent(unset, 0, 64, 1024, false));
-    // Auto's own tile at those shapes is 0: the rule and the tile rule agree.
-    EXPECT_EQ(cuda::attn::sm90ws_forward_tile(-1, 128, 1024, false), 0);
+  const FwdSchedule unset = cuda::attn::parse_forward_schedule(nullptr);
+  EXPECT_EQ(unset, FwdSchedule::automatic);
+  EXPECT_EQ(cuda::attn::parse_forward_schedule(""), FwdSchedule::automatic);
+  for (bool causal : {true, false}) {
+    // D = 128: auto's tile is 0; persistent up to T = 2048, inclusive.
+    for (int T : {1, 1024, 2048}) {
+      EXPECT_EQ(sm90ws_forward_tile(-1, 128, T, causal), 0) << T;
+      EXPECT_TRUE(sm90ws_forward_persistent(unset, 0, 128, T, causal)) << T;
+    }
+    EXPECT_FALSE(sm90ws_forward_persistent(unset, 0, 128, 2049, causal));
+    EXPECT_FALSE(sm90ws_forward_persistent(unset, 0, 128, 65536, causal));
   }
+  // D = 64: causal up to T = 1024 (tile 0, see the tile rule), nothing else.
+  for (int T : {1, 1024}) EXPECT_TRUE(sm90ws_forward_persistent(unset, sm90ws_forward_tile(-1, 64, T, true), 64, T, true));
+  EXPECT_FALSE(sm90ws_forward_persistent(unset, 0, 64, 1025, true));
+  EXPECT_FALSE(sm90ws_forward_persistent(unset, 0, 64, 1024, false));
+  EXPECT_FALSE(sm90ws_forward_persistent(unset, sm90ws_forward_tile(-1, 64, 1024, false), 64, 1024, false));
+  EXPECT_FALSE(sm90ws_forward_persistent(unset, sm90ws_forward_tile(-1, 64, 65536, true), 64, 65536, true));
 }
 
 TEST(TileChoice, Sm90wsPersistentOnRequestForTwoConsumerTilesOnly) {
+  using cuda::attn::FwdSchedule;
   using cuda::attn::kSm90WsOneConsumer;
   using cuda::attn::sm90ws_forward_persistent;
+  const FwdSchedule on = cuda::attn::parse_forward_schedule("persistent");
+  const FwdSchedule off = cuda::attn::parse_forward_schedule("grid");
   for (bool causal : {true, false})
-    for (int T : {1, 4096, 65536}) {
-      EXPECT_TRUE(sm90ws_forward_persistent("persistent", 0, 64, T, causal));
-      EXPECT_TRUE(sm90ws_forward_persistent("persistent", 0, 128, T, causal));
-      EXPECT_TRUE(sm90ws_forward_persistent("persistent", 1, 128, T, causal));   // two consumers, 64-key tiles
-      EXPECT_FALSE(sm90ws_forward_persistent("persistent", 1, 64, T, causal));   // three consumers
-      EXPECT_FALSE(sm90ws_forward_persistent("persistent", kSm90WsOneConsumer, 64, T, causal));
-      EXPECT_FALSE(sm90ws_forward_persistent("grid", 0, 128, 1024, false));
+    for (int T : {1, 1024, 4096, 65536}) {
+      EXPECT_TRUE(sm90ws_forward_persistent(on, 0, 64, T, causal));
+      EXPECT_TRUE(sm90ws_forward_persistent(on, 0, 128, T, causal));
+      EXPECT_TRUE(sm90ws_forward_persistent(on, 1, 128, T, causal));   // two consumers, 64-key tiles
+      EXPECT_FALSE(sm90ws_forward_persistent(on, 1, 64, T, causal));   // three consumers
+      EXPECT_FALSE(sm90ws_forward_persistent(on, kSm90WsOneConsumer, 64, T, causal));
+      for (int D : {64, 128})
+        for (int tile : {0, 1}) EXPECT_FALSE(sm90ws_forward_persistent(off, tile, D, T, causal));
     }
 }
 
 TEST(TileChoice, Sm90wsScheduleRejectsUnknownValues) {
   for (const char* bad : {"Persistent", "grid ", "1", "on"})
-    EXPECT_THROW(cuda::attn::sm90ws_forward_persistent(bad, 0, 128, 1024, false), InputError) << bad;
+    EXPECT_THROW(cuda::attn::parse_forward_schedule(bad), InputError) << bad;
 }
 
 }  // namespace

@@ -34,8 +34,8 @@
 //       (64 query rows) and two blocks an SM at every shape, whatever FWD_TILE says.
 //   FLASHGPT_ATTENTION_FWD_SCHEDULE=auto|grid|persistent  the sm90ws forward's two-consumer
 //       tiles as a block per query tile (grid) or one block an SM walking the tiles
-//       (persistent); auto: persistent at D = 128 without a mask up to T = 2048
-//       (tile_choice.h). FLASHGPT_ATTENTION_FWD_BLOCKS=N (tests) caps the persistent grid.
+//       (persistent); auto: persistent up to T = 2048 at D = 128 and, with a causal mask,
+//       up to T = 1024 at D = 64 (where it takes tile 0 for it; tile_choice.h). FLASHGPT_ATTENTION_FWD_BLOCKS=N (tests) caps the persistent grid.
 #include "kernels/cuda/attention/flash_attention.h"
 
 #include <algorithm>
@@ -103,12 +103,11 @@ bool one_consumer_forward() {
   return v == "1";
 }
 
-// The sm90ws forward's persistent grid for `tile` (tile_choice.h's rule on
-// FLASHGPT_ATTENTION_FWD_SCHEDULE): the SM count (FLASHGPT_ATTENTION_FWD_BLOCKS=N, a test
-// knob, sets N instead), or 0 for a block per query tile.
-int forward_persistent_blocks(int tile, const AttentionForward& a) {
-  if (!attn::sm90ws_forward_persistent(std::getenv("FLASHGPT_ATTENTION_FWD_SCHEDULE"), tile, a.D, a.T, a.causal))
-    return 0;
+// The sm90ws forward's persistent grid for `tile` (tile_choice.h's rule): the SM count
+// (FLASHGPT_ATTENTION_FWD_BLOCKS=N, a test knob, sets N instead), or 0 for a block per
+// query tile.
+int forward_persistent_blocks(attn::FwdSchedule schedule, int tile, const AttentionForward& a) {
+  if (!attn::sm90ws_forward_persistent(schedule, tile, a.D, a.T, a.causal)) return 0;
   if (const char* n = std::getenv("FLASHGPT_ATTENTION_FWD_BLOCKS"); n && *n)
     return int(parse_positive_int(n, "FLASHGPT_ATTENTION_FWD_BLOCKS"));
   return device_sm_count();
@@ -205,9 +204,10 @@ void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
                  : attn::launch_fwd_sm90<128, /*kCausal=*/false>(p, stream);
       break;
     case Path::sm90ws: {
+      const attn::FwdSchedule schedule = attn::parse_forward_schedule(std::getenv("FLASHGPT_ATTENTION_FWD_SCHEDULE"));
       const int ws_tile = one_consumer_forward() ? attn::kSm90WsOneConsumer
-                                                 : attn::sm90ws_forward_tile(fwd_tile, a.D, a.T, a.causal);
-      const int blocks = forward_persistent_blocks(ws_tile, a);
+                                                 : attn::sm90ws_forward_tile(fwd_tile, a.D, a.T, a.causal, schedule);
+      const int blocks = forward_persistent_blocks(schedule, ws_tile, a);
       if (a.D == 64)
         a.causal ? attn::launch_fwd_sm90_ws<64, /*kCausal=*/true>(p, ws_tile, blocks, stream)
                  : attn::launch_fwd_sm90_ws<64, /*kCausal=*/false>(p, ws_tile, blocks, stream);

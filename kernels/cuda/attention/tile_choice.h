@@ -24,6 +24,19 @@ inline int sm80_tile(int requested) { return requested >= 0 ? requested : 0; }
 // and two blocks an SM (flash_fwd_sm90_ws.cu).
 constexpr int kSm90WsOneConsumer = 2;
 
+// The sm90ws forward's schedule knob, FLASHGPT_ATTENTION_FWD_SCHEDULE = auto | grid |
+// persistent (null or empty: auto; anything else is an InputError): its two-consumer
+// tiles as a block per query tile (grid) or one block an SM walking the query tiles
+// (persistent, flash_fwd_sm90_ws.cu); the other tiles always run a block per tile.
+enum class FwdSchedule { automatic, grid, persistent };
+inline FwdSchedule parse_forward_schedule(const char* value) {
+  const std::string v = value && *value ? value : "auto";
+  if (v == "auto") return FwdSchedule::automatic;
+  if (v == "grid") return FwdSchedule::grid;
+  if (v == "persistent") return FwdSchedule::persistent;
+  fail_input("FLASHGPT_ATTENTION_FWD_SCHEDULE must be auto, grid or persistent, got '", v, "'");
+}
+
 // The sm90ws forward's tile for head dim D, T tokens, causal or not; `requested` < 0
 // (the knob unset) chooses. Measured on an H200 (BENCHMARKS.md "Twelfth session", call 3,
 // the 21 shapes of the sweep, every tile with the overlapped step): at D = 64 three
@@ -31,35 +44,36 @@ constexpr int kSm90WsOneConsumer = 2;
 // 8-16% with a causal mask from T = 2048 on, and lose at causal T = 1024 (234.8 against
 // 251.9 TFLOP/s; GPT-2's shape 201.0 against 220.3), where a 192-row block straddles the
 // diagonal for more of its keys. At D = 128 tile 1 (64-key tiles) loses at every shape
-// (16-24%). Up to T = 1024 at D = 64 one consumer and two blocks an SM beat both
-// ("Eighteenth session", call 1: causal 287.1 against 251.8, GPT-2's shape 251.8 against
-// 221.7, full 369.1 against 364.2): a block's first loads and its epilogue run under the
-// other block's matmuls. From T = 2048 on, and at D = 128, it loses (up to 22%).
-inline int sm90ws_forward_tile(int requested, int D, int T, bool causal) {
+// (16-24%). Up to T = 1024 at D = 64 one consumer and two blocks an SM beat both run a
+// block per tile ("Eighteenth session", call 1: causal 287.1 against 251.8, GPT-2's shape
+// 251.8 against 221.7, full 369.1 against 364.2): a block's first loads and its epilogue
+// run under the other block's matmuls. From T = 2048 on, and at D = 128, it loses (up to
+// 22%). Under a causal mask up to T = 1024 tile 0 persistent beats it in turn
+// ("Twenty-fifth session", call 6: 16 x 32 x 1K 297.3-299.5 against 283.0-285.8, GPT-2's
+// shape 268.7-271.6 against 252.3-255.2), so tile 0 is taken there unless the schedule is
+// grid; without a mask it does not (358.5-361.1 against 382.9-387.1).
+inline int sm90ws_forward_tile(int requested, int D, int T, bool causal, FwdSchedule schedule = FwdSchedule::automatic) {
   if (requested >= 0) return requested;
-  if (D == 64 && T <= 1024) return kSm90WsOneConsumer;
+  if (D == 64 && T <= 1024) return causal && schedule != FwdSchedule::grid ? 0 : kSm90WsOneConsumer;
   return D == 64 && (!causal || T >= 2048) ? 1 : 0;
 }
 
-// Whether the sm90ws forward runs `tile` persistent (one block an SM walking the query
-// tiles, flash_fwd_sm90_ws.cu) or a block per query tile. `requested`:
-// FLASHGPT_ATTENTION_FWD_SCHEDULE, auto | grid | persistent (null or empty: auto;
-// anything else is an InputError). Only the two-consumer tiles have a persistent kernel
-// (tile 0, and tile 1 at D = 128): the others always run a block per tile. auto:
-// persistent at D = 128 without a mask up to T = 2048, where a block per tile, alone on its
-// SM, pays its tile's first loads and its epilogue in the open (cuDNN's forward is
-// persistent there). Measured on an H200 (BENCHMARKS.md, "Twenty-fifth session", call 3,
-// against a block per tile in the same sweep): 16 x 16 x 1K full 504.9-514.0 against 469.4
-// TFLOP/s, 8 x 16 x 2K full 592.4-602.2 against 546.6; from 4K on level or 1-4% behind;
-// with a causal mask 14-38% behind (blocks unevenly loaded); at D = 64 two consumers
-// persistent lost to the one- and three-consumer tiles at every shape.
-inline bool sm90ws_forward_persistent(const char* requested, int tile, int D, int T, bool causal) {
-  const std::string v = requested && *requested ? requested : "auto";
-  if (v != "auto" && v != "grid" && v != "persistent")
-    fail_input("FLASHGPT_ATTENTION_FWD_SCHEDULE must be auto, grid or persistent, got '", v, "'");
+// Whether the sm90ws forward runs `tile` persistent. Only the two-consumer tiles have a
+// persistent kernel (tile 0, and tile 1 at D = 128). auto: persistent up to T = 2048 at
+// D = 128 and, under a causal mask, up to T = 1024 at D = 64, where a block per tile,
+// alone on its SM, pays its tile's first loads and its epilogue in the open (cuDNN's
+// forward is persistent there). Measured on an H200 (BENCHMARKS.md, "Twenty-fifth
+// session", call 6, three rounds against a block per tile): D = 128, 1K causal 387.5-390.0
+// TFLOP/s against 366.0-368.0, full 539.7-542.8 against 513.2-515.8; 2K causal 490.1-492.5
+// against 482.0-483.9, full 610.7-612.2 against 600.2-602.6; 4K causal 563.1-569.1 against
+// 564.6-572.6, and in call 5's sweep level or 1-4% behind from 4K on, 39% behind at 16K
+// causal (its rounds leave the blocks unevenly loaded there); D = 64, see
+// sm90ws_forward_tile.
+inline bool sm90ws_forward_persistent(FwdSchedule schedule, int tile, int D, int T, bool causal) {
   const bool two_consumers = tile == 0 || (tile == 1 && D == 128);
-  if (!two_consumers || v == "grid") return false;
-  return v == "persistent" || (D == 128 && !causal && T <= 2048);
+  if (!two_consumers || schedule == FwdSchedule::grid) return false;
+  if (schedule == FwdSchedule::persistent) return true;
+  return D == 128 ? T <= 2048 : causal && T <= 1024;
 }
 
 }  // namespace flashgpt::cuda::attn
