@@ -28,14 +28,16 @@
 //       warpgroups with 128-key tiles, 1 at D = 128 64-key tiles and at D = 64 three
 //       consumers for 192 query rows a block (flash_fwd_sm90_ws.cu); unset, the
 //       measured choice of sm90ws_forward_tile in tile_choice.h (at D = 64: one
-//       consumer and two blocks an SM up to T = 1024, then three consumers unless causal
-//       with T < 2048). The other Hopper kernels ignore them.
+//       consumer and two blocks an SM up to T = 1024 without a mask, tile 0 with a causal
+//       mask, then three consumers unless causal with T < 2048). The other Hopper kernels
+//       ignore them.
 //   FLASHGPT_ATTENTION_FWD_CONSUMERS=1  the sm90ws forward with one consumer warpgroup
 //       (64 query rows) and two blocks an SM at every shape, whatever FWD_TILE says.
 //   FLASHGPT_ATTENTION_FWD_SCHEDULE=auto|grid|persistent  the sm90ws forward's two-consumer
 //       tiles as a block per query tile (grid) or one block an SM walking the tiles
 //       (persistent); auto: persistent up to T = 2048 at D = 128 and, with a causal mask,
-//       up to T = 1024 at D = 64 (where it takes tile 0 for it; tile_choice.h). FLASHGPT_ATTENTION_FWD_BLOCKS=N (tests) caps the persistent grid.
+//       up to T = 1024 at D = 64 (tile_choice.h). FLASHGPT_ATTENTION_FWD_BLOCKS=N (tests)
+//       caps the persistent grid.
 #include "kernels/cuda/attention/flash_attention.h"
 
 #include <algorithm>

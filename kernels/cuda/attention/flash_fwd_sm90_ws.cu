@@ -45,7 +45,8 @@ namespace {
 // consumers (ptxas held the consumers to 168 and 128 registers, see mbar_wait), and those
 // tiles ran their two matmuls one at a time (the overlap is 8-21% faster at D = 128, -1
 // to +7% with three consumers).
-// kConsumers = 1 (tile kSm90WsOneConsumer: auto's at D = 64 up to T = 1024, anywhere with
+// kConsumers = 1 (tile kSm90WsOneConsumer: auto's at D = 64 without a mask up to T = 1024
+// (with a causal mask tile 0 persistent is faster there), anywhere with
 // FLASHGPT_ATTENTION_FWD_CONSUMERS=1): 64 query rows a block and two blocks an SM
 // (registers 24 / 232, two K/V stages, 64-key tiles at D = 128), so that one block's
 // first loads and epilogue run under the other's matmuls at short sequences, where a
@@ -193,8 +194,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
 // (a tensor map with 64-row boxes), reloaded as soon as that consumer has issued its last
 // QKᵀ of the tile (q_empty), under its last softmax, P·V and epilogue. The consumers'
 // turns run on across tiles: one that has finished a tile starts the next one's first QKᵀ
-// while the other is in its epilogue. cuDNN's forward on Hopper is persistent too (a block
-// an SM, a producer and two consumer warpgroups: BENCHMARKS.md, "Twenty-fifth session").
+// while the other is in its epilogue. cuDNN's forward on Hopper is persistent too (132
+// blocks of 384 threads at these shapes: BENCHMARKS.md, "Twenty-fifth session", call 2).
 // Same arithmetic as the grid kernel, tile by tile: the same bits.
 template <class Tile, bool kCausal>
 __global__ void __launch_bounds__(Tile::kThreads, 1)

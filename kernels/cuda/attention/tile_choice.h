@@ -49,7 +49,7 @@ inline FwdSchedule parse_forward_schedule(const char* value) {
 // 251.8 against 221.7, full 369.1 against 364.2): a block's first loads and its epilogue
 // run under the other block's matmuls. From T = 2048 on, and at D = 128, it loses (up to
 // 22%). Under a causal mask up to T = 1024 tile 0 persistent beats it in turn
-// ("Twenty-fifth session", call 6: 16 x 32 x 1K 297.3-299.5 against 283.0-285.8, GPT-2's
+// ("Twenty-fifth session", call 5: 16 x 32 x 1K 297.3-299.5 against 283.0-285.8, GPT-2's
 // shape 268.7-271.6 against 252.3-255.2), so tile 0 is taken there unless the schedule is
 // grid; without a mask it does not (358.5-361.1 against 382.9-387.1).
 inline int sm90ws_forward_tile(int requested, int D, int T, bool causal, FwdSchedule schedule = FwdSchedule::automatic) {
@@ -63,10 +63,10 @@ inline int sm90ws_forward_tile(int requested, int D, int T, bool causal, FwdSche
 // D = 128 and, under a causal mask, up to T = 1024 at D = 64, where a block per tile,
 // alone on its SM, pays its tile's first loads and its epilogue in the open (cuDNN's
 // forward is persistent there). Measured on an H200 (BENCHMARKS.md, "Twenty-fifth
-// session", call 6, three rounds against a block per tile): D = 128, 1K causal 387.5-390.0
+// session", call 5, three rounds against a block per tile): D = 128, 1K causal 387.5-390.0
 // TFLOP/s against 366.0-368.0, full 539.7-542.8 against 513.2-515.8; 2K causal 490.1-492.5
 // against 482.0-483.9, full 610.7-612.2 against 600.2-602.6; 4K causal 563.1-569.1 against
-// 564.6-572.6, and in call 5's sweep level or 1-4% behind from 4K on, 39% behind at 16K
+// 564.6-572.6, and in call 4's sweep level or 1-4% behind from 4K on, 39% behind at 16K
 // causal (its rounds leave the blocks unevenly loaded there); D = 64, see
 // sm90ws_forward_tile.
 inline bool sm90ws_forward_persistent(FwdSchedule schedule, int tile, int D, int T, bool causal) {
