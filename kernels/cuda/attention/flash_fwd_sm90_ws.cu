@@ -16,8 +16,8 @@
 //     1.., "ping-pong" with two, round robin with three): a consumer issues its matmuls,
 //     and once its QKᵀ is done hands the turn to the next, so that the others' softmax
 //     runs while one's matmuls hold the tensor cores.
-// A block per query tile (the grid), or for the two-consumer tiles at D = 128 without a
-// mask up to T = 2048 one block an SM walking the tiles (the persistent kernel below).
+// A block per query tile (the grid), or for the two-consumer tiles one block an SM walking
+// the tiles (the persistent kernel below; auto's at short sequences, tile_choice.h).
 // The arithmetic is the sm90 forward's (flash_fwd_sm90.cu); with 128-key tiles in the same
 // order too, at both head dims and with two or three consumers: the same bits
 // (CudaFlashAttention.Sm90WsForwardIsBitwiseEqualToSm90; a 192-row block's rows also meet
@@ -78,6 +78,20 @@ struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
   static_assert(kBlocksPerSm * (kSmemBytes + kStaticSmemBytes + 1024) <= 228 * 1024, "the shared memory");
 };
 
+// The K/V rings' barriers, by one thread before the block's first barrier: "full"
+// completed by the producer's arrival and the TMA bytes, "empty" by every consumer thread.
+template <int S>
+__device__ __forceinline__ void init_kv_barriers(uint64_t (&k_full)[S], uint64_t (&k_empty)[S], uint64_t (&v_full)[S],
+                                                 uint64_t (&v_empty)[S], uint32_t consumer_threads) {
+#pragma unroll
+  for (int s = 0; s < S; ++s) {
+    sm90::mbar_init(&k_full[s], 1);
+    sm90::mbar_init(&v_full[s], 1);
+    sm90::mbar_init(&k_empty[s], consumer_threads);
+    sm90::mbar_init(&v_empty[s], consumer_threads);
+  }
+}
+
 template <class Tile, bool kCausal>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
     flash_fwd_sm90_ws_kernel(const __grid_constant__ CUtensorMap qkv_map, const FlashParams p) {
@@ -105,13 +119,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
 
   if (tid == 0) {
     sm90::mbar_init(&q_full, 1);
-#pragma unroll
-    for (int s = 0; s < S; ++s) {
-      sm90::mbar_init(&k_full[s], 1);
-      sm90::mbar_init(&v_full[s], 1);
-      sm90::mbar_init(&k_empty[s], kConsumerThreads);
-      sm90::mbar_init(&v_empty[s], kConsumerThreads);
-    }
+    init_kv_barriers(k_full, k_empty, v_full, v_empty, kConsumerThreads);
     sm90::fence_mbar_init();
   }
   __syncthreads();
@@ -184,11 +192,11 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
 #endif
 }
 
-// The persistent schedule of the two-consumer tiles (tile_choice.h's
-// sm90ws_forward_persistent: auto's at D = 128 without a mask up to T = 2048): one block
-// an SM walks the query tiles in rounds of gridDim.x, in the grid's order ((batch, head)
-// major, each head's last query tiles first), so that the tiles in flight share their
-// heads' K and V in the L2. What a block per tile pays in the open at every tile runs here
+// The persistent schedule of the two-consumer tiles (auto's where tile_choice.h's
+// sm90ws_forward_persistent says: short sequences): one block an SM walks the query
+// tiles in the grid's order ((batch, head) major, each head's last query tiles first), so
+// that the tiles in flight share their heads' K and V in the L2, in rounds of gridDim.x
+// taken forwards and backwards in turn (tile_of). What a block per tile pays in the open at every tile runs here
 // under the previous tile: the producer carries the K/V rings across tiles (a ring
 // position counted over the block's tiles), and each consumer has its own 64 rows of Q
 // (a tensor map with 64-row boxes), reloaded as soon as that consumer has issued its last
@@ -238,13 +246,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       sm90::mbar_init(&q_full[w], 1);
       sm90::mbar_init(&q_empty[w], 128);
     }
-#pragma unroll
-    for (int s = 0; s < S; ++s) {
-      sm90::mbar_init(&k_full[s], 1);
-      sm90::mbar_init(&v_full[s], 1);
-      sm90::mbar_init(&k_empty[s], kConsumerThreads);
-      sm90::mbar_init(&v_empty[s], kConsumerThreads);
-    }
+    init_kv_barriers(k_full, k_empty, v_full, v_empty, kConsumerThreads);
     sm90::fence_mbar_init();
   }
   __syncthreads();
