@@ -78,6 +78,7 @@ struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
   static_assert(kBlocksPerSm * (kSmemBytes + kStaticSmemBytes + 1024) <= 228 * 1024, "the shared memory");
 };
 
+#if FLASHGPT_HAS_WGMMA
 // The K/V rings' barriers, by one thread before the block's first barrier: "full"
 // completed by the producer's arrival and the TMA bytes, "empty" by every consumer thread.
 template <int S>
@@ -91,6 +92,7 @@ __device__ __forceinline__ void init_kv_barriers(uint64_t (&k_full)[S], uint64_t
     sm90::mbar_init(&v_empty[s], consumer_threads);
   }
 }
+#endif
 
 template <class Tile, bool kCausal>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
