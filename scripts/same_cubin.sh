@@ -3,7 +3,10 @@
 # helper): compiles each FILE.cu as it is at REV (default HEAD) and as it is in the work
 # tree (its tracked files), for sm_90a and sm_80, without line information (moved lines
 # would change it), and compares the cubins byte for byte once nvcc's anonymous-namespace
-# ids, which change from one compile to the next, are masked. No GPU needed.
+# ids, which change from one compile to the next, are masked. A cubin is device code only,
+# so the work tree's files are also compiled whole (host and device, -c), which catches
+# what only the host pass sees (a device helper outside the file's arch guard passed the
+# cubin check once). No GPU needed.
 #   scripts/same_cubin.sh [--rev REV] FILE.cu [FILE.cu ...]
 # Exit status 0 when every cubin is identical, 1 when one differs.
 set -euo pipefail
@@ -45,5 +48,12 @@ PY
     else echo "DIFFERENT sm_$arch  $f"; status=1
     fi
   done
+done
+tree
+git ls-files -z | tar c --null -T - | tar x -C "$tmp/src"
+for f in "$@"; do
+  (cd "$tmp/src" && "$nvcc" -std=c++17 -O3 -DNDEBUG --expt-relaxed-constexpr -I. -gencode=arch=compute_90a,code=sm_90a \
+    -gencode=arch=compute_80,code=sm_80 -c -o "$tmp/whole.o" "$f") || { echo "FAILED    host and device  $f"; exit 1; }
+  echo "builds    host and device  $f"
 done
 exit $status
