@@ -49,8 +49,7 @@ PY
     fi
   done
 done
-tree
-git ls-files -z | tar c --null -T - | tar x -C "$tmp/src"
+# $tmp/src holds the work tree still (the loop above ends with it).
 for f in "$@"; do
   (cd "$tmp/src" && "$nvcc" -std=c++17 -O3 -DNDEBUG --expt-relaxed-constexpr -I. -gencode=arch=compute_90a,code=sm_90a \
     -gencode=arch=compute_80,code=sm_80 -c -o "$tmp/whole.o" "$f") || { echo "FAILED    host and device  $f"; exit 1; }
