@@ -105,28 +105,28 @@ bool one_consumer_forward() {
   return v == "1";
 }
 
-// The sm90ws forward's persistent grid for `tile` (tile_choice.h's rule): the SM count
-// (FLASHGPT_ATTENTION_FWD_BLOCKS=N, a test knob, sets N instead), or 0 for a block per
-// query tile.
-int forward_persistent_blocks(attn::FwdSchedule schedule, int tile, const AttentionForward& a) {
-  if (!attn::sm90ws_forward_persistent(schedule, tile, a.D, a.T, a.causal)) return 0;
-  if (const char* n = std::getenv("FLASHGPT_ATTENTION_FWD_BLOCKS"); n && *n)
-    return int(parse_positive_int(n, "FLASHGPT_ATTENTION_FWD_BLOCKS"));
+// A persistent kernel's grid: the SM count, or N when the test knob `blocks_var` is set.
+int persistent_grid(const char* blocks_var) {
+  if (const char* n = std::getenv(blocks_var); n && *n) return int(parse_positive_int(n, blocks_var));
   return device_sm_count();
 }
 
-// The sm90 backward's grid cap (FLASHGPT_ATTENTION_BWD_SCHEDULE): the SM count when
-// persistent (FLASHGPT_ATTENTION_BWD_BLOCKS=N, a test knob, sets N instead), 0 for a
-// block per item.
+// The sm90ws forward's persistent grid for `tile` (tile_choice.h's rule;
+// FLASHGPT_ATTENTION_FWD_BLOCKS caps it), or 0 for a block per query tile.
+int forward_persistent_blocks(attn::FwdSchedule schedule, int tile, const AttentionForward& a) {
+  if (!attn::sm90ws_forward_persistent(schedule, tile, a.D, a.T, a.causal)) return 0;
+  return persistent_grid("FLASHGPT_ATTENTION_FWD_BLOCKS");
+}
+
+// The sm90 backward's grid cap (FLASHGPT_ATTENTION_BWD_SCHEDULE): the persistent grid
+// (FLASHGPT_ATTENTION_BWD_BLOCKS caps it), 0 for a block per item.
 int backward_max_blocks() {
   const char* env = std::getenv("FLASHGPT_ATTENTION_BWD_SCHEDULE");
   const std::string v = env && *env ? env : "persistent";
   if (v == "grid") return 0;
   if (v != "persistent")
     fail_input("FLASHGPT_ATTENTION_BWD_SCHEDULE must be persistent or grid, got '", v, "'");
-  if (const char* n = std::getenv("FLASHGPT_ATTENTION_BWD_BLOCKS"); n && *n)
-    return int(parse_positive_int(n, "FLASHGPT_ATTENTION_BWD_BLOCKS"));
-  return device_sm_count();
+  return persistent_grid("FLASHGPT_ATTENTION_BWD_BLOCKS");
 }
 
 void check_tensor(const Tensor& t, const char* name, DType dtype, int64_t numel) {
