@@ -91,15 +91,20 @@ TEST(TileChoice, Sm90wsRunsPersistentAtShortSequences) {
     EXPECT_FALSE(sm90ws_forward_persistent(unset, 0, 128, 2049, causal));
     EXPECT_FALSE(sm90ws_forward_persistent(unset, 0, 128, 65536, causal));
   }
-  // D = 64: causal up to T = 1024 (tile 0, see the tile rule), nothing else.
-  for (int T : {1, 1024}) EXPECT_TRUE(sm90ws_forward_persistent(unset, sm90ws_forward_tile(-1, 64, T, true), 64, T, true));
-  EXPECT_FALSE(sm90ws_forward_persistent(unset, 0, 64, 1025, true));
+  // D = 64: causal up to T = 8192 (tile 0 up to 1K, tile 1 from 2K: see the tile rule),
+  // nothing else.
+  for (int T : {1, 1024, 2048, 4096, 8192}) {
+    EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, true), T <= 1024 ? 0 : 1) << T;
+    EXPECT_TRUE(sm90ws_forward_persistent(unset, sm90ws_forward_tile(-1, 64, T, true), 64, T, true)) << T;
+  }
+  EXPECT_FALSE(sm90ws_forward_persistent(unset, 1, 64, 8193, true));
   EXPECT_FALSE(sm90ws_forward_persistent(unset, 0, 64, 1024, false));
-  EXPECT_FALSE(sm90ws_forward_persistent(unset, sm90ws_forward_tile(-1, 64, 1024, false), 64, 1024, false));
+  for (int T : {1024, 4096})
+    EXPECT_FALSE(sm90ws_forward_persistent(unset, sm90ws_forward_tile(-1, 64, T, false), 64, T, false)) << T;
   EXPECT_FALSE(sm90ws_forward_persistent(unset, sm90ws_forward_tile(-1, 64, 65536, true), 64, 65536, true));
 }
 
-TEST(TileChoice, Sm90wsPersistentOnRequestForTwoConsumerTilesOnly) {
+TEST(TileChoice, Sm90wsPersistentOnRequestForTwoConsumersAndCausalThree) {
   using cuda::attn::FwdSchedule;
   using cuda::attn::kSm90WsOneConsumer;
   using cuda::attn::sm90ws_forward_persistent;
@@ -110,11 +115,46 @@ TEST(TileChoice, Sm90wsPersistentOnRequestForTwoConsumerTilesOnly) {
       EXPECT_TRUE(sm90ws_forward_persistent(on, 0, 64, T, causal));
       EXPECT_TRUE(sm90ws_forward_persistent(on, 0, 128, T, causal));
       EXPECT_TRUE(sm90ws_forward_persistent(on, 1, 128, T, causal));   // two consumers, 64-key tiles
-      EXPECT_FALSE(sm90ws_forward_persistent(on, 1, 64, T, causal));   // three consumers
+      EXPECT_EQ(sm90ws_forward_persistent(on, 1, 64, T, causal), causal);  // three consumers: causal only
       EXPECT_FALSE(sm90ws_forward_persistent(on, kSm90WsOneConsumer, 64, T, causal));
       for (int D : {64, 128})
         for (int tile : {0, 1}) EXPECT_FALSE(sm90ws_forward_persistent(off, tile, D, T, causal));
     }
+}
+
+// The persistent forward's grid balances its rounds: a brute-force check of the chosen G
+// against every G in range, the two shapes worked out by hand in BENCHMARKS.md, and the
+// edges (full masks, fewer tiles than blocks, one block).
+TEST(TileChoice, PersistentForwardGridBalancesTheRounds) {
+  using cuda::attn::persistent_forward_grid;
+  using cuda::attn::persistent_forward_max_load;
+  // 1 x 16 x 16K causal, 128-row tiles: 132 blocks leave one block 1.54x the mean (a round
+  // is a head and 4 tiles of the next), 128 (a round is a head) exactly the mean.
+  const int64_t total = 16 * (128 * 129 / 2);
+  EXPECT_EQ(persistent_forward_max_load(132, 16, 16384, 128, 128, true) * 132 * 100 / total, 154);
+  EXPECT_EQ(persistent_forward_max_load(128, 16, 16384, 128, 128, true) * 128 * 100 / total, 100);
+  EXPECT_EQ(persistent_forward_grid(132, 16, 16384, 128, 128, true), 128);
+  // 16 x 16 x 1K causal (8 tiles a head): 132 blocks already balance; kept.
+  EXPECT_EQ(persistent_forward_grid(132, 256, 1024, 128, 128, true), 132);
+  // Whatever the shape, no G in [max / 2, max] does better, and ties go to the larger G.
+  for (int64_t heads : {1, 7, 12, 32})
+    for (int T : {100, 1024, 3000, 8192})
+      for (int BM : {128, 192}) {
+        const int g = persistent_forward_grid(132, heads, T, BM, 128, true);
+        const int64_t tiles = (T + BM - 1) / BM * heads, top = std::min<int64_t>(132, tiles);
+        ASSERT_GE(g, std::max<int64_t>(1, top / 2));
+        ASSERT_LE(g, top);
+        const int64_t best = persistent_forward_max_load(g, heads, T, BM, 128, true);
+        for (int64_t G = std::max<int64_t>(1, top / 2); G <= top; ++G) {
+          const int64_t load = persistent_forward_max_load(G, heads, T, BM, 128, true);
+          EXPECT_TRUE(load > best || (load == best && G <= g)) << heads << " x " << T << " BM " << BM << " G " << G;
+        }
+      }
+  // Full masks: equal tiles, every block (or every tile, when fewer).
+  EXPECT_EQ(persistent_forward_grid(132, 16, 16384, 128, 128, false), 132);
+  EXPECT_EQ(persistent_forward_grid(132, 2, 1024, 128, 128, false), 16);
+  EXPECT_EQ(persistent_forward_grid(132, 2, 1024, 128, 128, true), 16);
+  EXPECT_EQ(persistent_forward_grid(1, 12, 4096, 192, 128, true), 1);
 }
 
 TEST(TileChoice, Sm90wsScheduleRejectsUnknownValues) {

@@ -429,9 +429,10 @@ TEST_P(FlashAttentionVsReference, OutputsAndGradients) {
     for (const char* tile : {"0", "1"}) {
       ScopedEnv fwd_tile("FLASHGPT_ATTENTION_FWD_TILE", tile);
       check_against(pb, ref, naive, std::string("sm90ws tile ") + tile);
-      if (c.D == 64 && tile[0] == '1') continue;  // three consumers: no persistent schedule
-      // The persistent schedule (two consumers) on every SM, and on 3 blocks, so that each
-      // block walks through query tiles of different heads and batches.
+      if (c.D == 64 && tile[0] == '1' && !c.causal) continue;  // three consumers: causal only
+      // The persistent schedule on every SM (the grid that balances its rounds), and on
+      // 3 blocks, so that each block walks through query tiles of different heads and
+      // batches.
       for (const char* blocks : {static_cast<const char*>(nullptr), "3"}) {
         ScopedEnv sched("FLASHGPT_ATTENTION_FWD_SCHEDULE", "persistent"), n("FLASHGPT_ATTENTION_FWD_BLOCKS", blocks);
         check_against(pb, ref, naive, std::string("sm90ws tile ") + tile + " persistent" + (blocks ? " on 3 blocks" : ""));
@@ -637,6 +638,10 @@ TEST(CudaFlashAttention, Sm90WsForwardIsBitwiseEqualToSm90) {
                         // under a causal mask are wholly masked (P = 0, O scaled by exactly 1);
                         // one consumer, 64 rows a block, the same 128-key tiles
           const DeviceRun ws3 = run("sm90ws", "1");
+          if (causal) {  // (no three-consumer persistent kernel without a mask)
+            expect_same(run("sm90ws", "1", "persistent"), "sm90ws tile 1 persistent");
+            expect_same(run("sm90ws", "1", "persistent", "3"), "sm90ws tile 1 persistent on 3 blocks");
+          }
           DeviceRun ws1;
           {
             ScopedEnv one("FLASHGPT_ATTENTION_FWD_CONSUMERS", "1");

@@ -33,11 +33,12 @@
 //       ignore them.
 //   FLASHGPT_ATTENTION_FWD_CONSUMERS=1  the sm90ws forward with one consumer warpgroup
 //       (64 query rows) and two blocks an SM at every shape, whatever FWD_TILE says.
-//   FLASHGPT_ATTENTION_FWD_SCHEDULE=auto|grid|persistent  the sm90ws forward's two-consumer
-//       tiles as a block per query tile (grid) or one block an SM walking the tiles
-//       (persistent); auto: persistent up to T = 2048 at D = 128 and, with a causal mask,
-//       up to T = 1024 at D = 64 (tile_choice.h). FLASHGPT_ATTENTION_FWD_BLOCKS=N (tests)
-//       caps the persistent grid.
+//   FLASHGPT_ATTENTION_FWD_SCHEDULE=auto|grid|persistent  the sm90ws forward's two- and
+//       (causal) three-consumer tiles as a block per query tile (grid) or one block an SM
+//       walking the tiles (persistent, on as many SMs as balance its rounds); auto:
+//       persistent up to T = 2048 at D = 128 and, with a causal mask, up to T = 8192 at
+//       D = 64 (tile_choice.h). FLASHGPT_ATTENTION_FWD_BLOCKS=N (tests) runs the
+//       persistent kernel on exactly N blocks.
 #include "kernels/cuda/attention/flash_attention.h"
 
 #include <algorithm>
@@ -105,16 +106,22 @@ bool one_consumer_forward() {
   return v == "1";
 }
 
-// A persistent kernel's grid: the SM count, or N when the test knob `blocks_var` is set.
-int persistent_grid(const char* blocks_var) {
-  if (const char* n = std::getenv(blocks_var); n && *n) return int(parse_positive_int(n, blocks_var));
-  return device_sm_count();
+// A persistent kernel's grid: the SM count, or N when the test knob `blocks_var` is set
+// (from_knob).
+struct PersistentGrid {
+  int blocks;
+  bool from_knob;
+};
+PersistentGrid persistent_grid(const char* blocks_var) {
+  if (const char* n = std::getenv(blocks_var); n && *n) return {int(parse_positive_int(n, blocks_var)), true};
+  return {device_sm_count(), false};
 }
 
-// The sm90ws forward's persistent grid for `tile` (tile_choice.h's rule;
-// FLASHGPT_ATTENTION_FWD_BLOCKS caps it), or 0 for a block per query tile.
-int forward_persistent_blocks(attn::FwdSchedule schedule, int tile, const AttentionForward& a) {
-  if (!attn::sm90ws_forward_persistent(schedule, tile, a.D, a.T, a.causal)) return 0;
+// The sm90ws forward's persistent grid for `tile` (tile_choice.h's rule): at most the SM
+// count, as many blocks as balance its rounds (the launch works it out); with
+// FLASHGPT_ATTENTION_FWD_BLOCKS=N (a test knob) exactly N. 0 blocks: a block per query tile.
+PersistentGrid forward_persistent_grid(attn::FwdSchedule schedule, int tile, const AttentionForward& a) {
+  if (!attn::sm90ws_forward_persistent(schedule, tile, a.D, a.T, a.causal)) return {0, false};
   return persistent_grid("FLASHGPT_ATTENTION_FWD_BLOCKS");
 }
 
@@ -126,7 +133,7 @@ int backward_max_blocks() {
   if (v == "grid") return 0;
   if (v != "persistent")
     fail_input("FLASHGPT_ATTENTION_BWD_SCHEDULE must be persistent or grid, got '", v, "'");
-  return persistent_grid("FLASHGPT_ATTENTION_BWD_BLOCKS");
+  return persistent_grid("FLASHGPT_ATTENTION_BWD_BLOCKS").blocks;
 }
 
 void check_tensor(const Tensor& t, const char* name, DType dtype, int64_t numel) {
@@ -209,13 +216,13 @@ void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
       const attn::FwdSchedule schedule = attn::parse_forward_schedule(std::getenv("FLASHGPT_ATTENTION_FWD_SCHEDULE"));
       const int ws_tile = one_consumer_forward() ? attn::kSm90WsOneConsumer
                                                  : attn::sm90ws_forward_tile(fwd_tile, a.D, a.T, a.causal, schedule);
-      const int blocks = forward_persistent_blocks(schedule, ws_tile, a);
+      const PersistentGrid g = forward_persistent_grid(schedule, ws_tile, a);
       if (a.D == 64)
-        a.causal ? attn::launch_fwd_sm90_ws<64, /*kCausal=*/true>(p, ws_tile, blocks, stream)
-                 : attn::launch_fwd_sm90_ws<64, /*kCausal=*/false>(p, ws_tile, blocks, stream);
+        a.causal ? attn::launch_fwd_sm90_ws<64, /*kCausal=*/true>(p, ws_tile, g.blocks, g.from_knob, stream)
+                 : attn::launch_fwd_sm90_ws<64, /*kCausal=*/false>(p, ws_tile, g.blocks, g.from_knob, stream);
       else
-        a.causal ? attn::launch_fwd_sm90_ws<128, /*kCausal=*/true>(p, ws_tile, blocks, stream)
-                 : attn::launch_fwd_sm90_ws<128, /*kCausal=*/false>(p, ws_tile, blocks, stream);
+        a.causal ? attn::launch_fwd_sm90_ws<128, /*kCausal=*/true>(p, ws_tile, g.blocks, g.from_knob, stream)
+                 : attn::launch_fwd_sm90_ws<128, /*kCausal=*/false>(p, ws_tile, g.blocks, g.from_knob, stream);
       break;
     }
   }

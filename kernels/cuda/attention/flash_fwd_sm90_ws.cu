@@ -16,8 +16,9 @@
 //     1.., "ping-pong" with two, round robin with three): a consumer issues its matmuls,
 //     and once its QKᵀ is done hands the turn to the next, so that the others' softmax
 //     runs while one's matmuls hold the tensor cores.
-// A block per query tile (the grid), or for the two-consumer tiles one block an SM walking
-// the tiles (the persistent kernel below; auto's at short sequences, tile_choice.h).
+// A block per query tile (the grid), or for the two-consumer tiles and (causal) the
+// three-consumer one, one block an SM walking the tiles (the persistent kernel below;
+// auto's at short sequences, tile_choice.h).
 // The arithmetic is the sm90 forward's (flash_fwd_sm90.cu); with 128-key tiles in the same
 // order too, at both head dims and with two or three consumers: the same bits
 // (CudaFlashAttention.Sm90WsForwardIsBitwiseEqualToSm90; a 192-row block's rows also meet
@@ -31,6 +32,7 @@
 #include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/flash_fwd_sm90_consumer.cuh"
 #include "kernels/cuda/attention/flash_params.h"
+#include "kernels/cuda/attention/tile_choice.h"
 #include "kernels/cuda/attention/tma_sm90.cuh"
 
 namespace flashgpt::cuda::attn {
@@ -194,7 +196,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
 #endif
 }
 
-// The persistent schedule of the two-consumer tiles (auto's where tile_choice.h's
+// The persistent schedule of the two- and three-consumer tiles (auto's where tile_choice.h's
 // sm90ws_forward_persistent says: short sequences): one block an SM walks the query
 // tiles in the grid's order ((batch, head) major, each head's last query tiles first), so
 // that the tiles in flight share their heads' K and V in the L2, in rounds of gridDim.x
@@ -300,10 +302,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   if (cw == kConsumers - 1) sm90::named_arrive(1, kTurnThreads);
   int kv0 = 0;  // the ring position of this tile's first K/V tile
   for (int local = 0, t = tile_of(0); t >= 0; t = tile_of(++local)) {
-    const Coords cd = coords(t);
     const bool last_tile = tile_of(local + 1) < 0;
-    const int n_blocks = cd.n_blocks;
-    Sm90FwdConsumer<Tile, kCausal> c(p, cd.m_block * BM, cw, warp % 4, lane, sQ);
+    const int n_blocks = coords(t).n_blocks;
+    Sm90FwdConsumer<Tile, kCausal> c(p, coords(t).m_block * BM, cw, warp % 4, lane, sQ);
     sm90::mbar_wait(&q_full[cw], uint32_t(local) & 1);
     auto step = [&](int nb, auto is_first) {
       constexpr bool kFirst = decltype(is_first)::value;
@@ -327,6 +328,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     sm90::mbar_wait(&v_full[last % S], parity(last));
     c.finish_overlapped(v_base(last));
     sm90::mbar_arrive(&v_empty[last % S]);
+    const Coords cd = coords(t);
     c.store(cd.b, cd.h);
     kv0 += n_blocks;
   }
@@ -336,21 +338,30 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #endif
 }
 
-// persistent_blocks > 0: the persistent kernel on that many blocks (two-consumer tiles).
+// persistent_blocks > 0: the persistent kernel (tile_choice.h's sm90ws_forward_persistent
+// says for which tiles), on the grid of at most that many blocks that balances its rounds
+// best (persistent_forward_grid), or with `exact_blocks` on that many (a test knob).
 template <class Tile, bool kCausal>
-void launch_tile(const FlashParams& p, int persistent_blocks, cudaStream_t stream) {
+void launch_tile(const FlashParams& p, int persistent_blocks, bool exact_blocks, cudaStream_t stream) {
   auto kernel = flash_fwd_sm90_ws_kernel<Tile, kCausal>;
   static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::kSmemBytes);  // once
   (void)opted_in;
   const CUtensorMap map = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, Tile::kBlockN, "qkv");
-  if constexpr (Tile::kConsumers == 2) {  // three consumers spill 16 bytes persistent (causal)
+  // (Three consumers without a mask: not built, it spilled 8 bytes.)
+  if constexpr (Tile::kConsumers == 2 || (Tile::kConsumers == 3 && kCausal)) {
     if (persistent_blocks > 0) {
       auto pk = flash_fwd_sm90_ws_persistent_kernel<Tile, kCausal>;
       static const bool pk_opted_in = opt_in_dynamic_smem(pk, Tile::kSmemBytes);  // once
       (void)pk_opted_in;
       const CUtensorMap q_map = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, 64, "qkv");
-      const int64_t tiles = int64_t((p.T + Tile::kBlockM - 1) / Tile::kBlockM) * p.H * p.B;
-      const int64_t blocks = std::min<int64_t>(tiles, persistent_blocks);
+      const int64_t heads = int64_t(p.B) * p.H, tiles = (p.T + Tile::kBlockM - 1) / Tile::kBlockM * heads;
+      // The balanced grid, kept for the last shape asked (the model takes O(tiles) a try).
+      struct Grid { int T; int64_t heads; int max_blocks, blocks; };
+      static thread_local Grid last{-1, 0, 0, 0};
+      if (!exact_blocks && (last.T != p.T || last.heads != heads || last.max_blocks != persistent_blocks))
+        last = Grid{p.T, heads, persistent_blocks,
+                    persistent_forward_grid(persistent_blocks, heads, p.T, Tile::kBlockM, Tile::kBlockN, kCausal)};
+      const int64_t blocks = exact_blocks ? std::min<int64_t>(tiles, persistent_blocks) : last.blocks;
       pk<<<unsigned(blocks), Tile::kThreads, Tile::kSmemBytes, stream>>>(map, q_map, p);
       CUDA_CHECK_LAUNCH();
       return;
@@ -364,22 +375,22 @@ void launch_tile(const FlashParams& p, int persistent_blocks, cudaStream_t strea
 }  // namespace
 
 template <int kHeadDim, bool kCausal>
-void launch_fwd_sm90_ws(const FlashParams& p, int tile, int persistent_blocks, cudaStream_t stream) {
+void launch_fwd_sm90_ws(const FlashParams& p, int tile, int persistent_blocks, bool exact_blocks, cudaStream_t stream) {
   // One consumer: 128-key tiles at D = 64, 64-key tiles at D = 128 (two blocks' shared
   // memory).
   if (tile == kSm90WsOneConsumer)
-    return launch_tile<Sm90WsTile<kHeadDim, kHeadDim == 64 ? 128 : 64, /*kConsumers=*/1>, kCausal>(p, persistent_blocks, stream);
+    return launch_tile<Sm90WsTile<kHeadDim, kHeadDim == 64 ? 128 : 64, /*kConsumers=*/1>, kCausal>(p, persistent_blocks, exact_blocks, stream);
   if constexpr (kHeadDim == 128) {
-    if (tile == 1) return launch_tile<Sm90WsTile<kHeadDim, 64>, kCausal>(p, persistent_blocks, stream);
+    if (tile == 1) return launch_tile<Sm90WsTile<kHeadDim, 64>, kCausal>(p, persistent_blocks, exact_blocks, stream);
   } else {
-    if (tile == 1) return launch_tile<Sm90WsTile<kHeadDim, 128, /*kConsumers=*/3>, kCausal>(p, persistent_blocks, stream);
+    if (tile == 1) return launch_tile<Sm90WsTile<kHeadDim, 128, /*kConsumers=*/3>, kCausal>(p, persistent_blocks, exact_blocks, stream);
   }
-  launch_tile<Sm90WsTile<kHeadDim>, kCausal>(p, persistent_blocks, stream);
+  launch_tile<Sm90WsTile<kHeadDim>, kCausal>(p, persistent_blocks, exact_blocks, stream);
 }
 
-template void launch_fwd_sm90_ws<64, /*kCausal=*/true>(const FlashParams&, int, int, cudaStream_t);
-template void launch_fwd_sm90_ws<64, /*kCausal=*/false>(const FlashParams&, int, int, cudaStream_t);
-template void launch_fwd_sm90_ws<128, /*kCausal=*/true>(const FlashParams&, int, int, cudaStream_t);
-template void launch_fwd_sm90_ws<128, /*kCausal=*/false>(const FlashParams&, int, int, cudaStream_t);
+template void launch_fwd_sm90_ws<64, /*kCausal=*/true>(const FlashParams&, int, int, bool, cudaStream_t);
+template void launch_fwd_sm90_ws<64, /*kCausal=*/false>(const FlashParams&, int, int, bool, cudaStream_t);
+template void launch_fwd_sm90_ws<128, /*kCausal=*/true>(const FlashParams&, int, int, bool, cudaStream_t);
+template void launch_fwd_sm90_ws<128, /*kCausal=*/false>(const FlashParams&, int, int, bool, cudaStream_t);
 
 }  // namespace flashgpt::cuda::attn

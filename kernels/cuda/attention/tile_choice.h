@@ -2,7 +2,10 @@
 // FLASHGPT_ATTENTION_BWD_TILE). Host-only, so the CPU tests check the rule
 // (tests/test_tile_choice.cpp).
 #pragma once
+#include <algorithm>
+#include <cstdint>
 #include <string>
+#include <vector>
 #include "src/errors.h"
 
 namespace flashgpt::cuda::attn {
@@ -26,8 +29,9 @@ constexpr int kSm90WsOneConsumer = 2;
 
 // The sm90ws forward's schedule knob, FLASHGPT_ATTENTION_FWD_SCHEDULE = auto | grid |
 // persistent (null or empty: auto; anything else is an InputError): its two-consumer
-// tiles as a block per query tile (grid) or one block an SM walking the query tiles
-// (persistent, flash_fwd_sm90_ws.cu); the other tiles always run a block per tile.
+// tiles, and the three-consumer one under a causal mask, as a block per query tile (grid)
+// or one block an SM walking the query tiles (persistent, flash_fwd_sm90_ws.cu); the
+// other tiles always run a block per tile.
 enum class FwdSchedule { automatic, grid, persistent };
 inline FwdSchedule parse_forward_schedule(const char* value) {
   const std::string v = value && *value ? value : "auto";
@@ -58,22 +62,66 @@ inline int sm90ws_forward_tile(int requested, int D, int T, bool causal, FwdSche
   return D == 64 && (!causal || T >= 2048) ? 1 : 0;
 }
 
-// Whether the sm90ws forward runs `tile` persistent. Only the two-consumer tiles have a
-// persistent kernel (tile 0, and tile 1 at D = 128). auto: persistent up to T = 2048 at
-// D = 128 and, under a causal mask, up to T = 1024 at D = 64, where a block per tile,
+// Whether the sm90ws forward runs `tile` persistent. Every tile but the one-consumer one
+// has a persistent kernel; three consumers (tile 1 at D = 64) under a causal mask only
+// (without a mask ptxas spilled 8 bytes, and with the spill it ran 6-9% behind the grid:
+// BENCHMARKS.md, "Twenty-sixth session", call 1). auto: persistent up to T = 2048 at
+// D = 128 and, under a causal mask, up to T = 8192 at D = 64, where a block per tile,
 // alone on its SM, pays its tile's first loads and its epilogue in the open (cuDNN's
-// forward is persistent there). Measured on an H200 (BENCHMARKS.md, "Twenty-fifth
-// session", call 5, three rounds against a block per tile): D = 128, 1K causal 387.5-390.0
-// TFLOP/s against 366.0-368.0, full 539.7-542.8 against 513.2-515.8; 2K causal 490.1-492.5
-// against 482.0-483.9, full 610.7-612.2 against 600.2-602.6; 4K causal 563.1-569.1 against
-// 564.6-572.6, and in call 4's sweep level or 1-4% behind from 4K on, 39% behind at 16K
-// causal (its rounds leave the blocks unevenly loaded there); D = 64, see
-// sm90ws_forward_tile.
+// forward is persistent there). Measured on an H200 against a block per tile:
+//   D = 128 ("Twenty-fifth session", call 5, three rounds): 1K causal 387.5-390.0 TFLOP/s
+//   against 366.0-368.0, full 539.7-542.8 against 513.2-515.8; 2K causal 490.1-492.5
+//   against 482.0-483.9, full 610.7-612.2 against 600.2-602.6; from 4K on behind, with the
+//   rounds balanced too (persistent_forward_grid; "Twenty-sixth session", call 1): causal
+//   4K 555-563 against 572-574, 8K 601-604 against 627-633, 16K 636-639 against 698-699.
+//   D = 64, causal, three consumers (tile 1; "Twenty-sixth session", call 1): 2K 378-387
+//   against 353-355, 4K 433-441 against 413-418, 8K 482 against 476-480; level at 16K
+//   (506-509 against 509-513) and behind at 65,536 (503-528 against 523-540). Up to 1K,
+//   see sm90ws_forward_tile.
 inline bool sm90ws_forward_persistent(FwdSchedule schedule, int tile, int D, int T, bool causal) {
-  const bool two_consumers = tile == 0 || (tile == 1 && D == 128);
-  if (!two_consumers || schedule == FwdSchedule::grid) return false;
+  const bool three_consumers = tile == 1 && D == 64;
+  if (tile == kSm90WsOneConsumer || (three_consumers && !causal) || schedule == FwdSchedule::grid) return false;
   if (schedule == FwdSchedule::persistent) return true;
-  return D == 128 ? T <= 2048 : causal && T <= 1024;
+  return D == 128 ? T <= 2048 : causal && T <= 8192;
+}
+
+// The persistent forward's rounds (flash_fwd_sm90_ws.cu, tile_of): with G blocks, round r
+// is tiles rG .. rG + G − 1, block i taking the i-th of them in even rounds and the
+// (G − 1 − i)-th in odd ones. A tile is a query tile of kBlockM rows, (batch, head) major,
+// each head's last query tile first; it costs its key tiles (a causal mask: those up to
+// its diagonal). The most loaded block's key tiles, for `heads` (batch, head) pairs:
+inline int64_t persistent_forward_max_load(int64_t G, int64_t heads, int T, int BM, int BN, bool causal) {
+  const int64_t m_blocks = (T + BM - 1) / BM, tiles = m_blocks * heads;
+  auto cost = [&](int64_t t) {
+    const int64_t m_block = m_blocks - 1 - t % m_blocks;
+    const int64_t n_end = causal ? std::min<int64_t>(T, (m_block + 1) * BM) : T;
+    return (n_end + BN - 1) / BN;
+  };
+  std::vector<int64_t> load(size_t(G), 0);
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t r = t / G, i = t % G;
+    load[size_t(r % 2 == 0 ? i : G - 1 - i)] += cost(t);
+  }
+  return *std::max_element(load.begin(), load.end());
+}
+
+// The persistent forward's grid on up to `max_blocks` blocks: the G in [max_blocks / 2,
+// max_blocks] whose most loaded block has the fewest key tiles (the largest such G on a
+// tie), and never more blocks than tiles. O(tiles) for each G: callers keep the answer.
+// At 1 x 16 x 16K causal (128 query tiles a head, D = 128) 132 blocks leave the most
+// loaded block 1.54x the mean (a round is a head and 4 tiles of the next), which cost the
+// persistent kernel 39% there (BENCHMARKS.md, "Twenty-fifth session"); 128 blocks (a
+// round is a head) load every block alike.
+inline int persistent_forward_grid(int max_blocks, int64_t heads, int T, int BM, int BN, bool causal) {
+  const int64_t tiles = (T + BM - 1) / BM * heads;
+  const int64_t top = std::min<int64_t>(std::max(max_blocks, 1), tiles);
+  if (!causal) return int(top);  // equal tiles: no fewer blocks does better
+  int64_t best = top, best_load = persistent_forward_max_load(top, heads, T, BM, BN, causal);
+  for (int64_t G = top - 1; G >= std::max<int64_t>(1, top / 2); --G) {
+    const int64_t load = persistent_forward_max_load(G, heads, T, BM, BN, causal);
+    if (load < best_load) best = G, best_load = load;
+  }
+  return int(best);
 }
 
 }  // namespace flashgpt::cuda::attn
