@@ -347,7 +347,7 @@ void launch_tile(const FlashParams& p, int persistent_blocks, bool exact_blocks,
   static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::kSmemBytes);  // once
   (void)opted_in;
   const CUtensorMap map = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, Tile::kBlockN, "qkv");
-  // (Three consumers without a mask: not built, it spilled 8 bytes.)
+  // (Three consumers without a mask: not built; no faster than the grid, tile_choice.h.)
   if constexpr (Tile::kConsumers == 2 || (Tile::kConsumers == 3 && kCausal)) {
     if (persistent_blocks > 0) {
       auto pk = flash_fwd_sm90_ws_persistent_kernel<Tile, kCausal>;

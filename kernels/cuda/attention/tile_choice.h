@@ -64,8 +64,9 @@ inline int sm90ws_forward_tile(int requested, int D, int T, bool causal, FwdSche
 
 // Whether the sm90ws forward runs `tile` persistent. Every tile but the one-consumer one
 // has a persistent kernel; three consumers (tile 1 at D = 64) under a causal mask only
-// (without a mask ptxas spilled 8 bytes, and with the spill it ran 6-9% behind the grid:
-// BENCHMARKS.md, "Twenty-sixth session", call 1). auto: persistent up to T = 2048 at
+// (without a mask: 6-9% behind the grid with 8 bytes spilled, level without the spill in
+// a version that cost the two-consumer tiles 1%; BENCHMARKS.md, "Twenty-sixth session",
+// calls 1 and 4). auto: persistent up to T = 2048 at
 // D = 128 and, under a causal mask, up to T = 8192 at D = 64, where a block per tile,
 // alone on its SM, pays its tile's first loads and its epilogue in the open (cuDNN's
 // forward is persistent there). Measured on an H200 against a block per tile:
