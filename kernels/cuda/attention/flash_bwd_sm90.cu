@@ -95,18 +95,12 @@ struct Sm90BwdTile {
   // Owner mode (below): the dQ partial of one query tile, fp32, rows padded by 4 floats
   // (16 bytes, so rows stay cp.async-aligned and the fragment reads spread over banks).
   static constexpr int kAccStride = kHeadDim + 4;
-  // TMA dQ: the query tile's dQ partial (fp32) in boxes of 64 rows × kDqBoxCols columns,
-  // kDqBufs of them; with them the K/V pair is not double-buffered at D = 128 (kKvBufs), or
-  // shared memory would not hold it all. Boxes of 8 columns (32-byte rows, unswizzled):
-  // the 8-byte stores of each half warp (rows g = 0..3, or 4..7) then hit 32 different
-  // banks, 2 wavefronts a warp store. With 32 columns (128-byte rows and the TMA's 128-byte
-  // swizzle, until the twenty-sixth session) a half warp's rows 0..3 met only 16 banks: 4
-  // wavefronts a store, the bank conflicts ncu counted (BENCHMARKS.md, "Twenty-sixth
-  // session").
+  // TMA dQ: the query tile's dQ partial (fp32) in boxes of 64 rows × 32 columns (128-byte
+  // rows, the TMA's 128-byte swizzle), kDqBufs of them; with them the K/V pair is not
+  // double-buffered at D = 128 (kKvBufs), or shared memory would not hold it all.
   static constexpr int kv_bufs(bool tma) { return tma && kHeadDim == 128 ? 1 : 2; }
   static constexpr int dq_bufs(bool tma) { return !tma ? 0 : kHeadDim == 128 ? 2 : 1; }
-  static constexpr int kDqBoxCols = 8, kDqBoxRows = 64;
-  static_assert(kDqBoxCols == 8 || kDqBoxCols == 32, "the dQ tile's store arithmetic (kernel)");
+  static constexpr int kDqBoxCols = 32, kDqBoxRows = 64;
   static constexpr size_t kDqTileBytes = size_t(kBlockM) * kHeadDim * sizeof(float);
   // LSE and D of a query tile: the TMA reads kBlockM + 4 floats from the 16-byte boundary
   // at or before the tile's first row (a box must start 16-byte aligned in global
@@ -582,38 +576,30 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     sm90::fence_accumulators(dq);
 
     if (kTmaDq && !(kOwner && dq_last)) {
-      // This warpgroup's 64×64 block into the tile's boxes (rows >= T too: the TMA skips
-      // them). Row r0 = dq_q0 + 16·(warp % 4) + g and r0 + 8 (half), columns dq_d0 + 8·dt +
-      // 2t, +1. (The tile's address is laundered: hoisted out of the loop, it spilled.)
+      // This warpgroup's 64×64 block into the tile's boxes (64 rows × 32 columns, 128-byte
+      // rows whose 16-byte chunks are XOR-swizzled by row % 8, as the TMA reads them);
+      // rows >= T too (the TMA skips them). Each float2 store of a warp: 2 wavefronts.
+      // Row r0 = dq_q0 + 16·(warp % 4) + g and r0 + 8 (half), columns dq_d0 + 8·dt + 2t:
+      // box (r0 / 64)·(D / 32) + dq_d0 / 32 + dt / 4, row r0 % 64 (+ 8·half), whose row % 8
+      // is g, and chunk (2·(dt % 4) + t / 2) XOR g = 2·((dt % 4) XOR g / 2) + (t / 2 XOR
+      // g % 2). So a thread's 16 stores are 4 addresses (dt % 4) plus constants (dt / 4:
+      // a box, 8 KB; half: 8 rows, 1 KB), where 16 addresses were kept in registers.
+      // (The tile's address is laundered: hoisted out of the loop, it spilled.)
       constexpr int kBoxBytes = Tile::kDqBoxRows * Tile::kDqBoxCols * 4, kRowBytes = Tile::kDqBoxCols * 4;
+      static_assert(Tile::kDqBoxCols == 32 && Tile::kDqBoxRows == 64, "the swizzle arithmetic below");
       const int r0 = dq_q0 + (warp % 4) * 16 + g;
-      const uint32_t tile = sm90::opaque(smem_u32(sDq) + dq_slot(buf) * BM * D * 4);
-      if constexpr (Tile::kDqBoxCols == 8) {
-        // Box (r0 / 64)·(D / 8) + dq_d0 / 8 + dt, row r0 % 64 (+ 8·half), byte 8t: one
-        // address and 16 constant offsets (dt: a box, 2 KB; half: 8 rows, 256 bytes).
-        const uint32_t base = tile + ((r0 / 64) * (D / 8) + dq_d0 / 8) * kBoxBytes + (r0 % 64) * kRowBytes + t * 8;
+      const uint32_t base = sm90::opaque(smem_u32(sDq) + dq_slot(buf) * BM * D * 4) +
+                            ((r0 / 64) * (D / 32) + dq_d0 / 32) * kBoxBytes + (r0 % 64) * kRowBytes +
+                            (((t >> 1) ^ (g & 1)) * 16) + (t & 1) * 8;
 #pragma unroll
-        for (int dt = 0; dt < 8; ++dt)
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t at = base + ((j * 32) ^ ((g >> 1) * 32));
+#pragma unroll
+        for (int hb = 0; hb < 2; ++hb)  // dt / 4
 #pragma unroll
           for (int half = 0; half < 2; ++half)
-            st_shared_f32x2(base + dt * kBoxBytes + half * 8 * kRowBytes, dq[dt][2 * half], dq[dt][2 * half + 1]);
-      } else {
-        // Box (r0 / 64)·(D / 32) + dq_d0 / 32 + dt / 4, row r0 % 64 (+ 8·half), whose row % 8
-        // is g, and 16-byte chunk (2·(dt % 4) + t / 2) XOR g = 2·((dt % 4) XOR g / 2) + (t / 2
-        // XOR g % 2) (the 128-byte swizzle). So a thread's 16 stores are 4 addresses (dt % 4)
-        // plus constants (dt / 4: a box, 8 KB; half: 8 rows, 1 KB).
-        const uint32_t base = tile + ((r0 / 64) * (D / 32) + dq_d0 / 32) * kBoxBytes + (r0 % 64) * kRowBytes +
-                              (((t >> 1) ^ (g & 1)) * 16) + (t & 1) * 8;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const uint32_t at = base + ((j * 32) ^ ((g >> 1) * 32));
-#pragma unroll
-          for (int hb = 0; hb < 2; ++hb)  // dt / 4
-#pragma unroll
-            for (int half = 0; half < 2; ++half)
-              st_shared_f32x2(at + hb * kBoxBytes + half * 8 * kRowBytes, dq[4 * hb + j][2 * half],
-                              dq[4 * hb + j][2 * half + 1]);
-        }
+            st_shared_f32x2(at + hb * kBoxBytes + half * 8 * kRowBytes, dq[4 * hb + j][2 * half],
+                            dq[4 * hb + j][2 * half + 1]);
       }
       if (tid == kDqThread) sDqPending = make_int4(q0, int(bh), kOwner && dq_first, 0);
     }
@@ -725,8 +711,7 @@ void launch_main(const FlashParams& p, int64_t grid, cudaStream_t stream) {
     const uint64_t dims[3] = {uint64_t(D), uint64_t(p.T), uint64_t(p.B) * p.H};
     const uint64_t strides[2] = {uint64_t(D) * sizeof(float), uint64_t(D) * sizeof(float) * uint64_t(p.T)};
     const uint32_t box[3] = {Tile::kDqBoxCols, Tile::kDqBoxRows, 1};
-    maps.dq = tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.dq_accum, dims, strides, box, "dQ accumulator",
-                            Tile::kDqBoxCols == 32 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE);
+    maps.dq = tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.dq_accum, dims, strides, box, "dQ accumulator");
   }
   kernel<<<unsigned(grid), Tile::kThreads, smem, stream>>>(maps, p);
   CUDA_CHECK_LAUNCH();
