@@ -66,10 +66,10 @@ inline int sm90ws_forward_tile(int requested, int D, int T, bool causal, FwdSche
 // has a persistent kernel; three consumers (tile 1 at D = 64) under a causal mask only
 // (without a mask: 6-9% behind the grid with 8 bytes spilled, level without the spill in
 // a version that cost the two-consumer tiles 1%; BENCHMARKS.md, "Twenty-sixth session",
-// calls 1 and 4). auto: persistent up to T = 2048 at
-// D = 128 and, under a causal mask, up to T = 8192 at D = 64, where a block per tile,
-// alone on its SM, pays its tile's first loads and its epilogue in the open (cuDNN's
-// forward is persistent there). Measured on an H200 against a block per tile:
+// calls 1 and 4). auto: persistent up to T = 2048 at D = 128 and, under a causal mask, up
+// to T = 8192 at D = 64, where a block per tile, alone on its SM, pays its tile's first
+// loads and its epilogue in the open (cuDNN's forward is persistent there). Measured on an
+// H200 against a block per tile:
 //   D = 128 ("Twenty-fifth session", call 5, three rounds): 1K causal 387.5-390.0 TFLOP/s
 //   against 366.0-368.0, full 539.7-542.8 against 513.2-515.8; 2K causal 490.1-492.5
 //   against 482.0-483.9, full 610.7-612.2 against 600.2-602.6; from 4K on behind, with the
@@ -106,9 +106,12 @@ inline int64_t persistent_forward_max_load(int64_t G, int64_t heads, int T, int 
   return *std::max_element(load.begin(), load.end());
 }
 
-// The persistent forward's grid on up to `max_blocks` blocks: the G in [max_blocks / 2,
-// max_blocks] whose most loaded block has the fewest key tiles (the largest such G on a
-// tie), and never more blocks than tiles. O(tiles) for each G: callers keep the answer.
+// The persistent forward's grid on up to `max_blocks` blocks, and never more than the
+// tiles (top = the smaller): under a causal mask the G in [top / 2, top] whose most loaded
+// block has the fewest key tiles (the largest such G on a tie); without a mask, top.
+// O(tiles) for each G: callers keep the answer. Against 132 blocks in call 2 of the
+// twenty-sixth session: 8 x 32 x 2K D = 64 (131 blocks) 381-385 TFLOP/s against 360-370,
+// 2 x 32 x 8K (129) 482-484 against 430-433, 4 x 32 x 4K (131) level.
 // At 1 x 16 x 16K causal (128 query tiles a head, D = 128) 132 blocks leave the most
 // loaded block 1.54x the mean (a round is a head and 4 tiles of the next), which cost the
 // persistent kernel 39% there (BENCHMARKS.md, "Twenty-fifth session"); 128 blocks (a
