@@ -145,6 +145,9 @@ __device__ __forceinline__ void atomic_add_pair(float* dst, float x, float y) {
 __device__ __forceinline__ void st_shared_f32x2(uint32_t addr, float x, float y) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
 }
+__device__ __forceinline__ void st_shared_f32(uint32_t addr, float x) {
+  asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(x) : "memory");
+}
 #endif
 
 // kTmaDq: dQ by TMA reduce-adds through maps.dq, the (B·H, T, D) fp32 accumulator as a
@@ -544,16 +547,19 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 
     // dQ (this warpgroup's 64×64 block) = dS·K over all BN keys: k-step kk is keys
     // 16kk.. = 16 rows of 128 bytes of both dSᵀ (column block dq_q0/64) and K (column
-    // block dq_d0/64); both MN-major.
+    // block dq_d0/64); both MN-major. kDqTransposed (tma mode): dQᵀ = Kᵀ·dSᵀ instead, the
+    // same two operands swapped, so that each register's stores below meet 32 banks.
+    constexpr bool kDqTransposed = kTmaDq && !kOwner;
     float dq[8][4];
     const uint64_t ds_desc_t = sm90::make_desc(dst_base + (dq_q0 / 64) * BN * 128, BN * 128, sm90::kSwizzleAtom);
     const uint64_t k_desc_t = sm90::make_desc(k_base + (dq_d0 / 64) * BN * 128, BN * 128, sm90::kSwizzleAtom);
     sm90::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk)
-      sm90::wgmma_ss_n64_t</*kTransA=*/1, /*kTransB=*/1>(dq, sm90::desc_advance(ds_desc_t, kk * 16 * 128),
-                                                         sm90::desc_advance(k_desc_t, kk * 16 * 128),
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      const uint64_t ds = sm90::desc_advance(ds_desc_t, kk * 16 * 128), kd = sm90::desc_advance(k_desc_t, kk * 16 * 128);
+      sm90::wgmma_ss_n64_t</*kTransA=*/1, /*kTransB=*/1>(dq, kDqTransposed ? kd : ds, kDqTransposed ? ds : kd,
                                                          /*accumulate=*/kk > 0);
+    }
     sm90::wgmma_commit();
     if constexpr (kPreissueS) {
       // The next step's Sᵀ: its Q tile was issued at this step's start; its K is this
@@ -578,8 +584,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if (kTmaDq && !(kOwner && dq_last)) {
       // This warpgroup's 64×64 block into the tile's boxes (64 rows × 32 columns, 128-byte
       // rows whose 16-byte chunks are XOR-swizzled by row % 8, as the TMA reads them);
-      // rows >= T too (the TMA skips them). Each float2 store of a warp: 2 wavefronts.
-      // Row r0 = dq_q0 + 16·(warp % 4) + g and r0 + 8 (half), columns dq_d0 + 8·dt + 2t:
+      // rows >= T too (the TMA skips them). Untransposed (owner mode): row r0 = dq_q0 + 16·(warp % 4) + g and r0 + 8 (half), columns dq_d0 + 8·dt + 2t:
       // box (r0 / 64)·(D / 32) + dq_d0 / 32 + dt / 4, row r0 % 64 (+ 8·half), whose row % 8
       // is g, and chunk (2·(dt % 4) + t / 2) XOR g = 2·((dt % 4) XOR g / 2) + (t / 2 XOR
       // g % 2). So a thread's 16 stores are 4 addresses (dt % 4) plus constants (dt / 4:
@@ -587,19 +592,43 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       // (The tile's address is laundered: hoisted out of the loop, it spilled.)
       constexpr int kBoxBytes = Tile::kDqBoxRows * Tile::kDqBoxCols * 4, kRowBytes = Tile::kDqBoxCols * 4;
       static_assert(Tile::kDqBoxCols == 32 && Tile::kDqBoxRows == 64, "the swizzle arithmetic below");
-      const int r0 = dq_q0 + (warp % 4) * 16 + g;
-      const uint32_t base = sm90::opaque(smem_u32(sDq) + dq_slot(buf) * BM * D * 4) +
-                            ((r0 / 64) * (D / 32) + dq_d0 / 32) * kBoxBytes + (r0 % 64) * kRowBytes +
-                            (((t >> 1) ^ (g & 1)) * 16) + (t & 1) * 8;
+      if constexpr (kDqTransposed) {
+        // dQᵀ: register dq[j][2h + e] is column c = dq_d0 + 16·(warp % 4) + 8h + g of query
+        // row dq_q0 + 8j + 2t + e: box (dq_q0 / 64)·(D / 32) + c / 32, row 8j + 2t + e (row % 8
+        // = 2t + e), 16-byte chunk (c % 32) / 4 XOR (2t + e), byte 4·(g % 4). One register of
+        // a warp is 4 rows of 8 consecutive columns: 8 different chunks, 32 banks, one
+        // wavefront, where a float2 of the untransposed dQ took 4 (a half warp's rows 0..3
+        // met 16 banks: ncu, BENCHMARKS.md "Twenty-sixth session"). Per thread 4 addresses
+        // (h, e) plus constants (j: 8 rows, 1 KB).
+        // c / 32 and (c % 32) / 4 = 4·((c / 16) % 2) + 2h + g / 4 (bit 1 clear but for 2h), so
+        // the chunk is x XOR (2h + e) with x = (4·((c / 16) % 2) + g / 4) XOR 2t.
+        const int c0 = dq_d0 + 16 * (warp % 4) + g;  // h = 0
+        const int x = ((((c0 % 32) >> 2)) ^ (2 * t));
+        const uint32_t base = sm90::opaque(smem_u32(sDq) + dq_slot(buf) * BM * D * 4 +
+                                           ((dq_q0 / 64) * (D / 32) + c0 / 32) * kBoxBytes + 2 * t * kRowBytes + (c0 & 3) * 4);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t at = base + ((j * 32) ^ ((g >> 1) * 32));
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int hb = 0; hb < 2; ++hb)  // dt / 4
+          for (int e = 0; e < 2; ++e) {
+            const uint32_t at = base + e * kRowBytes + ((x ^ (2 * h + e)) << 4);
 #pragma unroll
-          for (int half = 0; half < 2; ++half)
-            st_shared_f32x2(at + hb * kBoxBytes + half * 8 * kRowBytes, dq[4 * hb + j][2 * half],
-                            dq[4 * hb + j][2 * half + 1]);
+            for (int j = 0; j < 8; ++j) st_shared_f32(at + j * 8 * kRowBytes, dq[j][2 * h + e]);
+          }
+      } else {
+        const int r0 = dq_q0 + (warp % 4) * 16 + g;
+        const uint32_t base = sm90::opaque(smem_u32(sDq) + dq_slot(buf) * BM * D * 4) +
+                              ((r0 / 64) * (D / 32) + dq_d0 / 32) * kBoxBytes + (r0 % 64) * kRowBytes +
+                              (((t >> 1) ^ (g & 1)) * 16) + (t & 1) * 8;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const uint32_t at = base + ((j * 32) ^ ((g >> 1) * 32));
+#pragma unroll
+          for (int hb = 0; hb < 2; ++hb)  // dt / 4
+#pragma unroll
+            for (int half = 0; half < 2; ++half)
+              st_shared_f32x2(at + hb * kBoxBytes + half * 8 * kRowBytes, dq[4 * hb + j][2 * half],
+                              dq[4 * hb + j][2 * half + 1]);
+        }
       }
       if (tid == kDqThread) sDqPending = make_int4(q0, int(bh), kOwner && dq_first, 0);
     }
