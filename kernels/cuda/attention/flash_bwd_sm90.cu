@@ -23,7 +23,8 @@
 //   dK += dSᵀ·Q     the same with dSᵀ and Q
 //   dSᵀ → shared memory (bf16, [key][query]); barrier over both warpgroups
 //   dQ = dS·K       wgmma m64n64k16, A (dS) and B (K) MN-major in smem, all 128 keys;
-//                   each warpgroup takes one 64×64 block of the BM×D tile of dQ
+//                   each warpgroup takes one 64×64 block of the BM×D tile of dQ (tma
+//                   mode: dQᵀ = Kᵀ·dSᵀ, A and B swapped, for bank-conflict-free stores)
 //   dQ → the (B·H, T, D) fp32 accumulator, in one of three modes (DqMode):
 //     tma:    into a shared-memory tile (swizzled 64×32 boxes); at the next step, behind
 //             the first matmuls, warpgroup 1's first thread adds it with
