@@ -585,24 +585,19 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if (kTmaDq && !(kOwner && dq_last)) {
       // This warpgroup's 64×64 block into the tile's boxes (64 rows × 32 columns, 128-byte
       // rows whose 16-byte chunks are XOR-swizzled by row % 8, as the TMA reads them);
-      // rows >= T too (the TMA skips them). Untransposed (owner mode): row r0 = dq_q0 + 16·(warp % 4) + g and r0 + 8 (half), columns dq_d0 + 8·dt + 2t:
-      // box (r0 / 64)·(D / 32) + dq_d0 / 32 + dt / 4, row r0 % 64 (+ 8·half), whose row % 8
-      // is g, and chunk (2·(dt % 4) + t / 2) XOR g = 2·((dt % 4) XOR g / 2) + (t / 2 XOR
-      // g % 2). So a thread's 16 stores are 4 addresses (dt % 4) plus constants (dt / 4:
-      // a box, 8 KB; half: 8 rows, 1 KB), where 16 addresses were kept in registers.
-      // (The tile's address is laundered: hoisted out of the loop, it spilled.)
+      // rows >= T too (the TMA skips them). (The tile's address is laundered: hoisted out
+      // of the loop, it spilled.)
       constexpr int kBoxBytes = Tile::kDqBoxRows * Tile::kDqBoxCols * 4, kRowBytes = Tile::kDqBoxCols * 4;
       static_assert(Tile::kDqBoxCols == 32 && Tile::kDqBoxRows == 64, "the swizzle arithmetic below");
       if constexpr (kDqTransposed) {
-        // dQᵀ: register dq[j][2h + e] is column c = dq_d0 + 16·(warp % 4) + 8h + g of query
-        // row dq_q0 + 8j + 2t + e: box (dq_q0 / 64)·(D / 32) + c / 32, row 8j + 2t + e (row % 8
-        // = 2t + e), 16-byte chunk (c % 32) / 4 XOR (2t + e), byte 4·(g % 4). One register of
-        // a warp is 4 rows of 8 consecutive columns: 8 different chunks, 32 banks, one
-        // wavefront, where a float2 of the untransposed dQ took 4 (a half warp's rows 0..3
-        // met 16 banks: ncu, BENCHMARKS.md "Twenty-sixth session"). Per thread 4 addresses
-        // (h, e) plus constants (j: 8 rows, 1 KB).
-        // c / 32 and (c % 32) / 4 = 4·((c / 16) % 2) + 2h + g / 4 (bit 1 clear but for 2h), so
-        // the chunk is x XOR (2h + e) with x = (4·((c / 16) % 2) + g / 4) XOR 2t.
+        // dQᵀ (tma mode): register dq[j][2h + e] is column c = dq_d0 + 16·(warp % 4) + 8h + g
+        // of query row dq_q0 + 8j + 2t + e: box (dq_q0 / 64)·(D / 32) + c / 32, row 8j + 2t +
+        // e (row % 8 = 2t + e), 16-byte chunk (c % 32) / 4 XOR (2t + e), byte 4·(g % 4). One
+        // register of a warp is 4 rows of 8 consecutive columns: 8 different chunks, 32
+        // banks, one wavefront; a float2 of dQ below takes 4 (a half warp's rows 0..3 meet
+        // 16 banks; ncu, BENCHMARKS.md "Twenty-sixth session"). (c % 32) / 4 = 4·((c / 16) %
+        // 2) + 2h + g / 4, whose bit 1 is 2h's alone, so the chunk is x XOR (2h + e) with
+        // x = (c0 % 32) / 4 XOR 2t: one address a thread, plus offsets (h, e; j: 8 rows, 1 KB).
         const int c0 = dq_d0 + 16 * (warp % 4) + g;  // h = 0
         const int x = ((((c0 % 32) >> 2)) ^ (2 * t));
         const uint32_t base = sm90::opaque(smem_u32(sDq) + dq_slot(buf) * BM * D * 4 +
@@ -616,6 +611,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
             for (int j = 0; j < 8; ++j) st_shared_f32(at + j * 8 * kRowBytes, dq[j][2 * h + e]);
           }
       } else {
+        // dQ (owner mode): rows r0 = dq_q0 + 16·(warp % 4) + g and r0 + 8 (half), columns
+        // dq_d0 + 8·dt + 2t: box (r0 / 64)·(D / 32) + dq_d0 / 32 + dt / 4, row r0 % 64 (+
+        // 8·half), whose row % 8 is g, and chunk (2·(dt % 4) + t / 2) XOR g = 2·((dt % 4) XOR
+        // g / 2) + (t / 2 XOR g % 2): 4 addresses a thread (dt % 4) plus constants (dt / 4: a
+        // box, 8 KB; half: 8 rows, 1 KB).
         const int r0 = dq_q0 + (warp % 4) * 16 + g;
         const uint32_t base = sm90::opaque(smem_u32(sDq) + dq_slot(buf) * BM * D * 4) +
                               ((r0 / 64) * (D / 32) + dq_d0 / 32) * kBoxBytes + (r0 % 64) * kRowBytes +
