@@ -157,6 +157,23 @@ TEST(TileChoice, PersistentForwardGridBalancesTheRounds) {
   EXPECT_EQ(persistent_forward_grid(1, 12, 4096, 192, 128, true), 1);
 }
 
+// Which tiles have a persistent kernel: what the launch builds and the rule may ask for.
+TEST(TileChoice, Sm90wsPersistentKernelsAreTwoConsumersAndCausalThree) {
+  using cuda::attn::kSm90WsOneConsumer;
+  using cuda::attn::sm90ws_consumers;
+  using cuda::attn::sm90ws_has_persistent_kernel;
+  EXPECT_EQ(sm90ws_consumers(0, 64), 2);
+  EXPECT_EQ(sm90ws_consumers(0, 128), 2);
+  EXPECT_EQ(sm90ws_consumers(1, 64), 3);
+  EXPECT_EQ(sm90ws_consumers(1, 128), 2);
+  for (int D : {64, 128}) EXPECT_EQ(sm90ws_consumers(kSm90WsOneConsumer, D), 1);
+  for (bool causal : {true, false}) {
+    EXPECT_FALSE(sm90ws_has_persistent_kernel(1, causal));
+    EXPECT_TRUE(sm90ws_has_persistent_kernel(2, causal));
+    EXPECT_EQ(sm90ws_has_persistent_kernel(3, causal), causal);
+  }
+}
+
 TEST(TileChoice, Sm90wsScheduleRejectsUnknownValues) {
   for (const char* bad : {"Persistent", "grid ", "1", "on"})
     EXPECT_THROW(cuda::attn::parse_forward_schedule(bad), InputError) << bad;

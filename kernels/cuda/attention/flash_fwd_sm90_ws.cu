@@ -338,17 +338,17 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #endif
 }
 
-// persistent_blocks > 0: the persistent kernel (tile_choice.h's sm90ws_forward_persistent
-// says for which tiles), on the grid of at most that many blocks that balances its rounds
-// best (persistent_forward_grid), or with `exact_blocks` on that many (a test knob).
+// persistent_blocks > 0: the persistent kernel (for the tiles of tile_choice.h's
+// sm90ws_has_persistent_kernel; the caller asks for no other), on the grid of at most that
+// many blocks that balances its rounds best (persistent_forward_grid), or with
+// `exact_blocks` on that many (a test knob).
 template <class Tile, bool kCausal>
 void launch_tile(const FlashParams& p, int persistent_blocks, bool exact_blocks, cudaStream_t stream) {
   auto kernel = flash_fwd_sm90_ws_kernel<Tile, kCausal>;
   static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::kSmemBytes);  // once
   (void)opted_in;
   const CUtensorMap map = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, Tile::kBlockN, "qkv");
-  // (Three consumers without a mask: not built; no faster than the grid, tile_choice.h.)
-  if constexpr (Tile::kConsumers == 2 || (Tile::kConsumers == 3 && kCausal)) {
+  if constexpr (sm90ws_has_persistent_kernel(Tile::kConsumers, kCausal)) {
     if (persistent_blocks > 0) {
       auto pk = flash_fwd_sm90_ws_persistent_kernel<Tile, kCausal>;
       static const bool pk_opted_in = opt_in_dynamic_smem(pk, Tile::kSmemBytes);  // once
@@ -366,6 +366,9 @@ void launch_tile(const FlashParams& p, int persistent_blocks, bool exact_blocks,
       CUDA_CHECK_LAUNCH();
       return;
     }
+  } else {
+    FG_ASSERT(persistent_blocks == 0, "the sm90ws forward has no persistent kernel for ", Tile::kConsumers,
+              " consumers", kCausal ? "" : " without a mask");
   }
   const dim3 grid((p.T + Tile::kBlockM - 1) / Tile::kBlockM, p.H, p.B);
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(map, p);

@@ -60,10 +60,10 @@ void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream
 // tiles; tile 1: at D = 128 64-key tiles, at D = 64 three consumer warpgroups (192 query
 // rows a block, round robin); tile kSm90WsOneConsumer: one consumer, 64 query rows, two
 // blocks an SM. The caller picks the tile (tile_choice.h). persistent_blocks > 0 runs
-// the tile persistent (tiles 0 and 1; at D = 64 tile 1 under a causal mask only: the
-// caller asks where tile_choice.h's sm90ws_forward_persistent says) on at most that many
-// blocks, as many as balance its rounds best, or with exact_blocks on exactly that many
-// (no more than tiles); the other tiles ignore it.
+// the tile persistent (only tiles with a persistent kernel, tile_choice.h's
+// sm90ws_has_persistent_kernel: tiles 0 and 1, at D = 64 tile 1 under a causal mask only)
+// on at most that many blocks, as many as balance its rounds best, or with exact_blocks on
+// exactly that many (no more than tiles).
 template <int kHeadDim, bool kCausal>
 void launch_fwd_sm90_ws(const FlashParams& p, int tile, int persistent_blocks, bool exact_blocks, cudaStream_t stream);
 // True when this build has sm_90a code and the current device runs it.

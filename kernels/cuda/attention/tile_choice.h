@@ -62,11 +62,19 @@ inline int sm90ws_forward_tile(int requested, int D, int T, bool causal, FwdSche
   return D == 64 && (!causal || T >= 2048) ? 1 : 0;
 }
 
-// Whether the sm90ws forward runs `tile` persistent. Every tile but the one-consumer one
-// has a persistent kernel; three consumers (tile 1 at D = 64) under a causal mask only
-// (without a mask: 6-9% behind the grid with 8 bytes spilled, level without the spill in
-// a version that cost the two-consumer tiles 1%; BENCHMARKS.md, "Twenty-sixth session",
-// calls 1 and 4). auto: persistent up to T = 2048 at D = 128 and, under a causal mask, up
+// The consumer warpgroups of the sm90ws forward's `tile` at head dim D, and whether a
+// tile of that many has a persistent kernel: two consumers, and three (tile 1 at D = 64)
+// under a causal mask only (without a mask: 6-9% behind the grid with 8 bytes spilled,
+// level without the spill in a version that cost the two-consumer tiles 1%;
+// BENCHMARKS.md, "Twenty-sixth session", calls 1 and 4). flash_fwd_sm90_ws.cu builds
+// exactly these persistent kernels.
+constexpr int sm90ws_consumers(int tile, int D) { return tile == kSm90WsOneConsumer ? 1 : tile == 1 && D == 64 ? 3 : 2; }
+constexpr bool sm90ws_has_persistent_kernel(int consumers, bool causal) {
+  return consumers == 2 || (consumers == 3 && causal);
+}
+
+// Whether the sm90ws forward runs `tile` persistent: never a tile without a persistent
+// kernel (above). auto: persistent up to T = 2048 at D = 128 and, under a causal mask, up
 // to T = 8192 at D = 64, where a block per tile, alone on its SM, pays its tile's first
 // loads and its epilogue in the open (cuDNN's forward is persistent there). Measured on an
 // H200 against a block per tile:
@@ -80,8 +88,7 @@ inline int sm90ws_forward_tile(int requested, int D, int T, bool causal, FwdSche
 //   (506-509 against 509-513) and behind at 65,536 (503-528 against 523-540). Up to 1K,
 //   see sm90ws_forward_tile.
 inline bool sm90ws_forward_persistent(FwdSchedule schedule, int tile, int D, int T, bool causal) {
-  const bool three_consumers = tile == 1 && D == 64;
-  if (tile == kSm90WsOneConsumer || (three_consumers && !causal) || schedule == FwdSchedule::grid) return false;
+  if (!sm90ws_has_persistent_kernel(sm90ws_consumers(tile, D), causal) || schedule == FwdSchedule::grid) return false;
   if (schedule == FwdSchedule::persistent) return true;
   return D == 128 ? T <= 2048 : causal && T <= 8192;
 }
