@@ -74,6 +74,7 @@
 #include <cmath>
 #include <cstdint>
 #include "src/cuda/cuda_check.h"
+#include "kernels/cuda/attention/dq_tile.h"
 #include "kernels/cuda/attention/flash_params.h"
 #include "kernels/cuda/attention/tma_sm90.cuh"
 #include "kernels/cuda/attention/wgmma_sm90.cuh"
@@ -101,7 +102,7 @@ struct Sm90BwdTile {
   // double-buffered at D = 128 (kKvBufs), or shared memory would not hold it all.
   static constexpr int kv_bufs(bool tma) { return tma && kHeadDim == 128 ? 1 : 2; }
   static constexpr int dq_bufs(bool tma) { return !tma ? 0 : kHeadDim == 128 ? 2 : 1; }
-  static constexpr int kDqBoxCols = 32, kDqBoxRows = 64;
+  static constexpr int kDqBoxCols = dq_tile::kBoxCols, kDqBoxRows = dq_tile::kBoxRows;
   static constexpr size_t kDqTileBytes = size_t(kBlockM) * kHeadDim * sizeof(float);
   // LSE and D of a query tile: the TMA reads kBlockM + 4 floats from the 16-byte boundary
   // at or before the tile's first row (a box must start 16-byte aligned in global
@@ -587,49 +588,29 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       // rows whose 16-byte chunks are XOR-swizzled by row % 8, as the TMA reads them);
       // rows >= T too (the TMA skips them). (The tile's address is laundered: hoisted out
       // of the loop, it spilled.)
-      constexpr int kBoxBytes = Tile::kDqBoxRows * Tile::kDqBoxCols * 4, kRowBytes = Tile::kDqBoxCols * 4;
-      static_assert(Tile::kDqBoxCols == 32 && Tile::kDqBoxRows == 64, "the swizzle arithmetic below");
-      if constexpr (kDqTransposed) {
-        // dQᵀ (tma mode): register dq[j][2h + e] is column c = dq_d0 + 16·(warp % 4) + 8h + g
-        // of query row dq_q0 + 8j + 2t + e: box (dq_q0 / 64)·(D / 32) + c / 32, row 8j + 2t +
-        // e (row % 8 = 2t + e), 16-byte chunk (c % 32) / 4 XOR (2t + e), byte 4·(g % 4). One
-        // register of a warp is 4 rows of 8 consecutive columns: 8 different chunks, 32
-        // banks, one wavefront; a float2 of dQ below takes 4 (a half warp's rows 0..3 meet
-        // 16 banks; ncu, BENCHMARKS.md "Twenty-sixth session"). (c % 32) / 4 = 4·((c / 16) %
-        // 2) + 2h + g / 4, whose bit 1 is 2h's alone, so the chunk is x XOR (2h + e) with
-        // x = (c0 % 32) / 4 XOR 2t: one address a thread, plus offsets (h, e; j: 8 rows, 1 KB).
-        const int c0 = dq_d0 + 16 * (warp % 4) + g;  // h = 0
-        const int x = ((((c0 % 32) >> 2)) ^ (2 * t));
-        const uint32_t base = sm90::opaque(smem_u32(sDq) + dq_slot(buf) * BM * D * 4 +
-                                           ((dq_q0 / 64) * (D / 32) + c0 / 32) * kBoxBytes + 2 * t * kRowBytes + (c0 & 3) * 4);
+      // Where each register goes: dq_tile.h (its CPU tests check every lane's address).
+      const uint32_t tile = smem_u32(sDq) + dq_slot(buf) * BM * D * 4;
+      if constexpr (kDqTransposed) {  // dQᵀ: one wavefront a warp store
+        const dq_tile::Transposed lane = dq_tile::transposed(D, dq_q0, dq_d0, warp % 4, g, t);
+        const uint32_t base = sm90::opaque(tile + lane.lane_base);
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const uint32_t at = base + e * kRowBytes + ((x ^ (2 * h + e)) << 4);
+            const uint32_t at = base + dq_tile::transposed_offset(lane.x, h, e);
 #pragma unroll
-            for (int j = 0; j < 8; ++j) st_shared_f32(at + j * 8 * kRowBytes, dq[j][2 * h + e]);
+            for (int j = 0; j < 8; ++j) st_shared_f32(at + j * 8 * dq_tile::kRowBytes, dq[j][2 * h + e]);
           }
-      } else {
-        // dQ (owner mode): rows r0 = dq_q0 + 16·(warp % 4) + g and r0 + 8 (half), columns
-        // dq_d0 + 8·dt + 2t: box (r0 / 64)·(D / 32) + dq_d0 / 32 + dt / 4, row r0 % 64 (+
-        // 8·half), whose row % 8 is g, and chunk (2·(dt % 4) + t / 2) XOR g = 2·((dt % 4) XOR
-        // g / 2) + (t / 2 XOR g % 2): 4 addresses a thread (dt % 4) plus constants (dt / 4: a
-        // box, 8 KB; half: 8 rows, 1 KB).
-        const int r0 = dq_q0 + (warp % 4) * 16 + g;
-        const uint32_t base = sm90::opaque(smem_u32(sDq) + dq_slot(buf) * BM * D * 4) +
-                              ((r0 / 64) * (D / 32) + dq_d0 / 32) * kBoxBytes + (r0 % 64) * kRowBytes +
-                              (((t >> 1) ^ (g & 1)) * 16) + (t & 1) * 8;
+      } else {  // dQ (owner mode): 4 wavefronts a warp store
+        const uint32_t base = sm90::opaque(tile) + dq_tile::direct_lane_base(D, dq_q0, dq_d0, warp % 4, g, t);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const uint32_t at = base + ((j * 32) ^ ((g >> 1) * 32));
+        for (int j = 0; j < 4; ++j)
 #pragma unroll
-          for (int hb = 0; hb < 2; ++hb)  // dt / 4
+          for (int hb = 0; hb < 2; ++hb)
 #pragma unroll
             for (int half = 0; half < 2; ++half)
-              st_shared_f32x2(at + hb * kBoxBytes + half * 8 * kRowBytes, dq[4 * hb + j][2 * half],
+              st_shared_f32x2(base + dq_tile::direct_offset(g, 4 * hb + j, half), dq[4 * hb + j][2 * half],
                               dq[4 * hb + j][2 * half + 1]);
-        }
       }
       if (tid == kDqThread) sDqPending = make_int4(q0, int(bh), kOwner && dq_first, 0);
     }

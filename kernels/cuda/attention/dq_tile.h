@@ -1,0 +1,67 @@
+// The sm90 backward's TMA dQ tile (flash_bwd_sm90.cu, tma and owner modes): a query
+// tile's fp32 dQ partial in shared memory as the TMA reads it, in boxes of 64 rows × 32
+// columns, box (row / 64)·(D / 32) + column / 32, each box row 128 bytes whose 16-byte
+// chunks are XOR-swizzled by row % 8 (the TMA's 128-byte swizzle). And where each thread
+// of a warpgroup stores its registers there. Host and device, so that the CPU tests
+// check the kernel's store addresses against the layout (tests/test_dq_tile.cpp).
+#pragma once
+#include <cstdint>
+
+#ifdef __CUDACC__
+#define FG_DQ_TILE_FN __host__ __device__ __forceinline__ constexpr
+#else
+#define FG_DQ_TILE_FN inline constexpr
+#endif
+
+namespace flashgpt::cuda::attn::dq_tile {
+
+constexpr int kBoxRows = 64, kBoxCols = 32;
+constexpr int kRowBytes = kBoxCols * 4, kBoxBytes = kBoxRows * kRowBytes;
+
+// Byte offset of element (query row r, column c) in the tile of head dim D.
+FG_DQ_TILE_FN uint32_t offset(int r, int c, int D) {
+  const int row = r % kBoxRows, chunk = (c % kBoxCols) / 4;
+  return uint32_t(((r / kBoxRows) * (D / kBoxCols) + c / kBoxCols) * kBoxBytes + row * kRowBytes +
+                  ((chunk ^ (row % 8)) << 4) + (c % 4) * 4);
+}
+
+// A warpgroup's 64×64 block of the tile starts at query row q0 and column d0; thread
+// (g, t) = (lane / 4, lane % 4) of its warp w (0..3).
+
+// dQᵀ (tma mode: the kernel computes dQᵀ = Kᵀ·dSᵀ): register dq[j][2h + e] is column
+// c = d0 + 16w + 8h + g of query row q0 + 8j + 2t + e: box (q0 / 64)·(D / 32) + c / 32,
+// row 8j + 2t + e (row % 8 = 2t + e), chunk (c % 32) / 4 XOR (2t + e), byte 4·(g % 4).
+// (c % 32) / 4 = 4·((c / 16) % 2) + 2h + g / 4, whose bit 1 is 2h's alone, so the chunk
+// is x XOR (2h + e) with x = ((c0 % 32) / 4) XOR 2t (c0: h = 0): one address a thread
+// (lane_base, with x) plus offsets (store_offset; j: 8 rows, + 8j·kRowBytes). One register
+// of a warp is then 4 rows of 8 consecutive columns: 8 different chunks, all 32 banks.
+struct Transposed {
+  uint32_t lane_base;  // bytes from the tile
+  int x;
+};
+FG_DQ_TILE_FN Transposed transposed(int D, int q0, int d0, int w, int g, int t) {
+  const int c0 = d0 + 16 * w + g;
+  return {uint32_t(((q0 / 64) * (D / kBoxCols) + c0 / kBoxCols) * kBoxBytes + 2 * t * kRowBytes + (c0 & 3) * 4),
+          ((c0 % kBoxCols) >> 2) ^ (2 * t)};
+}
+FG_DQ_TILE_FN uint32_t transposed_offset(int x, int h, int e) { return e * kRowBytes + ((x ^ (2 * h + e)) << 4); }
+
+// dQ (owner mode): register dq[dt][2·half + i] is query row r0 + 8·half (r0 = q0 + 16w +
+// g), column d0 + 8·dt + 2t + i; a float2 a store: box (r0 / 64)·(D / 32) + d0 / 32 +
+// dt / 4, row r0 % 64 (+ 8·half), whose row % 8 is g, and chunk (2·(dt % 4) + t / 2) XOR
+// g = 2·((dt % 4) XOR g / 2) + (t / 2 XOR g % 2): one address a thread (lane_base) plus
+// offsets (direct_offset). A half warp's rows 0..3 meet only 16 banks there: 4
+// wavefronts a store where the transposed stores take 1 (BENCHMARKS.md, "Twenty-sixth
+// session").
+FG_DQ_TILE_FN uint32_t direct_lane_base(int D, int q0, int d0, int w, int g, int t) {
+  const int r0 = q0 + 16 * w + g;
+  return uint32_t(((r0 / 64) * (D / kBoxCols) + d0 / kBoxCols) * kBoxBytes + (r0 % 64) * kRowBytes +
+                  (((t >> 1) ^ (g & 1)) * 16) + (t & 1) * 8);
+}
+FG_DQ_TILE_FN uint32_t direct_offset(int g, int dt, int half) {
+  return uint32_t((((dt % 4) * 32) ^ ((g >> 1) * 32)) + (dt / 4) * kBoxBytes + half * 8 * kRowBytes);
+}
+
+}  // namespace flashgpt::cuda::attn::dq_tile
+
+#undef FG_DQ_TILE_FN

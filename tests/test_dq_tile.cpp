@@ -1,0 +1,97 @@
+// The sm90 backward's dQ tile (kernels/cuda/attention/dq_tile.h), on the CPU: the address
+// every thread of the kernel stores each register at, against the tile's layout as the
+// TMA reads it, for both head dims; and, for the transposed (tma mode) stores, that no
+// warp store meets a bank twice. The GPU tests (Cuda/FlashAttentionVsReference) check
+// the values; these check the arithmetic the bank analysis rests on.
+#include <gtest/gtest.h>
+#include <set>
+#include <vector>
+#include "kernels/cuda/attention/dq_tile.h"
+
+namespace flashgpt {
+namespace {
+
+namespace dq_tile = cuda::attn::dq_tile;
+
+// The kernel's two warpgroups: their 64×64 blocks of the BM × D tile (BM = 128 at D = 64,
+// split along the queries; BM = 64 at D = 128, split along the columns).
+struct Block {
+  int q0, d0;
+};
+std::vector<Block> blocks(int D) {
+  if (D == 64) return {{0, 0}, {64, 0}};
+  return {{0, 0}, {0, 64}};
+}
+
+TEST(DqTile, LayoutIsTheTmaBoxesWith128ByteSwizzle) {
+  // Box (r / 64)·(D / 32) + c / 32, 128-byte rows, 16-byte chunk index XOR row % 8.
+  EXPECT_EQ(dq_tile::offset(0, 0, 64), 0u);
+  EXPECT_EQ(dq_tile::offset(0, 4, 64), 16u);
+  EXPECT_EQ(dq_tile::offset(1, 0, 64), 128u + 16u);       // row 1: chunk 0 XOR 1
+  EXPECT_EQ(dq_tile::offset(7, 31, 64), 7u * 128 + ((7u ^ 7u) << 4) + 12u);
+  EXPECT_EQ(dq_tile::offset(0, 32, 64), 8192u);           // the second box of the row block
+  EXPECT_EQ(dq_tile::offset(64, 0, 64), 2u * 8192);       // the second row block at D = 64
+  EXPECT_EQ(dq_tile::offset(0, 96, 128), 3u * 8192);
+  for (int D : {64, 128}) {  // a bijection onto the tile's bytes, 4 apart
+    const int rows = D == 64 ? 128 : 64;
+    std::set<uint32_t> seen;
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < D; ++c) {
+        const uint32_t a = dq_tile::offset(r, c, D);
+        EXPECT_EQ(a % 4, 0u);
+        EXPECT_LT(a, uint32_t(rows * D * 4));
+        EXPECT_TRUE(seen.insert(a).second) << "D " << D << " row " << r << " column " << c;
+      }
+  }
+}
+
+TEST(DqTile, TransposedStoresLandOnTheirElementsAndMeet32Banks) {
+  for (int D : {64, 128}) {
+    std::set<uint32_t> seen;
+    for (const Block& b : blocks(D))
+      for (int w = 0; w < 4; ++w)
+        for (int h = 0; h < 2; ++h)
+          for (int e = 0; e < 2; ++e)
+            for (int j = 0; j < 8; ++j) {
+              std::set<int> banks;  // one warp store: register dq[j][2h + e] of every lane
+              for (int lane = 0; lane < 32; ++lane) {
+                const int g = lane / 4, t = lane % 4;
+                const dq_tile::Transposed l = dq_tile::transposed(D, b.q0, b.d0, w, g, t);
+                const uint32_t a = l.lane_base + dq_tile::transposed_offset(l.x, h, e) + j * 8 * dq_tile::kRowBytes;
+                const int query = b.q0 + 8 * j + 2 * t + e, column = b.d0 + 16 * w + 8 * h + g;
+                ASSERT_EQ(a, dq_tile::offset(query, column, D))
+                    << "D " << D << " warp " << w << " lane " << lane << " h " << h << " e " << e << " j " << j;
+                EXPECT_TRUE(seen.insert(a).second);
+                banks.insert(int(a / 4 % 32));
+              }
+              EXPECT_EQ(banks.size(), 32u) << "D " << D << " warp " << w << " h " << h << " e " << e << " j " << j;
+            }
+    EXPECT_EQ(seen.size(), size_t(D == 64 ? 128 : 64) * D);
+  }
+}
+
+TEST(DqTile, DirectStoresLandOnTheirElements) {
+  // Owner mode's float2 stores: register pair dq[dt][2·half], [2·half + 1] of lane (g, t)
+  // is row q0 + 16w + g + 8·half, columns d0 + 8dt + 2t and + 1.
+  for (int D : {64, 128}) {
+    std::set<uint32_t> seen;
+    for (const Block& b : blocks(D))
+      for (int w = 0; w < 4; ++w)
+        for (int lane = 0; lane < 32; ++lane) {
+          const int g = lane / 4, t = lane % 4;
+          const uint32_t base = dq_tile::direct_lane_base(D, b.q0, b.d0, w, g, t);
+          for (int dt = 0; dt < 8; ++dt)
+            for (int half = 0; half < 2; ++half) {
+              const uint32_t a = base + dq_tile::direct_offset(g, dt, half);
+              const int row = b.q0 + 16 * w + g + 8 * half, column = b.d0 + 8 * dt + 2 * t;
+              ASSERT_EQ(a, dq_tile::offset(row, column, D)) << "D " << D << " lane " << lane << " dt " << dt;
+              ASSERT_EQ(a + 4, dq_tile::offset(row, column + 1, D));
+              EXPECT_TRUE(seen.insert(a).second);
+            }
+        }
+    EXPECT_EQ(seen.size(), size_t(D == 64 ? 128 : 64) * D / 2);
+  }
+}
+
+}  // namespace
+}  // namespace flashgpt
