@@ -549,9 +549,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 
     // dQ (this warpgroup's 64×64 block) = dS·K over all BN keys: k-step kk is keys
     // 16kk.. = 16 rows of 128 bytes of both dSᵀ (column block dq_q0/64) and K (column
-    // block dq_d0/64); both MN-major. kDqTransposed (tma mode): dQᵀ = Kᵀ·dSᵀ instead, the
-    // same two operands swapped, so that each register's stores below meet 32 banks.
-    constexpr bool kDqTransposed = kTmaDq && !kOwner;
+    // block dq_d0/64); both MN-major. kDqTransposed (tma and owner modes): dQᵀ = Kᵀ·dSᵀ
+    // instead, the same two operands swapped, so that each register's stores below meet
+    // 32 banks (atomic mode keeps dQ: its float2 atomics go to global memory).
+    constexpr bool kDqTransposed = kTmaDq;
     float dq[8][4];
     const uint64_t ds_desc_t = sm90::make_desc(dst_base + (dq_q0 / 64) * BN * 128, BN * 128, sm90::kSwizzleAtom);
     const uint64_t k_desc_t = sm90::make_desc(k_base + (dq_d0 / 64) * BN * 128, BN * 128, sm90::kSwizzleAtom);
@@ -590,7 +591,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       // of the loop, it spilled.)
       // Where each register goes: dq_tile.h (its CPU tests check every lane's address).
       const uint32_t tile = smem_u32(sDq) + dq_slot(buf) * BM * D * 4;
-      if constexpr (kDqTransposed) {  // dQᵀ: one wavefront a warp store
+      {  // dQᵀ: one wavefront a warp store
         const dq_tile::Transposed lane = dq_tile::transposed(D, dq_q0, dq_d0, warp % 4, g, t);
         const uint32_t base = sm90::opaque(tile + lane.lane_base);
 #pragma unroll
@@ -601,41 +602,37 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #pragma unroll
             for (int j = 0; j < 8; ++j) st_shared_f32(at + j * 8 * dq_tile::kRowBytes, dq[j][2 * h + e]);
           }
-      } else {  // dQ (owner mode): 4 wavefronts a warp store
-        const uint32_t base = sm90::opaque(tile) + dq_tile::direct_lane_base(D, dq_q0, dq_d0, warp % 4, g, t);
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-          for (int hb = 0; hb < 2; ++hb)
-#pragma unroll
-            for (int half = 0; half < 2; ++half)
-              st_shared_f32x2(base + dq_tile::direct_offset(g, 4 * hb + j, half), dq[4 * hb + j][2 * half],
-                              dq[4 * hb + j][2 * half + 1]);
       }
       if (tid == kDqThread) sDqPending = make_int4(q0, int(bh), kOwner && dq_first, 0);
     }
+    if constexpr (kOwner) {
+      // The last contribution: dQᵀ's registers (dq[j][2h + e] is query row dq_q0 + 8j + 2t
+      // + e, column dq_d0 + 16·(warp % 4) + 8h + g, dq_tile.h) plus the partial that the
+      // other threads copied in after the step's barrier, scaled, to bf16 in dqkv. (The
+      // partial's reads meet 32 banks: rows 2t apart are 8t banks apart, kAccStride = D + 4.)
+      if (dq_last) {
+        const int col = dq_d0 + 16 * (warp % 4) + g, r0 = dq_q0 + 2 * t;
+        bf16* out = p.dqkv + (int64_t(cur_b) * p.T + q0 + r0) * p.qkv_row_stride + int64_t(cur_h) * D + col;
+        const float* part = sAcc + r0 * Tile::kAccStride + col;
 #pragma unroll
-    for (int half = 0; half < 2 && (kOwner || !kTmaDq); ++half) {
-      const int r = dq_q0 + (warp % 4) * 16 + g + 8 * half, qry = q0 + r;
-      if (qry >= p.T) continue;
-      if constexpr (kOwner) {
-        // The last contribution reads the partial that the other threads copied in after
-        // the step's barrier (the others went to shared memory above).
-        if (dq_last) {
-          bf16* out = p.dqkv + (int64_t(cur_b) * p.T + qry) * p.qkv_row_stride + int64_t(cur_h) * D + dq_d0 + 2 * t;
-          const float* part = sAcc + r * Tile::kAccStride + dq_d0 + 2 * t;
+        for (int j = 0; j < 8; ++j)
 #pragma unroll
-          for (int dt = 0; dt < 8; ++dt) {
-            float x = dq[dt][2 * half], y = dq[dt][2 * half + 1];
-            if (!dq_first) {
-              const float2 a = *reinterpret_cast<const float2*>(part + dt * 8);
-              x += a.x;
-              y += a.y;
+          for (int e = 0; e < 2; ++e) {
+            const int r = 8 * j + e;  // from r0
+            if (q0 + r0 + r >= p.T) continue;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              float x = dq[j][2 * h + e];
+              if (!dq_first) x += part[r * Tile::kAccStride + 8 * h];
+              out[int64_t(r) * p.qkv_row_stride + 8 * h] = __float2bfloat16_rn(x * p.scale);
             }
-            *reinterpret_cast<uint32_t*>(out + dt * 8) = pack_bf16(x * p.scale, y * p.scale);
           }
-        }
-      } else {
+      }
+    } else if constexpr (!kTmaDq) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int qry = q0 + dq_q0 + (warp % 4) * 16 + g + 8 * half;
+        if (qry >= p.T) continue;
         float* dst = p.dq_accum + (bh * p.T + qry) * D + dq_d0 + 2 * t;
 #pragma unroll
         for (int dt = 0; dt < 8; ++dt) atomic_add_pair(dst + dt * 8, dq[dt][2 * half], dq[dt][2 * half + 1]);
