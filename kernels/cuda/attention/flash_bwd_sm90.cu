@@ -227,9 +227,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     return kOwner ? (u < heads ? u * n_blocks : items) : u;
   };
 
-  auto load_kv = [&](int it, int kv_buf) {
+  auto k_src = [&](int it) {
     const int bh = item_bh(it);
-    const bf16* k = p.qkv + int64_t(bh / p.H) * p.T * p.qkv_row_stride + int64_t(p.H + bh % p.H) * D;
+    return p.qkv + int64_t(bh / p.H) * p.T * p.qkv_row_stride + int64_t(p.H + bh % p.H) * D;
+  };
+  auto load_kv = [&](int it, int kv_buf) {
+    const bf16* k = k_src(it);
     const int n0 = item_n(it) * BN;
     constexpr bool kRolled = kKvBufs == 1;  // (loaded while dK and dV are live: no registers to spare)
     sm90::load_tile_async<BN, D, Tile::kThreads, kRolled>(sK + kv_buf * BN * D, k, p.qkv_row_stride, n0, p.T, tid);
@@ -378,7 +381,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       }
     }
     if constexpr (kKvBufs == 1) {
-      if (first_step) {  // one K/V buffer, free now: the item's K and V, waited for here
+      // One K/V buffer: the block's first item loads its K and V here; every later item's
+      // were issued at the last step of the item before (kEarlyKv below) and waited for
+      // above.
+      if (first_step && step == 0) {
         load_kv(item, 0);
         cp_async_commit();
         cp_async_wait<0>();
@@ -473,6 +479,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // dQ goes to shared memory. At D = 64 either order spills (Pᵀ's or dSᵀ's registers
     // stay live longer) and both are issued together once dSᵀ is ready.
     constexpr bool kSpreadDkDv = kTmaDq && D == 128;
+    // kEarlyKv (one K/V buffer): the next item's K and V load during this item's last
+    // step, each once its last reader is done with it, rather than at the next item's
+    // first step in front of its matmuls.
+    constexpr bool kEarlyKv = kKvBufs == 1;
+    static_assert(!kEarlyKv || kSpreadDkDv, "the early loads sit behind kSpreadDkDv's waits");
+    const bool load_next_kv = kEarlyKv && !same_item && next_item < items;
     static_assert(!(kPreissueS && kSpreadDkDv), "a pre-issued Sᵀ would sit between dQ and dK");
     uint32_t pa[BM / 16][4], dsa[BM / 16][4];
     auto issue_dv = [&] {
@@ -494,6 +506,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       issue_dv();
       sm90::wgmma_commit();
       sm90::wgmma_wait<1>();  // dPᵀ done; dV may still run
+      if (kEarlyKv && load_next_kv) {  // this warpgroup's V rows: read for the last time
+        sm90::load_rows_async<BN, 64, D, 128, /*kRolled=*/true>(sV, wg * 64, k_src(next_item) + int64_t(p.H) * D,
+                                                                 p.qkv_row_stride, item_n(next_item) * BN, p.T, tid % 128);
+        cp_async_commit();
+      }
     } else {
       sm90::wgmma_wait<0>();
     }
@@ -578,6 +595,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       issue_dk();
       sm90::wgmma_commit();
       sm90::wgmma_wait<1>();  // dQ
+      if (kEarlyKv && load_next_kv) {  // K, once both warpgroups' dQ has read all of it
+        sm90::named_sync(1, Tile::kThreads);
+        sm90::load_tile_async<BN, D, Tile::kThreads, /*kRolled=*/true>(sK, k_src(next_item), p.qkv_row_stride,
+                                                                       item_n(next_item) * BN, p.T, tid);
+        cp_async_commit();
+      }
     } else {
       sm90::wgmma_wait<kPreissueS ? 1 : 0>();  // dV, dK and dQ (the next Sᵀ may still run)
       sm90::fence_accumulators(dv);

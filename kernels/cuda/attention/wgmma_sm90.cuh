@@ -51,6 +51,25 @@ __device__ __forceinline__ void load_tile_async(bf16* tile, const bf16* src, int
   }
 }
 
+// Copies rows [first, first + kRows) of a wgmma-layout tile of kTileRows rows from rows
+// row0 + first.. of a (T, row_stride) bf16 matrix (rows >= T become zeros), with kThreads
+// threads (tid: 0..kThreads - 1): part of a tile, loaded by the warps that are done with it.
+template <int kTileRows, int kRows, int kCols, int kThreads, bool kRolled = false>
+__device__ __forceinline__ void load_rows_async(bf16* tile, int first, const bf16* src, int64_t row_stride,
+                                                int row0, int T, int tid) {
+  constexpr int kChunksPerRow = kCols / 8;
+  constexpr int kChunks = kRows * kChunksPerRow;
+  static_assert(kChunks % kThreads == 0, "every thread copies the same number of chunks");
+#pragma unroll(kRolled ? 1 : kChunks / kThreads)
+  for (int it = 0; it < kChunks / kThreads; ++it) {
+    const int i = tid + it * kThreads;
+    const int r = first + i / kChunksPerRow, c = (i % kChunksPerRow) * 8;
+    const bool in_range = row0 + r < T;
+    const bf16* g = src + int64_t(in_range ? row0 + r : 0) * row_stride + c;
+    cp_async_16(smem_u32(tile + tile_offset<kTileRows>(r, c)), g, in_range);
+  }
+}
+
 // 8 rows of 128 bytes: one swizzle atom, the stride-dimension offset of every descriptor here.
 constexpr uint32_t kSwizzleAtom = 8 * 128;
 
