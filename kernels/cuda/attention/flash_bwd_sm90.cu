@@ -164,9 +164,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   constexpr int kKvBufs = Tile::kv_bufs(kTmaDq), kDqBufs = Tile::dq_bufs(kTmaDq);
   static_assert(BN % BM == 0, "a key tile spans whole query tiles (owner mode's last contribution)");
   static_assert(!kOwner || kTmaDq, "owner mode writes dQ through the TMA tile");
-  // dSᵀ goes to shared memory by stmatrix (one instruction a k-step where four stores
-  // were); owner mode at D = 128 keeps the stores: with stmatrix it spilled 4 bytes.
-  constexpr bool kStmatrixDs = !(kOwner && D == 128);
   extern __shared__ unsigned char smem_raw[];
   // The hardware applies the 128B swizzle from address bits: tiles start 1024-aligned.
   // (Offsetting smem_raw keeps the pointers in the shared state space: plain loads and
@@ -535,20 +532,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // 8·(r>>1).., so one stmatrix a k-step stores them all; lane l gives the address of row
     // l%8 of matrix l/8 (a 16-byte chunk of the swizzled tile).
     // (tile_offset's 16-byte chunk of column 16kk + 8·(mat>>1) is 2kk mod 8 XOR x below.)
-    if constexpr (kStmatrixDs) {
+    {
       const int mat = lane >> 3, row = warp_key0 + 8 * (mat & 1) + (lane & 7), x = (mat >> 1) ^ (lane & 7);
       const uint32_t row_addr = dst_base + row * 128;
 #pragma unroll
       for (int kk = 0; kk < BM / 16; ++kk)
         sm90::stmatrix_x4(row_addr + (kk >> 2) * (BN * 128) + (((2 * kk) & 7) ^ x) * 16, dsa[kk]);
-    } else {
-#pragma unroll
-      for (int kk = 0; kk < BM / 16; ++kk)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int row = warp_key0 + g + 8 * (r & 1), col = kk * 16 + 8 * (r >> 1) + 2 * t;
-          *reinterpret_cast<uint32_t*>(sdSt + sm90::tile_offset<BN>(row, col)) = dsa[kk][r];
-        }
     }
     if constexpr (kSpreadDkDv) {  // dV: done with Pᵀ's registers before dQ needs registers
       sm90::wgmma_wait<0>();
