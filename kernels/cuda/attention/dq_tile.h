@@ -28,13 +28,16 @@ FG_DQ_TILE_FN uint32_t offset(int r, int c, int D) {
 // A warpgroup's 64×64 block of the tile starts at query row q0 and column d0; thread
 // (g, t) = (lane / 4, lane % 4) of its warp w (0..3).
 
-// dQᵀ (tma mode: the kernel computes dQᵀ = Kᵀ·dSᵀ): register dq[j][2h + e] is column
-// c = d0 + 16w + 8h + g of query row q0 + 8j + 2t + e: box (q0 / 64)·(D / 32) + c / 32,
-// row 8j + 2t + e (row % 8 = 2t + e), chunk (c % 32) / 4 XOR (2t + e), byte 4·(g % 4).
-// (c % 32) / 4 = 4·((c / 16) % 2) + 2h + g / 4, whose bit 1 is 2h's alone, so the chunk
-// is x XOR (2h + e) with x = ((c0 % 32) / 4) XOR 2t (c0: h = 0): one address a thread
-// (lane_base, with x) plus offsets (store_offset; j: 8 rows, + 8j·kRowBytes). One register
-// of a warp is then 4 rows of 8 consecutive columns: 8 different chunks, all 32 banks.
+// dQᵀ (the kernel computes dQᵀ = Kᵀ·dSᵀ, in tma and owner modes): register dq[j][2h + e]
+// is column c = d0 + 16w + 8h + g of query row q0 + 8j + 2t + e: box (q0 / 64)·(D / 32) +
+// c / 32, row 8j + 2t + e (row % 8 = 2t + e), chunk (c % 32) / 4 XOR (2t + e), byte
+// 4·(g % 4). (c % 32) / 4 = 4·((c / 16) % 2) + 2h + g / 4, whose bit 1 is 2h's alone, so
+// the chunk is x XOR (2h + e) with x = ((c0 % 32) / 4) XOR 2t (c0: h = 0): one address a
+// thread (lane_base, with x) plus offsets (transposed_offset; j: 8 rows, + 8j·kRowBytes).
+// One register of a warp is then 4 rows of 8 consecutive columns: 8 different chunks, all
+// 32 banks, one wavefront. (dQ's own layout, 8 rows × 4 column pairs a register, took 4
+// wavefronts a float2 store: a half warp's rows 0..3 met 16 banks; BENCHMARKS.md,
+// "Twenty-sixth session".)
 struct Transposed {
   uint32_t lane_base;  // bytes from the tile
   int x;
@@ -45,22 +48,6 @@ FG_DQ_TILE_FN Transposed transposed(int D, int q0, int d0, int w, int g, int t) 
           ((c0 % kBoxCols) >> 2) ^ (2 * t)};
 }
 FG_DQ_TILE_FN uint32_t transposed_offset(int x, int h, int e) { return e * kRowBytes + ((x ^ (2 * h + e)) << 4); }
-
-// dQ (owner mode): register dq[dt][2·half + i] is query row r0 + 8·half (r0 = q0 + 16w +
-// g), column d0 + 8·dt + 2t + i; a float2 a store: box (r0 / 64)·(D / 32) + d0 / 32 +
-// dt / 4, row r0 % 64 (+ 8·half), whose row % 8 is g, and chunk (2·(dt % 4) + t / 2) XOR
-// g = 2·((dt % 4) XOR g / 2) + (t / 2 XOR g % 2): one address a thread (lane_base) plus
-// offsets (direct_offset). A half warp's rows 0..3 meet only 16 banks there: 4
-// wavefronts a store where the transposed stores take 1 (BENCHMARKS.md, "Twenty-sixth
-// session").
-FG_DQ_TILE_FN uint32_t direct_lane_base(int D, int q0, int d0, int w, int g, int t) {
-  const int r0 = q0 + 16 * w + g;
-  return uint32_t(((r0 / 64) * (D / kBoxCols) + d0 / kBoxCols) * kBoxBytes + (r0 % 64) * kRowBytes +
-                  (((t >> 1) ^ (g & 1)) * 16) + (t & 1) * 8);
-}
-FG_DQ_TILE_FN uint32_t direct_offset(int g, int dt, int half) {
-  return uint32_t((((dt % 4) * 32) ^ ((g >> 1) * 32)) + (dt / 4) * kBoxBytes + half * 8 * kRowBytes);
-}
 
 }  // namespace flashgpt::cuda::attn::dq_tile
 

@@ -24,13 +24,16 @@
 //   dSᵀ → shared memory (bf16, [key][query]); barrier over both warpgroups
 //   dQ = dS·K       wgmma m64n64k16, A (dS) and B (K) MN-major in smem, all 128 keys;
 //                   each warpgroup takes one 64×64 block of the BM×D tile of dQ (tma
-//                   mode: dQᵀ = Kᵀ·dSᵀ, A and B swapped, for bank-conflict-free stores)
+//                   and owner modes: dQᵀ = Kᵀ·dSᵀ, A and B swapped, for bank-conflict-
+//                   free stores to the tile)
 //   dQ → the (B·H, T, D) fp32 accumulator, in one of three modes (DqMode):
 //     tma:    into a shared-memory tile (swizzled 64×32 boxes); at the next step, behind
 //             the first matmuls, warpgroup 1's first thread adds it with
 //             cp.reduce.async.bulk.tensor (thread 0 has the loads), which
 //             runs while the block computes (at D = 128 the two dQ tiles take the room of
-//             the second K/V buffer: the next item's K and V load at its first step)
+//             the second K/V buffer: the next item's K and V load at its first step, or,
+//             causal, during the item's last step, V once this warpgroup's dPᵀ has read
+//             it and K once both warpgroups' dQ has: kEarlyKv, +0.6-2% at T <= 4K)
 //     atomic: per-thread 8-byte red.global.add.v2.f32 (every warp's registers stay held
 //             until the atomics drain: ~20% of the stall samples in ncu; 3-22% slower
 //             than tma on an H200)
@@ -143,9 +146,6 @@ struct Sm90BwdMaps {
 // dst[0] += x, dst[1] += y in one 8-byte vector atomic (sm_90 only).
 __device__ __forceinline__ void atomic_add_pair(float* dst, float x, float y) {
   atomicAdd(reinterpret_cast<float2*>(dst), make_float2(x, y));
-}
-__device__ __forceinline__ void st_shared_f32x2(uint32_t addr, float x, float y) {
-  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
 }
 __device__ __forceinline__ void st_shared_f32(uint32_t addr, float x) {
   asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(x) : "memory");
@@ -288,6 +288,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // else nothing. So an item's first step waits for all groups: the next item's K and V
   // load during the whole of this item.
   int step = 0;  // steps done by this block: the Q buffer is its parity
+  // kEarlyKv (one K/V buffer, causal): the next item's K and V load during this item's
+  // last step, each once its last reader is done with it (below), rather than at the next
+  // item's first step in front of its matmuls.
+  constexpr bool kEarlyKv = kKvBufs == 1 && kCausal;
   // The current item's key tile, (batch·head), batch and head, worked out once an item,
   // not at every step: the grouped numbering and the head take integer divisions by
   // run-time values.
@@ -378,10 +382,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       }
     }
     if constexpr (kKvBufs == 1) {
-      // One K/V buffer: the block's first item loads its K and V here; every later item's
-      // were issued at the last step of the item before (kEarlyKv below) and waited for
-      // above.
-      if (first_step && step == 0) {
+      // One K/V buffer: the item's K and V load here, free now, and are waited for; with
+      // kEarlyKv only the block's first item's (the others' were issued at the last step
+      // of the item before and waited for above).
+      if (first_step && (!kEarlyKv || step == 0)) {
         load_kv(item, 0);
         cp_async_commit();
         cp_async_wait<0>();
@@ -476,10 +480,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // dQ goes to shared memory. At D = 64 either order spills (Pᵀ's or dSᵀ's registers
     // stay live longer) and both are issued together once dSᵀ is ready.
     constexpr bool kSpreadDkDv = kTmaDq && D == 128;
-    // kEarlyKv (one K/V buffer): the next item's K and V load during this item's last
-    // step, each once its last reader is done with it, rather than at the next item's
-    // first step in front of its matmuls.
-    constexpr bool kEarlyKv = kKvBufs == 1;
     static_assert(!kEarlyKv || kSpreadDkDv, "the early loads sit behind kSpreadDkDv's waits");
     const bool load_next_kv = kEarlyKv && !same_item && next_item < items;
     static_assert(!(kPreissueS && kSpreadDkDv), "a pre-issued Sᵀ would sit between dQ and dK");
@@ -555,10 +555,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 
     // dQ (this warpgroup's 64×64 block) = dS·K over all BN keys: k-step kk is keys
     // 16kk.. = 16 rows of 128 bytes of both dSᵀ (column block dq_q0/64) and K (column
-    // block dq_d0/64); both MN-major. kDqTransposed (tma and owner modes): dQᵀ = Kᵀ·dSᵀ
+    // block dq_d0/64); both MN-major. TMA dQ (tma and owner modes): dQᵀ = Kᵀ·dSᵀ
     // instead, the same two operands swapped, so that each register's stores below meet
     // 32 banks (atomic mode keeps dQ: its float2 atomics go to global memory).
-    constexpr bool kDqTransposed = kTmaDq;
     float dq[8][4];
     const uint64_t ds_desc_t = sm90::make_desc(dst_base + (dq_q0 / 64) * BN * 128, BN * 128, sm90::kSwizzleAtom);
     const uint64_t k_desc_t = sm90::make_desc(k_base + (dq_d0 / 64) * BN * 128, BN * 128, sm90::kSwizzleAtom);
@@ -566,7 +565,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
       const uint64_t ds = sm90::desc_advance(ds_desc_t, kk * 16 * 128), kd = sm90::desc_advance(k_desc_t, kk * 16 * 128);
-      sm90::wgmma_ss_n64_t</*kTransA=*/1, /*kTransB=*/1>(dq, kDqTransposed ? kd : ds, kDqTransposed ? ds : kd,
+      sm90::wgmma_ss_n64_t</*kTransA=*/1, /*kTransB=*/1>(dq, kTmaDq ? kd : ds, kTmaDq ? ds : kd,
                                                          /*accumulate=*/kk > 0);
     }
     sm90::wgmma_commit();
@@ -601,9 +600,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       // rows whose 16-byte chunks are XOR-swizzled by row % 8, as the TMA reads them);
       // rows >= T too (the TMA skips them). (The tile's address is laundered: hoisted out
       // of the loop, it spilled.)
-      // Where each register goes: dq_tile.h (its CPU tests check every lane's address).
+      // Where each register of dQᵀ goes: dq_tile.h (its CPU tests check every lane's
+      // address, and that a warp store meets the 32 banks once: one wavefront).
       const uint32_t tile = smem_u32(sDq) + dq_slot(buf) * BM * D * 4;
-      {  // dQᵀ: one wavefront a warp store
+      {
         const dq_tile::Transposed lane = dq_tile::transposed(D, dq_q0, dq_d0, warp % 4, g, t);
         const uint32_t base = sm90::opaque(tile + lane.lane_base);
 #pragma unroll
