@@ -301,8 +301,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // with two slots, else slot 0 (dq_slot), and thread kDqThread hands it to the TMA unit
   // in the next step, after its first barrier (the writes are visible then): the tile of
   // query row q0 of (batch·head) bh, added (or, owner mode's first contribution, stored),
-  // which it keeps in sDqPending {q0, bh, store, owner mode: q0 of the newest bulk
-  // group} (q0 < 0: none; shared, not registers).
+  // which it keeps in sDqPending {q0, bh, store} (q0 < 0: none; shared, not registers).
   // kDqThread is the first thread of warpgroup 1, not thread 0, which already issues the
   // query tiles' loads and the claims: every warp waits at each step's barriers for the
   // slowest, and with all of the TMA work warp 0 spent about a quarter of its time in
@@ -311,7 +310,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // TMA are this thread's too.)
   constexpr int kDqThread = Tile::kThreads / 2;
   __shared__ int4 sDqPending;
-  if (kTmaDq && tid == kDqThread) sDqPending = make_int4(-1, 0, 0, kOwner ? -1 : 0);
+  if (kTmaDq && tid == kDqThread) sDqPending = make_int4(-1, 0, 0, 0);
   auto dq_slot = [](int step_parity) { return kDqBufs == 2 ? step_parity : 0; };
   // The pending tile, written at a step of parity step_parity.
   auto issue_pending_dq = [&](int step_parity) {
@@ -330,7 +329,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         else sm90::tma_reduce_add_3d(&maps.dq, box, c0, c1, pending.y);
       }
     sm90::bulk_commit();
-    if (kOwner) sDqPending.w = pending.x;
     sDqPending.x = -1;  // (owner mode: a step that writes no tile follows)
   };
   // Sᵀ = K·Qᵀ of a step (sm90::issue_abt: this warpgroup's K rows, the step's Q buffer).
@@ -375,13 +373,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       // of a tile's last contribution) or adds to them: the first contributions are
       // stores, all made in the unit's first key tile, and nothing orders a later add to
       // the same place after them but this wait, at the second key tile's first step.
-      // For the partial only the groups that wrote its query tile need to be complete:
-      // unless the newest (the tile handed over just now, or, if there was none, the one
-      // before) is the same query tile, it stays in flight, under this step's matmuls.
       if ((dq_last && !dq_first) || (n_block == 1 && first_step)) {
         if (tid == kDqThread) {
-          if ((n_block == 1 && first_step) || sDqPending.w == m * BM) sm90::bulk_wait_all();
-          else sm90::bulk_wait<1>();
+          sm90::bulk_wait_all();
           sm90::fence_proxy_async_global();
         }
         __syncthreads();
@@ -621,7 +615,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
             for (int j = 0; j < 8; ++j) st_shared_f32(at + j * 8 * dq_tile::kRowBytes, dq[j][2 * h + e]);
           }
       }
-      if (tid == kDqThread) sDqPending = make_int4(q0, int(bh), kOwner && dq_first, kOwner ? sDqPending.w : 0);
+      if (tid == kDqThread) sDqPending = make_int4(q0, int(bh), kOwner && dq_first, 0);
     }
     if constexpr (kOwner) {
       // The last contribution: dQᵀ's registers (dq[j][2h + e] is query row dq_q0 + 8j + 2t

@@ -114,14 +114,8 @@ template <int kPending>
 __device__ __forceinline__ void bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
 }
-// At most kPending of this thread's bulk groups (the newest) are not complete; the others'
-// writes are performed.
-template <int kPending>
-__device__ __forceinline__ void bulk_wait() {
-  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
 // Every bulk group of this thread is complete (its writes performed).
-__device__ __forceinline__ void bulk_wait_all() { bulk_wait<0>(); }
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 // Register reallocation between the warpgroups of a block (every warp of the warpgroup
 // executes it): the producer gives registers back, the consumers take them.
