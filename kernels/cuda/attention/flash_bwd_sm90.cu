@@ -105,7 +105,6 @@ struct Sm90BwdTile {
   // double-buffered at D = 128 (kKvBufs), or shared memory would not hold it all.
   static constexpr int kv_bufs(bool tma) { return tma && kHeadDim == 128 ? 1 : 2; }
   static constexpr int dq_bufs(bool tma) { return !tma ? 0 : kHeadDim == 128 ? 2 : 1; }
-  static constexpr int kDqBoxCols = dq_tile::kBoxCols, kDqBoxRows = dq_tile::kBoxRows;
   static constexpr size_t kDqTileBytes = size_t(kBlockM) * kHeadDim * sizeof(float);
   // LSE and D of a query tile: the TMA reads kBlockM + 4 floats from the 16-byte boundary
   // at or before the tile's first row (a box must start 16-byte aligned in global
@@ -318,13 +317,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const int4 pending = sDqPending;
     if (pending.x < 0) return;
     const float* tile = sDq + dq_slot(step_parity) * BM * D;
-    constexpr int kBoxFloats = Tile::kDqBoxRows * Tile::kDqBoxCols;
+    constexpr int kBoxFloats = dq_tile::kBoxBytes / sizeof(float);
 #pragma unroll
-    for (int rb = 0; rb < BM / Tile::kDqBoxRows; ++rb)
+    for (int rb = 0; rb < BM / dq_tile::kBoxRows; ++rb)
 #pragma unroll
-      for (int cb = 0; cb < D / Tile::kDqBoxCols; ++cb) {
-        const float* box = tile + (rb * (D / Tile::kDqBoxCols) + cb) * kBoxFloats;
-        const int c0 = cb * Tile::kDqBoxCols, c1 = pending.x + rb * Tile::kDqBoxRows;
+      for (int cb = 0; cb < D / dq_tile::kBoxCols; ++cb) {
+        const float* box = tile + (rb * (D / dq_tile::kBoxCols) + cb) * kBoxFloats;
+        const int c0 = cb * dq_tile::kBoxCols, c1 = pending.x + rb * dq_tile::kBoxRows;
         if (kOwner && pending.z) sm90::tma_store_3d(&maps.dq, box, c0, c1, pending.y);
         else sm90::tma_reduce_add_3d(&maps.dq, box, c0, c1, pending.y);
       }
@@ -503,7 +502,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       issue_dv();
       sm90::wgmma_commit();
       sm90::wgmma_wait<1>();  // dPᵀ done; dV may still run
-      if (kEarlyKv && load_next_kv) {  // this warpgroup's V rows: read for the last time
+      if (load_next_kv) {  // this warpgroup's V rows: read for the last time
         sm90::load_rows_async<BN, 64, D, 128, /*kRolled=*/true>(sV, wg * 64, k_src(next_item) + int64_t(p.H) * D,
                                                                  p.qkv_row_stride, item_n(next_item) * BN, p.T, tid % 128);
         cp_async_commit();
@@ -583,7 +582,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       issue_dk();
       sm90::wgmma_commit();
       sm90::wgmma_wait<1>();  // dQ
-      if (kEarlyKv && load_next_kv) {  // K, once both warpgroups' dQ has read all of it
+      if (load_next_kv) {  // K, once both warpgroups' dQ has read all of it
         sm90::named_sync(1, Tile::kThreads);
         sm90::load_tile_async<BN, D, Tile::kThreads, /*kRolled=*/true>(sK, k_src(next_item), p.qkv_row_stride,
                                                                        item_n(next_item) * BN, p.T, tid);
@@ -603,18 +602,16 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       // Where each register of dQᵀ goes: dq_tile.h (its CPU tests check every lane's
       // address, and that a warp store meets the 32 banks once: one wavefront).
       const uint32_t tile = smem_u32(sDq) + dq_slot(buf) * BM * D * 4;
-      {
-        const dq_tile::Transposed lane = dq_tile::transposed(D, dq_q0, dq_d0, warp % 4, g, t);
-        const uint32_t base = sm90::opaque(tile + lane.lane_base);
+      const dq_tile::Transposed lane = dq_tile::transposed(D, dq_q0, dq_d0, warp % 4, g, t);
+      const uint32_t base = sm90::opaque(tile + lane.lane_base);
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const uint32_t at = base + dq_tile::transposed_offset(lane.x, h, e);
+        for (int e = 0; e < 2; ++e) {
+          const uint32_t at = base + dq_tile::transposed_offset(lane.x, h, e);
 #pragma unroll
-            for (int j = 0; j < 8; ++j) st_shared_f32(at + j * 8 * dq_tile::kRowBytes, dq[j][2 * h + e]);
-          }
-      }
+          for (int j = 0; j < 8; ++j) st_shared_f32(at + j * 8 * dq_tile::kRowBytes, dq[j][2 * h + e]);
+        }
       if (tid == kDqThread) sDqPending = make_int4(q0, int(bh), kOwner && dq_first, 0);
     }
     if constexpr (kOwner) {
@@ -730,7 +727,7 @@ void launch_main(const FlashParams& p, int64_t grid, cudaStream_t stream) {
   if constexpr (kTmaDq) {  // the (B·H, T, D) fp32 accumulator
     const uint64_t dims[3] = {uint64_t(D), uint64_t(p.T), uint64_t(p.B) * p.H};
     const uint64_t strides[2] = {uint64_t(D) * sizeof(float), uint64_t(D) * sizeof(float) * uint64_t(p.T)};
-    const uint32_t box[3] = {Tile::kDqBoxCols, Tile::kDqBoxRows, 1};
+    const uint32_t box[3] = {dq_tile::kBoxCols, dq_tile::kBoxRows, 1};
     maps.dq = tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.dq_accum, dims, strides, box, "dQ accumulator");
   }
   kernel<<<unsigned(grid), Tile::kThreads, smem, stream>>>(maps, p);
