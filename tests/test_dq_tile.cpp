@@ -1,8 +1,9 @@
 // The sm90 backward's dQ tile (kernels/cuda/attention/dq_tile.h), on the CPU: the address
 // every thread of the kernel stores each register at, against the tile's layout as the
 // TMA reads it, for both head dims, and that no warp store meets a bank twice (the
-// kernel stores dQᵀ in tma and owner modes). The GPU tests (Cuda/FlashAttentionVsReference) check
-// the values; these check the arithmetic the bank analysis rests on.
+// kernel stores dQᵀ in tma and owner modes). The GPU tests
+// (Cuda/FlashAttentionVsReference) check the values; these check the arithmetic the bank
+// analysis rests on.
 #include <gtest/gtest.h>
 #include <set>
 #include <vector>
