@@ -16,33 +16,26 @@ namespace flashgpt::cuda::attn {
 // in bf16 by the kernel (no zeroed accumulator, no postprocess).
 enum class DqMode { atomic, tma, owner };
 
-// auto picks owner, with a causal mask, when the (batch, head) units fill the last wave of
-// one block per SM to at least this share.
-constexpr double kOwnerWaveFill = 0.9;
-
 // The mode for `requested` (the variable's value: auto, atomic, tma or owner; null or
-// empty = auto; anything else is an InputError) at B·H (batch, head) pairs on a GPU of
-// `sms` SMs, either head dim. auto: owner for a causal mask whose units fill the last wave
-// to at least kOwnerWaveFill, else tma. Measured on an H200 (BENCHMARKS.md): owner beat
-// atomic at 128, 256, 512 and 768 units (97% fill; +1 to +9%) and lost at 32, 64 and 192
-// (24%, 48%, 73%), seventh session; tma beat atomic on every shape measured and owner beat
-// tma at 256, 512 and 768 units (+1 to +6%), tenth session; with owner's own dQ by TMA too,
-// owner took 1.065 ms against tma's 1.174-1.181 at 768 units (eleventh session). At
-// D = 128 owner beat tma by 3.5-15% at 128 and 256 units (T = 1K, 2K) and took 2-8x as
-// long at 16, 32 and 64 (fourteenth session). Those were causal masks; without a mask
-// tma beat owner at every such shape, by 9-37% (twentieth session, call 2: D = 64 T = 4K
-// 452 against 342 TFLOP/s, D = 128 T = 2K 468 against 344), while with a causal mask
-// owner still won by 5-20% (GPT-2's shape 1.01 against 1.18 ms).
-inline DqMode choose_dq_mode(const char* requested, int64_t B, int64_t H, bool causal, int64_t sms) {
+// empty = auto; anything else is an InputError). auto: tma, every shape and mask.
+// Measured on an H200 (BENCHMARKS.md): tma beat atomic on every shape measured (tenth
+// session); without a mask tma beat owner at every shape, by 9-37% (twentieth session,
+// call 2). Under a causal mask owner won while tma's items ran key tile major over every
+// (batch, head) pair (fourteenth and twentieth sessions: GPT-2's shape 1.01 against
+// 1.18 ms; D = 128, T = 1K and 2K, by 3.5-15%), and auto took it where the pairs filled the
+// last wave of one block per SM; with tma's items in the head groups of choose_head_group
+// below, tma beat owner at all five such shapes of the sweep ("Twenty-eighth session",
+// calls 1 and 2, backward TFLOP/s): GPT-2's 64 x 12 x 1K 264-265 against 255-258, D = 64
+// 16 x 32 x 1K 259-261 against 256-258, 8 x 32 x 2K 347-351 against 306, 4 x 32 x 4K
+// 425-429 against 330-332; D = 128 16 x 16 x 1K 280-282 against 274-275, 8 x 16 x 2K
+// 377-381 against 320-322. Owner mode stays, on request.
+inline DqMode choose_dq_mode(const char* requested) {
   const std::string v = requested && *requested ? requested : "auto";
   if (v != "auto" && v != "atomic" && v != "tma" && v != "owner")
     fail_input("FLASHGPT_ATTENTION_BWD_DQ must be auto, atomic, tma or owner, got '", v, "'");
   if (v == "atomic") return DqMode::atomic;
-  if (v == "tma") return DqMode::tma;
   if (v == "owner") return DqMode::owner;
-  if (!causal) return DqMode::tma;
-  const int64_t units = B * H, waves = (units + sms - 1) / sms;
-  return double(units) / double(waves * sms) >= kOwnerWaveFill ? DqMode::owner : DqMode::tma;
+  return DqMode::tma;
 }
 
 // In tma and atomic modes an item is one key tile of one (batch, head) pair, and the
@@ -53,30 +46,47 @@ inline DqMode choose_dq_mode(const char* requested, int64_t B, int64_t H, bool c
 // in the L2 reads them from DRAM about once. Owner mode runs whole pairs and ignores it.
 inline int64_t head_group_bytes(int64_t T, int64_t D) { return T * D * 8; }
 
-// The group for `requested` (FLASHGPT_ATTENTION_BWD_HEAD_GROUP: auto, all, or a positive
-// number of pairs; null or empty = auto; anything else is an InputError). auto, full
-// masks: as many pairs as fit in 2/3 of the L2, at least 1. Causal masks: every pair (one
-// group, key tile major), except at D = 64 when one pair's rows fill half the L2 or more
-// (T >= 51,200 with 50 MiB): then as many as fit in 4/3 of it. Measured on an H200 (50 MiB
-// of L2; BENCHMARKS.md, sixteenth session, backward TFLOP/s or ms, against every pair in
-// the same run): full masks gained 2-9% (D = 64, T = 8K and 16K; D = 128, T = 4K-16K;
-// groups of 1 or 2 within 1-2% of these either way); D = 64 causal with T = 65,536 (12
-// pairs, groups of 2) took 37.76-37.78 ms against 38.25 and the long-context step
-// 702-704 against 711-714; but causal groups at T <= 16K lost up to 5% (2 x 32 x 8K,
-// groups of 16: 379.0 TFLOP/s against 397.5) or moved either way between calls
-// (1 x 32 x 16K, groups of 8: -2.5%, then +1.3%), and at D = 128 (1 x 16 x 16K) every
-// group size lost 1-11%.
+// The group for `requested` (FLASHGPT_ATTENTION_BWD_HEAD_GROUP: auto, all or a positive
+// number of pairs; null or empty = auto; anything else is an InputError), on a GPU of `sms`
+// SMs and `l2_bytes` of L2. auto: as many pairs as fit in a budget of the L2 (full masks:
+// 2/3 of it; causal, D = 64: 4/3 of it, the rows of a causal item's later query tiles
+// only; causal, D = 128: no budget), at most `sms` / 4 (causal, D = 64: `sms` / 2), at
+// least 1; below every pair, rounded down to a power of two (groups of 24 and 48, which
+// leave a smaller last group at the pair counts measured, ran 1-3% behind those of 16, 32
+// and 64 around them). With G pairs in a group the
+// blocks in flight, one an SM, hold about sms / G key tiles of each pair, which share its
+// Q, dO and dQ rows in the L2: the cap keeps 2-4 blocks on each.
+// Measured on an H200 (132 SMs, 50 MiB of L2; BENCHMARKS.md, "Twenty-eighth session",
+// call 2, two rounds, backward TFLOP/s; sixteenth session for T = 65,536):
+//   causal, D = 64: GPT-2's 64 x 12 x 1K, groups of 64 264-265 (48: 265, 128: 249,
+//     every pair 218-220); 16 x 32 x 1K, 64: 260-261 (32: 257, 128: 244, all: 218);
+//     8 x 32 x 2K, 64: 347-351 (32: 344-350, 128: 288, all: 272-274); 4 x 32 x 4K, 32:
+//     425-429 (16: 419-420, 64: 404-416, all: 313-314); 2 x 32 x 8K, 16: 475-480 (all:
+//     415-442); 1 x 32 x 16K, 8: 470-491 (all: 450-451); 1 x 12 x 65,536, 2: 37.76-37.78
+//     ms against every pair's 38.25 (sixteenth session).
+//   causal, D = 128: 16 x 16 x 1K, 32: 280-282 (64: 278-281, 128: 238-240, all: 229-231);
+//     8 x 16 x 2K, 32: 378-381 (16: 371-372, 64: 375, all: 287-288); 4 x 16 x 4K, 32: 465
+//     (16: 456-460, all: 444-446); 2 x 16 x 8K and 1 x 16 x 16K: every pair (32 and 16),
+//     level with 8 and 16 within the rounds' spread.
+//   full masks: 16 x 32 x 1K D 64, 32: 363-365 (the L2 budget alone, 66: 353-355);
+//     16 x 16 x 1K D 128, 32: 397-400 (33: 397-398); from T = 2K the budget decides
+//     (groups of 4-16 within 1-2% of each other; sixteenth session: 2-9% ahead of every
+//     pair).
 inline int64_t choose_head_group(const char* requested, int64_t pairs, int64_t T, int64_t D, bool causal,
-                                 int64_t l2_bytes) {
+                                 int64_t l2_bytes, int64_t sms) {
   const std::string v = requested && *requested ? requested : "auto";
   if (v == "all") return pairs;
   if (v != "auto") {
     const int64_t g = parse_positive_int(v, "FLASHGPT_ATTENTION_BWD_HEAD_GROUP", "auto, all or a positive integer", INT64_MAX);
     return std::min<int64_t>(g, pairs);
   }
-  if (causal && (D == 128 || 2 * head_group_bytes(T, D) < l2_bytes)) return pairs;
-  const int64_t budget = causal ? l2_bytes * 4 / 3 : l2_bytes * 2 / 3;
-  return std::clamp<int64_t>(budget / head_group_bytes(T, D), 1, pairs);
+  const bool causal64 = causal && D == 64;
+  int64_t g = sms / (causal64 ? 2 : 4);
+  if (!causal || D == 64) g = std::min<int64_t>(g, (causal ? l2_bytes * 4 / 3 : l2_bytes * 2 / 3) / head_group_bytes(T, D));
+  if (g >= pairs) return pairs;
+  int64_t p2 = 1;
+  while (2 * p2 <= g) p2 *= 2;
+  return p2;
 }
 
 }  // namespace flashgpt::cuda::attn
