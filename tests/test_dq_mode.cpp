@@ -67,15 +67,17 @@ TEST(HeadGroup, BelowEveryPairTheGroupIsAPowerOfTwo) {
   EXPECT_EQ(choose_head_group(nullptr, 48, 1024, 64, kCausal, kL2, kSms), 48);
 }
 
-TEST(HeadGroup, CausalDim64FitsFourThirdsOfTheL2AndHalfTheSms) {
-  // 4/3 of the L2 is 66.7 MiB; 132 / 2 = 66.
+TEST(HeadGroup, CausalDim64FitsTwiceTheL2AndHalfTheSms) {
+  // Twice the L2 is 100 MiB; 132 / 2 = 66.
   EXPECT_EQ(choose_head_group(nullptr, 768, 1024, 64, kCausal, kL2, kSms), 64);  // GPT-2 124M, B = 64
   EXPECT_EQ(choose_head_group(nullptr, 512, 1024, 64, kCausal, kL2, kSms), 64);
   EXPECT_EQ(choose_head_group(nullptr, 256, 2048, 64, kCausal, kL2, kSms), 64);
   EXPECT_EQ(choose_head_group(nullptr, 128, 4096, 64, kCausal, kL2, kSms), 32);
   EXPECT_EQ(choose_head_group(nullptr, 64, 8192, 64, kCausal, kL2, kSms), 16);
   EXPECT_EQ(choose_head_group(nullptr, 32, 16384, 64, kCausal, kL2, kSms), 8);
-  EXPECT_EQ(choose_head_group(nullptr, 12, 51200, 64, kCausal, kL2, kSms), 2);  // 25 MiB a pair
+  EXPECT_EQ(choose_head_group(nullptr, 12, 16384, 64, kCausal, kL2, kSms), 12);  // 96 MiB: every pair
+  EXPECT_EQ(choose_head_group(nullptr, 13, 16384, 64, kCausal, kL2, kSms), 8);   // 104 MiB
+  EXPECT_EQ(choose_head_group(nullptr, 12, 32768, 64, kCausal, kL2, kSms), 4);   // 6 of 16 MiB, so 4
   EXPECT_EQ(choose_head_group(nullptr, 12, 65536, 64, kCausal, kL2, kSms), 2);
   EXPECT_EQ(choose_head_group(nullptr, 12, 1 << 20, 64, kCausal, kL2, kSms), 1);
   EXPECT_EQ(choose_head_group(nullptr, 12, 1024, 64, kCausal, kL2, kSms), 12);

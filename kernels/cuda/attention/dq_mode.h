@@ -48,26 +48,30 @@ inline int64_t head_group_bytes(int64_t T, int64_t D) { return T * D * 8; }
 
 // The group for `requested` (FLASHGPT_ATTENTION_BWD_HEAD_GROUP: auto, all or a positive
 // number of pairs; null or empty = auto; anything else is an InputError), on a GPU of `sms`
-// SMs and `l2_bytes` of L2. auto: as many pairs as fit in a budget of the L2 (full masks:
-// 2/3 of it; causal, D = 64: 4/3 of it, the rows of a causal item's later query tiles
-// only; causal, D = 128: no budget), at most `sms` / 4 (causal, D = 64: `sms` / 2), at
-// least 1; below every pair, rounded down to a power of two (groups of 24 and 48, which
-// leave a smaller last group at the pair counts measured, ran 1-3% behind those of 16, 32
-// and 64 around them). With G pairs in a group the
-// blocks in flight, one an SM, hold about sms / G key tiles of each pair, which share its
-// Q, dO and dQ rows in the L2: the cap keeps 2-4 blocks on each.
+// SMs and `l2_bytes` of L2. auto: as many pairs as fit in a budget (full masks: 2/3 of the
+// L2; causal, D = 64: twice the L2, since the items in flight read a pair's rows from
+// their key tile on, half of them on average; causal, D = 128: no budget), at most `sms` /
+// 4 (causal, D = 64: `sms` / 2), at least 1; below every pair, rounded down to a power of
+// two (groups of 24 and 48, which leave a smaller last group at the pair counts measured,
+// ran 1-3% behind those of 16, 32 and 64 around them). With G pairs in a group the blocks
+// in flight, one an SM, hold about sms / G key tiles of each pair, which share its Q, dO
+// and dQ rows in the L2: the cap keeps 2-4 blocks on each.
 // Measured on an H200 (132 SMs, 50 MiB of L2; BENCHMARKS.md, "Twenty-eighth session",
-// call 2, two rounds, backward TFLOP/s; sixteenth session for T = 65,536):
+// calls 2 and 4, two or three rounds, backward TFLOP/s; sixteenth session for T = 65,536):
 //   causal, D = 64: GPT-2's 64 x 12 x 1K, groups of 64 264-265 (48: 265, 128: 249,
 //     every pair 218-220); 16 x 32 x 1K, 64: 260-261 (32: 257, 128: 244, all: 218);
 //     8 x 32 x 2K, 64: 347-351 (32: 344-350, 128: 288, all: 272-274); 4 x 32 x 4K, 32:
 //     425-429 (16: 419-420, 64: 404-416, all: 313-314); 2 x 32 x 8K, 16: 475-480 (all:
-//     415-442); 1 x 32 x 16K, 8: 470-491 (all: 450-451); 1 x 12 x 65,536, 2: 37.76-37.78
-//     ms against every pair's 38.25 (sixteenth session).
+//     415-470); 1 x 32 x 16K, 8: 472-491 (all: 450-458); 1 x 12 x 16K, every pair (96
+//     MiB): 498-500 (8, which left a last group of 4: 466-467; 4: 468-471); 1 x 12 x 32K,
+//     4: 487-492 (2: 482, 8: 484-487, all: 480-481); 1 x 12 x 65,536, 2: 37.76-37.78 ms
+//     against every pair's 38.25 (sixteenth session; 1-4 within 0.5% of each other in
+//     this session's call 1).
 //   causal, D = 128: 16 x 16 x 1K, 32: 280-282 (64: 278-281, 128: 238-240, all: 229-231);
 //     8 x 16 x 2K, 32: 378-381 (16: 371-372, 64: 375, all: 287-288); 4 x 16 x 4K, 32: 465
 //     (16: 456-460, all: 444-446); 2 x 16 x 8K and 1 x 16 x 16K: every pair (32 and 16),
-//     level with 8 and 16 within the rounds' spread.
+//     within the rounds' spread (up to 9%) of 8 and 16; 1 x 16 x 32K and 64K: every pair
+//     519-524, groups of 4 or 8 about 1% ahead (524-530), not taken.
 //   full masks: 16 x 32 x 1K D 64, 32: 363-365 (the L2 budget alone, 66: 353-355);
 //     16 x 16 x 1K D 128, 32: 397-400 (33: 397-398); from T = 2K the budget decides
 //     (groups of 4-16 within 1-2% of each other; sixteenth session: 2-9% ahead of every
@@ -82,7 +86,7 @@ inline int64_t choose_head_group(const char* requested, int64_t pairs, int64_t T
   }
   const bool causal64 = causal && D == 64;
   int64_t g = sms / (causal64 ? 2 : 4);
-  if (!causal || D == 64) g = std::min<int64_t>(g, (causal ? l2_bytes * 4 / 3 : l2_bytes * 2 / 3) / head_group_bytes(T, D));
+  if (!causal || D == 64) g = std::min<int64_t>(g, (causal ? l2_bytes * 2 : l2_bytes * 2 / 3) / head_group_bytes(T, D));
   if (g >= pairs) return pairs;
   int64_t p2 = 1;
   while (2 * p2 <= g) p2 *= 2;
