@@ -83,13 +83,17 @@ TEST(HeadGroup, CausalDim64FitsTwiceTheL2AndHalfTheSms) {
   EXPECT_EQ(choose_head_group(nullptr, 12, 1024, 64, kCausal, kL2, kSms), 12);
 }
 
-TEST(HeadGroup, CausalDim128TakesAQuarterOfTheSmsWhateverTheLength) {
+TEST(HeadGroup, CausalDim128FitsFourTimesTheL2AndAQuarterOfTheSms) {
+  // Four times the L2 is 200 MiB; 132 / 4 = 33.
   EXPECT_EQ(choose_head_group(nullptr, 256, 1024, 128, kCausal, kL2, kSms), 32);
   EXPECT_EQ(choose_head_group(nullptr, 128, 2048, 128, kCausal, kL2, kSms), 32);
   EXPECT_EQ(choose_head_group(nullptr, 64, 4096, 128, kCausal, kL2, kSms), 32);
-  EXPECT_EQ(choose_head_group(nullptr, 32, 8192, 128, kCausal, kL2, kSms), 32);
-  EXPECT_EQ(choose_head_group(nullptr, 16, 16384, 128, kCausal, kL2, kSms), 16);
-  EXPECT_EQ(choose_head_group(nullptr, 12, 1 << 20, 128, kCausal, kL2, kSms), 12);
+  EXPECT_EQ(choose_head_group(nullptr, 32, 8192, 128, kCausal, kL2, kSms), 16);   // 25 of 8 MiB
+  EXPECT_EQ(choose_head_group(nullptr, 16, 16384, 128, kCausal, kL2, kSms), 8);   // 12.5 of 16 MiB
+  EXPECT_EQ(choose_head_group(nullptr, 12, 16384, 128, kCausal, kL2, kSms), 12);  // 192 MiB: every pair
+  EXPECT_EQ(choose_head_group(nullptr, 16, 32768, 128, kCausal, kL2, kSms), 4);
+  EXPECT_EQ(choose_head_group(nullptr, 16, 65536, 128, kCausal, kL2, kSms), 2);
+  EXPECT_EQ(choose_head_group(nullptr, 12, 1 << 20, 128, kCausal, kL2, kSms), 1);
   EXPECT_EQ(choose_head_group(nullptr, 256, 1024, 128, kCausal, kL2, 108), 16);
 }
 

@@ -49,9 +49,10 @@ inline int64_t head_group_bytes(int64_t T, int64_t D) { return T * D * 8; }
 // The group for `requested` (FLASHGPT_ATTENTION_BWD_HEAD_GROUP: auto, all or a positive
 // number of pairs; null or empty = auto; anything else is an InputError), on a GPU of `sms`
 // SMs and `l2_bytes` of L2. auto: as many pairs as fit in a budget (full masks: 2/3 of the
-// L2; causal, D = 64: twice the L2, since the items in flight read a pair's rows from
-// their key tile on, half of them on average; causal, D = 128: no budget), at most `sms` /
-// 4 (causal, D = 64: `sms` / 2), at least 1; below every pair, rounded down to a power of
+// L2; causal: twice the L2 at D = 64 and four times it at D = 128, since the items in
+// flight read a pair's rows from their key tile on, half of them on average, and D = 128
+// measured best with larger groups), at most `sms` / 4 (causal, D = 64: `sms` / 2), at
+// least 1; below every pair, rounded down to a power of
 // two (groups of 24 and 48, which leave a smaller last group at the pair counts measured,
 // ran 1-3% behind those of 16, 32 and 64 around them). With G pairs in a group the blocks
 // in flight, one an SM, hold about sms / G key tiles of each pair, which share its Q, dO
@@ -69,9 +70,9 @@ inline int64_t head_group_bytes(int64_t T, int64_t D) { return T * D * 8; }
 //     this session's call 1).
 //   causal, D = 128: 16 x 16 x 1K, 32: 280-282 (64: 278-281, 128: 238-240, all: 229-231);
 //     8 x 16 x 2K, 32: 378-381 (16: 371-372, 64: 375, all: 287-288); 4 x 16 x 4K, 32: 465
-//     (16: 456-460, all: 444-446); 2 x 16 x 8K and 1 x 16 x 16K: every pair (32 and 16),
-//     within the rounds' spread (up to 9%) of 8 and 16; 1 x 16 x 32K and 64K: every pair
-//     519-524, groups of 4 or 8 about 1% ahead (524-530), not taken.
+//     (16: 456-460, all: 444-446); 2 x 16 x 8K, 16: 490-527 (all: 479-524, a spread of up
+//     to 9% in both); 1 x 16 x 16K, 8: 510-519 (all: 502-537); 1 x 16 x 32K, 4: 525-526
+//     (8: 525-526, all: 520-521); 1 x 16 x 65,536, 2: 525-527 (4: 524-528, all: 519-524).
 //   full masks: 16 x 32 x 1K D 64, 32: 363-365 (the L2 budget alone, 66: 353-355);
 //     16 x 16 x 1K D 128, 32: 397-400 (33: 397-398); from T = 2K the budget decides
 //     (groups of 4-16 within 1-2% of each other; sixteenth session: 2-9% ahead of every
@@ -84,9 +85,8 @@ inline int64_t choose_head_group(const char* requested, int64_t pairs, int64_t T
     const int64_t g = parse_positive_int(v, "FLASHGPT_ATTENTION_BWD_HEAD_GROUP", "auto, all or a positive integer", INT64_MAX);
     return std::min<int64_t>(g, pairs);
   }
-  const bool causal64 = causal && D == 64;
-  int64_t g = sms / (causal64 ? 2 : 4);
-  if (!causal || D == 64) g = std::min<int64_t>(g, (causal ? l2_bytes * 2 : l2_bytes * 2 / 3) / head_group_bytes(T, D));
+  const int64_t budget = !causal ? l2_bytes * 2 / 3 : D == 64 ? l2_bytes * 2 : l2_bytes * 4;
+  const int64_t g = std::min<int64_t>(sms / (causal && D == 64 ? 2 : 4), budget / head_group_bytes(T, D));
   if (g >= pairs) return pairs;
   int64_t p2 = 1;
   while (2 * p2 <= g) p2 *= 2;

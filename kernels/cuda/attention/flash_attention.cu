@@ -20,8 +20,9 @@
 //       the same accumulator, each query tile's partial staged in shared memory and added
 //       by the TMA unit (tma); or one block per (batch, head) walking its key tiles in
 //       order, which stores the first contribution and adds the middle ones through the
-//       TMA tile and writes the last in bf16 (owner). auto: owner when the (batch, head)
-//       pairs fill the last wave of one-block-per-SM to >= 90%, else tma (dq_mode.h).
+//       TMA tile and writes the last in bf16 (owner). auto: tma (dq_mode.h).
+//   FLASHGPT_ATTENTION_BWD_HEAD_GROUP=auto|all|N  tma and atomic modes: the items in
+//       groups of N (batch, head) pairs, key tile major within each (dq_mode.h).
 //   FLASHGPT_ATTENTION_FWD_TILE, FLASHGPT_ATTENTION_BWD_TILE = 0|1  tuning knobs: the
 //       tile shape of each sm80 kernel (flash_fwd_sm80.cu, flash_bwd_sm80.cu); 0 is the
 //       default. FWD_TILE also picks the sm90ws forward's tile: 0 two consumer

@@ -64,8 +64,9 @@
 // shape (it waits for the next query tile half a step sooner) and was dropped; the
 // nineteenth session's (kPreissueS: behind the step's dQ, at D = 64 in tma and atomic
 // modes) took the T = 65,536 backward 0.6-1.7% faster and moved the sweep's tma-mode
-// D = 64 shapes by -0.5% to +6%; owner mode (GPT-2's shape) and D = 128 keep Sᵀ at the
-// step's start. A
+// D = 64 shapes by -0.5% to +6%; owner mode and D = 128 keep Sᵀ at the step's start.
+// (Owner mode was auto's choice at GPT-2's shape until the twenty-eighth session; tma
+// mode's items in head groups now run there, with the early Sᵀ.) A
 // warp-specialised version of this loop (a TMA producer warpgroup at 24 registers, these
 // two warpgroups as consumers at 240 via setmaxnreg) was written and dropped before it
 // ran: ptxas spilled 600-970 bytes in its consumers, while this kernel compiles within
