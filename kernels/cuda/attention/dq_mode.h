@@ -52,11 +52,11 @@ inline int64_t head_group_bytes(int64_t T, int64_t D) { return T * D * 8; }
 // L2; causal: twice the L2 at D = 64 and four times it at D = 128, since the items in
 // flight read a pair's rows from their key tile on, half of them on average, and D = 128
 // measured best with larger groups), at most `sms` / 4 (causal, D = 64: `sms` / 2), at
-// least 1; below every pair, rounded down to a power of
-// two (groups of 24 and 48, which leave a smaller last group at the pair counts measured,
-// ran 1-3% behind those of 16, 32 and 64 around them). With G pairs in a group the blocks
-// in flight, one an SM, hold about sms / G key tiles of each pair, which share its Q, dO
-// and dQ rows in the L2: the cap keeps 2-4 blocks on each.
+// least 1; below every pair, rounded down to a power of two (groups of 24 and 48, which
+// leave a smaller last group at the pair counts measured, ran 1-3% behind those of 16,
+// 32 and 64 around them). With G pairs in a group the blocks in flight, one an SM, hold
+// about sms / G key tiles of each pair, which share its Q, dO and dQ rows in the L2: the
+// cap keeps 2-4 blocks on each.
 // Measured on an H200 (132 SMs, 50 MiB of L2; BENCHMARKS.md, "Twenty-eighth session",
 // calls 2 and 4, two or three rounds, backward TFLOP/s; sixteenth session for T = 65,536):
 //   causal, D = 64: GPT-2's 64 x 12 x 1K, groups of 64 264-265 (48: 265, 128: 249,
