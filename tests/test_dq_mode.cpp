@@ -37,64 +37,69 @@ TEST(DqMode, AnUnknownRequestIsAnInputError) {
 
 constexpr int64_t kL2 = 50 << 20;  // an H200's L2: 50 MiB
 
+// auto's group (the variable unset) for `pairs` pairs of T rows at head dim D.
+int64_t auto_group(int64_t pairs, int64_t T, int64_t D, bool causal, int64_t l2 = kL2, int64_t sms = kSms) {
+  return choose_head_group(nullptr, pairs, T, D, causal, l2, sms);
+}
+
 // T·D·8 bytes a pair (Q, dO, the fp32 dQ): 0.5 MiB at D = 64, T = 1K; 8 MiB at T = 16K.
 TEST(HeadGroup, FullMasksFitTheGroupsRowsInTwoThirdsOfTheL2) {
   // 2/3 of the L2 is 33.3 MiB: 4 pairs of 8 MiB, 8 of 4 MiB.
-  EXPECT_EQ(choose_head_group(nullptr, 32, 16384, 64, kFull, kL2, kSms), 4);
+  EXPECT_EQ(auto_group(32, 16384, 64, kFull), 4);
   EXPECT_EQ(choose_head_group("auto", 32, 16384, 64, kFull, kL2, kSms), 4);
   EXPECT_EQ(choose_head_group("", 32, 8192, 128, kFull, kL2, kSms), 4);
-  EXPECT_EQ(choose_head_group(nullptr, 64, 4096, 128, kFull, kL2, kSms), 8);
+  EXPECT_EQ(auto_group(64, 4096, 128, kFull), 8);
   // At least one pair, however long the sequence; at most every pair.
-  EXPECT_EQ(choose_head_group(nullptr, 12, 1 << 20, 128, kFull, kL2, kSms), 1);
-  EXPECT_EQ(choose_head_group(nullptr, 3, 1024, 64, kFull, kL2, kSms), 3);
+  EXPECT_EQ(auto_group(12, 1 << 20, 128, kFull), 1);
+  EXPECT_EQ(auto_group(3, 1024, 64, kFull), 3);
 }
 
 TEST(HeadGroup, FullMasksTakeAtMostAQuarterOfTheSms) {
   // 16 x 32 x 1K, D = 64: 66 pairs fit the budget; 132 / 4 = 33, and a power of two: 32.
-  EXPECT_EQ(choose_head_group(nullptr, 512, 1024, 64, kFull, kL2, kSms), 32);
-  EXPECT_EQ(choose_head_group(nullptr, 256, 1024, 128, kFull, kL2, kSms), 32);
+  EXPECT_EQ(auto_group(512, 1024, 64, kFull), 32);
+  EXPECT_EQ(auto_group(256, 1024, 128, kFull), 32);
   // An A100's 108 SMs and 40 MiB: 27, so 16.
-  EXPECT_EQ(choose_head_group(nullptr, 512, 1024, 64, kFull, 40 << 20, 108), 16);
+  EXPECT_EQ(auto_group(512, 1024, 64, kFull, 40 << 20, 108), 16);
 }
 
 TEST(HeadGroup, BelowEveryPairTheGroupIsAPowerOfTwo) {
   // 8 MiB pairs: 40 MiB (L2 60 MiB) holds 5, 53.3 MiB (80) 6, 64 MiB (96) 8.
-  EXPECT_EQ(choose_head_group(nullptr, 64, 16384, 64, kFull, 60 << 20, kSms), 4);
-  EXPECT_EQ(choose_head_group(nullptr, 64, 16384, 64, kFull, 80 << 20, kSms), 4);
-  EXPECT_EQ(choose_head_group(nullptr, 64, 16384, 64, kFull, 96 << 20, kSms), 8);
+  EXPECT_EQ(auto_group(64, 16384, 64, kFull, 60 << 20), 4);
+  EXPECT_EQ(auto_group(64, 16384, 64, kFull, 80 << 20), 4);
+  EXPECT_EQ(auto_group(64, 16384, 64, kFull, 96 << 20), 8);
   // Every pair is taken as it is, a power of two or not.
-  EXPECT_EQ(choose_head_group(nullptr, 6, 16384, 64, kFull, 96 << 20, kSms), 6);
-  EXPECT_EQ(choose_head_group(nullptr, 48, 1024, 64, kCausal, kL2, kSms), 48);
+  EXPECT_EQ(auto_group(6, 16384, 64, kFull, 96 << 20), 6);
+  EXPECT_EQ(auto_group(48, 1024, 64, kCausal), 48);
 }
 
 TEST(HeadGroup, CausalDim64FitsTwiceTheL2AndHalfTheSms) {
   // Twice the L2 is 100 MiB; 132 / 2 = 66.
-  EXPECT_EQ(choose_head_group(nullptr, 768, 1024, 64, kCausal, kL2, kSms), 64);  // GPT-2 124M, B = 64
-  EXPECT_EQ(choose_head_group(nullptr, 512, 1024, 64, kCausal, kL2, kSms), 64);
-  EXPECT_EQ(choose_head_group(nullptr, 256, 2048, 64, kCausal, kL2, kSms), 64);
-  EXPECT_EQ(choose_head_group(nullptr, 128, 4096, 64, kCausal, kL2, kSms), 32);
-  EXPECT_EQ(choose_head_group(nullptr, 64, 8192, 64, kCausal, kL2, kSms), 16);
-  EXPECT_EQ(choose_head_group(nullptr, 32, 16384, 64, kCausal, kL2, kSms), 8);
-  EXPECT_EQ(choose_head_group(nullptr, 12, 16384, 64, kCausal, kL2, kSms), 12);  // 96 MiB: every pair
-  EXPECT_EQ(choose_head_group(nullptr, 13, 16384, 64, kCausal, kL2, kSms), 8);   // 104 MiB
-  EXPECT_EQ(choose_head_group(nullptr, 12, 32768, 64, kCausal, kL2, kSms), 4);   // 6 of 16 MiB, so 4
-  EXPECT_EQ(choose_head_group(nullptr, 12, 65536, 64, kCausal, kL2, kSms), 2);
-  EXPECT_EQ(choose_head_group(nullptr, 12, 1 << 20, 64, kCausal, kL2, kSms), 1);
-  EXPECT_EQ(choose_head_group(nullptr, 12, 1024, 64, kCausal, kL2, kSms), 12);
+  EXPECT_EQ(auto_group(768, 1024, 64, kCausal), 64);  // GPT-2 124M, B = 64
+  EXPECT_EQ(auto_group(512, 1024, 64, kCausal), 64);
+  EXPECT_EQ(auto_group(256, 2048, 64, kCausal), 64);
+  EXPECT_EQ(auto_group(128, 4096, 64, kCausal), 32);
+  EXPECT_EQ(auto_group(64, 8192, 64, kCausal), 16);
+  EXPECT_EQ(auto_group(32, 16384, 64, kCausal), 8);
+  EXPECT_EQ(auto_group(12, 16384, 64, kCausal), 12);  // 96 MiB: every pair
+  EXPECT_EQ(auto_group(13, 16384, 64, kCausal), 8);   // 104 MiB
+  EXPECT_EQ(auto_group(12, 32768, 64, kCausal), 4);   // 6 of 16 MiB, so 4
+  EXPECT_EQ(auto_group(12, 65536, 64, kCausal), 2);
+  EXPECT_EQ(auto_group(12, 1 << 20, 64, kCausal), 1);
+  EXPECT_EQ(auto_group(12, 1024, 64, kCausal), 12);
 }
 
 TEST(HeadGroup, CausalDim128FitsFourTimesTheL2AndAQuarterOfTheSms) {
   // Four times the L2 is 200 MiB; 132 / 4 = 33.
-  EXPECT_EQ(choose_head_group(nullptr, 256, 1024, 128, kCausal, kL2, kSms), 32);
-  EXPECT_EQ(choose_head_group(nullptr, 128, 2048, 128, kCausal, kL2, kSms), 32);
-  EXPECT_EQ(choose_head_group(nullptr, 64, 4096, 128, kCausal, kL2, kSms), 32);
-  EXPECT_EQ(choose_head_group(nullptr, 32, 8192, 128, kCausal, kL2, kSms), 16);   // 25 of 8 MiB
-  EXPECT_EQ(choose_head_group(nullptr, 16, 16384, 128, kCausal, kL2, kSms), 8);   // 12.5 of 16 MiB
-  EXPECT_EQ(choose_head_group(nullptr, 12, 16384, 128, kCausal, kL2, kSms), 12);  // 192 MiB: every pair
-  EXPECT_EQ(choose_head_group(nullptr, 16, 32768, 128, kCausal, kL2, kSms), 4);
-  EXPECT_EQ(choose_head_group(nullptr, 16, 65536, 128, kCausal, kL2, kSms), 2);
-  EXPECT_EQ(choose_head_group(nullptr, 12, 1 << 20, 128, kCausal, kL2, kSms), 1);
-  EXPECT_EQ(choose_head_group(nullptr, 256, 1024, 128, kCausal, kL2, 108), 16);
+  EXPECT_EQ(auto_group(256, 1024, 128, kCausal), 32);
+  EXPECT_EQ(auto_group(128, 2048, 128, kCausal), 32);
+  EXPECT_EQ(auto_group(64, 4096, 128, kCausal), 32);
+  EXPECT_EQ(auto_group(32, 8192, 128, kCausal), 16);   // 25 of 8 MiB
+  EXPECT_EQ(auto_group(16, 16384, 128, kCausal), 8);   // 12.5 of 16 MiB
+  EXPECT_EQ(auto_group(12, 16384, 128, kCausal), 12);  // 192 MiB: every pair
+  EXPECT_EQ(auto_group(16, 32768, 128, kCausal), 4);
+  EXPECT_EQ(auto_group(16, 65536, 128, kCausal), 2);
+  EXPECT_EQ(auto_group(12, 1 << 20, 128, kCausal), 1);
+  EXPECT_EQ(auto_group(256, 1024, 128, kCausal, kL2, 108), 16);
 }
 
 TEST(HeadGroup, ARequestIsTakenUpToEveryPair) {
