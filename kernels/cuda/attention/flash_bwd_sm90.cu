@@ -4,9 +4,11 @@
 // warpgroup MMA (wgmma). Preprocess (D = rowsum(dO∘O), zeroing of the dQ accumulator)
 // and postprocess (dQ → bf16) are the sm80 kernels.
 //
-// Work items are (K/V tile, batch·head) pairs. A block loops over items that it claims
-// from a counter (persistent: one block per SM; or a block per item), with K and V
-// double-buffered so that the next item's tiles load during this one (kernel comment).
+// Work items are (K/V tile, batch·head) pairs; an item walks the query tiles that see its
+// keys upwards, or (D = 128, causal, tma and atomic modes) downwards. A block loops over
+// items that it claims from a counter (persistent: one block per SM; or a block per item),
+// with K and V double-buffered so that the next item's tiles load during this one (kernel
+// comment).
 //
 // One block = 2 warpgroups = kBlockN = 128 keys (64 per warpgroup); query tiles of
 // kBlockM rows. Thread 0 loads each query tile's Q, dO, LSE and D by TMA, one step ahead,
@@ -217,7 +219,19 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   };
   // Causal: queries before an item's first key see none of it.
   auto first_m_of = [&](int n_block) { return kCausal ? n_block * BN / BM : 0; };
-  auto first_m = [&](int it) { return first_m_of(item_n(it)); };
+  // The order of an item's query tiles: upwards from the first that sees the key tile,
+  // or, kDescending, from the last down to it (its diagonal tiles last). Measured on an
+  // H200 (BENCHMARKS.md, "Twenty-ninth session", call 2, backward TFLOP/s, two rounds):
+  // at D = 128 under a causal mask descending ran 1 x 16 x 16K at 535 and 522 against
+  // 516 and 506, and 8 x 16 x 2K at 384-386 against 378-381; at D = 64 it moved the
+  // shapes measured by -0.7% (T = 65,536; the long step 641-642 ms against 640) to +1.5%
+  // (16K), and without a mask (every item starts at query tile 0) it changes no
+  // schedule. (The L2 hit rate at D = 128, 16K stayed 87-88%, ncu: not a locality gain.)
+  // Owner mode keeps upwards: its dQ contributions are ordered by key tile.
+  constexpr bool kDescending = kCausal && !kOwner && D == 128;
+  auto start_m_of = [&](int n_block) { return kDescending ? m_blocks - 1 : first_m_of(n_block); };
+  constexpr int kMStep = kDescending ? -1 : 1;
+  auto start_m = [&](int it) { return start_m_of(item_n(it)); };
   // The first item of the unit claimed now (past the end: items).
   auto claim = [&]() {
     const int u = int(gridDim.x) + atomicAdd(p.item_counter, 1);
@@ -256,7 +270,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 
   int item = int(blockIdx.x) * (kOwner ? n_blocks : 1);
   if (item >= items) return;
-  int m = first_m(item);
+  int m = start_m(item);
   if (tid == 0) {
     sm90::mbar_init(&q_full[0], 1);
     sm90::mbar_init(&q_full[1], 1);
@@ -352,7 +366,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   }
   for (;;) {
     const int buf = step & 1;
-    const bool first_step = m == first_m_of(n_block);
+    const bool first_step = m == start_m_of(n_block);
     // K/V buffer: the parity of the items begun before this one.
     const int kv_buf = kKvBufs == 1 ? 0 : (kOwner ? ordinal * n_blocks + n_block : ordinal) & 1;
     // Owner mode: this step's dQ contribution is the query tile's first (a TMA store)
@@ -408,7 +422,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     }
     // The next step's query tile: its item and tile (issued below, after this step's matmuls).
     const int next_item = kOwner && n_block + 1 < n_blocks ? item + 1 : sItem[(ordinal + 1) & 1];
-    const bool same_item = m + 1 < m_blocks;  // else the next item's first query tile
+    const bool same_item = kDescending ? m > first_m_of(n_block) : m + 1 < m_blocks;  // else the next item's first
     const int q_item = same_item ? item : next_item;
     // (One K/V buffer: the next item's K and V load at its first step, above.)
     if (kKvBufs == 2 && first_step && next_item < items) load_kv(next_item, kv_buf ^ 1);
@@ -440,10 +454,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // (written before that barrier).
     if (tid == 0 && q_item < items) {
       if (same_item) {
-        issue_q_tile(cur_bh, cur_b, cur_h, m + 1, buf ^ 1);
+        issue_q_tile(cur_bh, cur_b, cur_h, m + kMStep, buf ^ 1);
       } else {
         const int bh = item_bh(next_item);
-        issue_q_tile(bh, bh / p.H, bh % p.H, first_m(next_item), buf ^ 1);
+        issue_q_tile(bh, bh / p.H, bh % p.H, start_m(next_item), buf ^ 1);
       }
     }
     if constexpr (kTmaDq && !kOwner) issue_pending_dq(buf ^ 1);
@@ -652,7 +666,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if constexpr (kSpreadDkDv) sm90::wgmma_wait<0>();  // dK
     sm90::fence_accumulators(dk);
     ++step;
-    if (++m < m_blocks) continue;
+    if (kDescending ? --m >= first_m_of(n_block) : ++m < m_blocks) continue;
 
     // The item's last step: dK·scale and dV → bf16 into the K and V slots of dqkv
     // (B,T,3,H,D), and the accumulators start again for the next item.
@@ -684,7 +698,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     cur_bh = item_bh(item);
     cur_b = cur_bh / p.H;
     cur_h = cur_bh % p.H;
-    m = first_m_of(n_block);
+    m = start_m_of(n_block);
   }
   if constexpr (kPreissueS) sm90::wgmma_wait<0>();  // the Sᵀ issued after the last step
   if constexpr (kTmaDq) {  // the last tile, and shared memory stays until it is read
