@@ -422,7 +422,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     }
     // The next step's query tile: its item and tile (issued below, after this step's matmuls).
     const int next_item = kOwner && n_block + 1 < n_blocks ? item + 1 : sItem[(ordinal + 1) & 1];
-    const bool same_item = kDescending ? m > first_m_of(n_block) : m + 1 < m_blocks;  // else the next item's first
+    // Whether the item has another query tile (else the next item's first comes next).
+    const bool same_item = kDescending ? m > first_m_of(n_block) : m + 1 < m_blocks;
     const int q_item = same_item ? item : next_item;
     // (One K/V buffer: the next item's K and V load at its first step, above.)
     if (kKvBufs == 2 && first_step && next_item < items) load_kv(next_item, kv_buf ^ 1);
