@@ -667,7 +667,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if constexpr (kSpreadDkDv) sm90::wgmma_wait<0>();  // dK
     sm90::fence_accumulators(dk);
     ++step;
-    if (kDescending ? --m >= first_m_of(n_block) : ++m < m_blocks) continue;
+    if (kDescending ? --m >= first_m_of(n_block) : ++m < m_blocks) continue;  // = same_item (the flag itself compiled differently)
 
     // The item's last step: dK·scale and dV → bf16 into the K and V slots of dqkv
     // (B,T,3,H,D), and the accumulators start again for the next item.
