@@ -22,8 +22,9 @@ exactly the cache's bytes and its share of the copy bandwidth (launch and ramp-u
 included, where the 2 GiB figures are asymptotes; a reference, not a floor: at B = 16
 decode kernels have read faster, BENCHMARKS.md), and a launch that does nothing.
 
---kernels registers,bulk128,bulk256 also times those decode kernels (FLASHGPT_DECODE_KERNEL
-and FLASHGPT_DECODE_THREADS) in the same run, each against the same SDPA figure; the main table
+--kernels registers,bulk128,bulk256,tile16,tile32 also times those decode kernels
+(FLASHGPT_DECODE_KERNEL, FLASHGPT_DECODE_THREADS; tileN: the bulk kernel's tile of N KB,
+FLASHGPT_DECODE_TILE_KB) in the same run, each against the same SDPA figure; the main table
 is the default choice.
 
   python3 scripts/bench_decode.py --flashgpt build/flashgpt [--iters 10] [--warmup 3] [--kernels LIST] [--flush read|write]
@@ -131,7 +132,7 @@ def main():
     ap.add_argument("--flashgpt", default="build/flashgpt")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--kernels", default="", help="comma list of registers, bulk128, bulk256 to compare")
+    ap.add_argument("--kernels", default="", help="comma list of registers, bulk128, bulk256, tile16, tile32 to compare")
     ap.add_argument("--flush", choices=["read", "write"], default="read",
                     help="evict the L2 before each timed call by reading (default) or writing 512 MiB")
     args = ap.parse_args()
@@ -141,9 +142,14 @@ def main():
     ours = run_flashgpt(args, {}, floor=True)
     variants = {}
     for name in filter(None, args.kernels.split(",")):
-        env = {"FLASHGPT_DECODE_KERNEL": "registers"}
-        if name != "registers":  # bulk<threads>
+        if name == "registers":
+            env = {"FLASHGPT_DECODE_KERNEL": "registers"}
+        elif name.startswith("tile"):  # the bulk kernel's tile, its default threads
+            env = {"FLASHGPT_DECODE_KERNEL": "bulk", "FLASHGPT_DECODE_TILE_KB": name[len("tile"):]}
+        elif name.startswith("bulk"):  # bulk<threads>
             env = {"FLASHGPT_DECODE_KERNEL": "bulk", "FLASHGPT_DECODE_THREADS": name[len("bulk"):]}
+        else:
+            sys.exit(f"--kernels: unknown kernel '{name}' (registers, bulk128, bulk256, tile16, tile32)")
         rows = run_flashgpt(args, env, required=False)
         if rows is not None:
             variants[name] = rows
@@ -153,7 +159,7 @@ def main():
           f"device copy bandwidth {copy:.2f} TB/s (read + write), read bandwidth {read:.2f} TB/s (a 2 GiB sum); "
           f"median of {args.iters}, L2 flushed (by a {args.flush} of 512 MiB) before each call")
     print(f"{'B':>3} {'H':>3} {'D':>4} {'T':>7} | {'ours ms':>8} {'TB/s':>6} {'%copy':>6} {'%read':>6} {'splits':>6} | "
-          f"{'SDPA best':>9} {'backend':>9} {'TB/s':>6} | {'speedup':>7} {'kernel':>9} | "
+          f"{'SDPA best':>9} {'backend':>9} {'TB/s':>6} | {'speedup':>7} {'kernel':>14} | "
           f"{'plain read':>9} {'%copy':>6} {'empty':>7}")
     worst_speedup, worst_share_16k, floor_at_worst = float("inf"), float("inf"), float("nan")
     sdpa_ms = []
@@ -170,7 +176,7 @@ def main():
             worst_share_16k, floor_at_worst = share, floor_share
         print(f"{s['B']:>3} {s['H']:>3} {s['D']:>4} {s['T']:>7} | {s['ms']:8.4f} {s['tbs']:6.2f} {100 * share:5.1f}% "
               f"{100 * s['tbs'] / read:5.1f}% {s['splits']:>6} | {best_ms:9.4f} {best_name:>9} {tbs:6.2f} | "
-              f"{speedup:6.2f}x {s.get('kernel', '-'):>9} | {s['read_ms']:9.4f} {100 * floor_share:5.1f}% "
+              f"{speedup:6.2f}x {s.get('kernel', '-'):>14} | {s['read_ms']:9.4f} {100 * floor_share:5.1f}% "
               f"{s['empty_ms']:7.4f}", flush=True)
     print(f"slowest relative to the best SDPA backend: {worst_speedup:.2f}x; "
           f"lowest share of the copy bandwidth from T=16K on: {100 * worst_share_16k:.1f}% "

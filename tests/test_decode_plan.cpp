@@ -1,9 +1,9 @@
-// FlashDecoding's split plan (kernels/cuda/attention/decode_plan.h), on the CPU: the GPU
-// tests (Cuda/FlashDecodeVsReference) check that every split count computes the right
-// attention; these check which split count the plan takes. The GPU is an H200's: 132 SMs,
-// the bulk kernel with 3 blocks resident on an SM at D = 64 (128 threads, tiles of 128
-// keys) and 2 at D = 128 (256 threads, tiles of 64 keys): 16 KB of K a tile; chunks of at
-// most 16,384 keys.
+// FlashDecoding's split plan and tile (kernels/cuda/attention/decode_plan.h), on the CPU:
+// the GPU tests (Cuda/FlashDecodeVsReference) check that every split count and tile
+// computes the right attention; these check which the plan takes. The GPU is an H200's:
+// 132 SMs, the bulk kernel with 3 blocks resident on an SM at D = 64 (128 threads, tiles
+// of 128 keys) and 2 at D = 128 (256 threads, tiles of 64 keys) with 16 KB of K a tile,
+// and as many with 32 KB tiles (twice the keys, one stage); chunks of at most 16,384 keys.
 #include <gtest/gtest.h>
 #include <string>
 #include "kernels/cuda/attention/decode_plan.h"
@@ -15,8 +15,8 @@ using cuda::DecodePlan;
 using cuda::plan_decode;
 constexpr int64_t kSms = 132, kMaxChunk = 16384;
 
-DecodePlan plan(int64_t B, int64_t T, int D, int want_splits = 0) {
-  const int64_t H = D == 64 ? 12 : 16, tile = D == 64 ? 128 : 64, resident = (D == 64 ? 3 : 2) * kSms;
+DecodePlan plan(int64_t B, int64_t T, int D, int want_splits = 0, int tile_kb = 16) {
+  const int64_t H = D == 64 ? 12 : 16, tile = (D == 64 ? 128 : 64) * tile_kb / 16, resident = (D == 64 ? 3 : 2) * kSms;
   return plan_decode(B, H, T, tile, kMaxChunk, resident, kSms, want_splits);
 }
 
@@ -55,6 +55,29 @@ TEST(DecodePlan, TheSuiteShapesAsMeasured) {
       for (int i = 0; i < 9; ++i)
         EXPECT_EQ(plan(b ? 16 : 1, lengths[i], d ? 128 : 64).splits, want[d][b][i])
             << "B=" << (b ? 16 : 1) << " T=" << lengths[i] << " D=" << (d ? 128 : 64);
+}
+
+// The bulk kernel's tile: 32 KB once the (b, h) pairs are one an SM or more (batch 16 in
+// the suite), 16 KB below; the knob forces either.
+TEST(DecodePlan, TheTileGrowsWhenThePairsCoverTheSms) {
+  EXPECT_EQ(cuda::decode_bulk_tile_kb(nullptr, 16, 12, kSms), 32);
+  EXPECT_EQ(cuda::decode_bulk_tile_kb("", 11, 12, kSms), 32);  // 132 pairs
+  EXPECT_EQ(cuda::decode_bulk_tile_kb("auto", 1, 131, kSms), 16);
+  EXPECT_EQ(cuda::decode_bulk_tile_kb(nullptr, 1, 16, kSms), 16);
+  EXPECT_EQ(cuda::decode_bulk_tile_kb("16", 16, 16, kSms), 16);
+  EXPECT_EQ(cuda::decode_bulk_tile_kb("32", 1, 12, kSms), 32);
+  for (const char* bad : {"8", "64", "32k", "auto "})
+    EXPECT_THROW(cuda::decode_bulk_tile_kb(bad, 16, 12, kSms), InputError) << bad;
+}
+
+// Batch 16 with 32 KB tiles: the split counts printed for the suite's batch-16 shapes in
+// the "Thirtieth session", call 1 (FLASHGPT_DECODE_TILE_KB=32, one stage).
+TEST(DecodePlan, TheBatch16ShapesWith32KbTiles) {
+  const int64_t lengths[] = {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144};
+  const int want[2][9] = {{1, 1, 1, 1, 2, 2, 4, 8, 16}, {1, 1, 1, 1, 1, 2, 4, 8, 36}};  // D = 64, 128
+  for (int d = 0; d < 2; ++d)
+    for (int i = 0; i < 9; ++i)
+      EXPECT_EQ(plan(16, lengths[i], d ? 128 : 64, 0, 32).splits, want[d][i]) << "T=" << lengths[i] << " D=" << (d ? 128 : 64);
 }
 
 // Without the merge price batch 16 at D = 64 would split short caches in two (the old plan,

@@ -11,7 +11,8 @@
 // purpose (1, 17, 4097, 65537, 1048583), the cache capacity exceeds T, and forced split
 // counts exercise uneven chunks and the single-split path at long T. Every case runs on
 // both kernels (FLASHGPT_DECODE_KERNEL): loads into registers, and bulk copies through
-// shared memory (Hopper only), the latter also at both block sizes.
+// shared memory (Hopper only), the latter also at both block sizes and both tiles (16 KB
+// in two stages, 32 KB in one: FLASHGPT_DECODE_TILE_KB).
 #include <gtest/gtest.h>
 #include <cuda_runtime.h>
 #include <cmath>
@@ -34,6 +35,7 @@ struct DecodeCase {
   int splits;          // 0: the launcher's choice
   const char* kernel;  // FLASHGPT_DECODE_KERNEL: registers or bulk (Hopper only)
   const char* threads;  // FLASHGPT_DECODE_THREADS of the bulk kernel; nullptr: its default
+  const char* tile = nullptr;  // FLASHGPT_DECODE_TILE_KB of the bulk kernel; nullptr: auto
 };
 
 std::string case_name(const ::testing::TestParamInfo<DecodeCase>& i) {
@@ -41,7 +43,7 @@ std::string case_name(const ::testing::TestParamInfo<DecodeCase>& i) {
   return "B" + std::to_string(c.B) + "_H" + std::to_string(c.H) + "_T" + std::to_string(c.T) + "_D" +
          std::to_string(c.D) + "_" + (c.dtype == DType::bf16 ? "bf16" : "fp32") +
          (c.splits ? "_splits" + std::to_string(c.splits) : "") + "_" + c.kernel +
-         (c.threads ? std::string("_threads") + c.threads : "");
+         (c.threads ? std::string("_threads") + c.threads : "") + (c.tile ? std::string("_tile") + c.tile : "");
 }
 
 // Uniform in [-2, 2) from a hash of (seed, i): cheap enough for 10^9 values, parallel,
@@ -88,7 +90,8 @@ TEST_P(FlashDecodeVsReference, OutputAndLse) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
   const DecodeCase c = GetParam();
   if (std::string(c.kernel) == "bulk" && !is_hopper()) GTEST_SKIP() << "the bulk-copy decode kernel needs a Hopper GPU";
-  ScopedEnv kernel("FLASHGPT_DECODE_KERNEL", c.kernel), threads("FLASHGPT_DECODE_THREADS", c.threads);
+  ScopedEnv kernel("FLASHGPT_DECODE_KERNEL", c.kernel), threads("FLASHGPT_DECODE_THREADS", c.threads),
+      tile("FLASHGPT_DECODE_TILE_KB", c.tile);
   const int B = c.B, H = c.H, T = c.T, D = c.D, Tmax = c.T + 3;
   const int64_t HD = int64_t(H) * D, cache_n = int64_t(B) * H * Tmax * D;
   const uint64_t seed = std::hash<std::string>()(case_name({c, 0}));
@@ -155,7 +158,7 @@ TEST_P(FlashDecodeVsReference, OutputAndLse) {
   }
   ::testing::Test::RecordProperty("splits", std::to_string(cuda::flash_decode_splits(a, c.splits)));
   const std::vector<double> got_out = OpCase::download(*gpu, o.t), got_lse = OpCase::download(*gpu, l.t);
-  const std::string what = case_name({c, 0}) + " (" + cuda::flash_decode_kernel(D) + ", " +
+  const std::string what = case_name({c, 0}) + " (" + cuda::flash_decode_kernel(a) + ", " +
                            std::to_string(cuda::flash_decode_splits(a, c.splits)) + " splits)";
   expect_rule(got_out, naive_out, out[0], D, unit_roundoff(c.dtype), what + " out");
   expect_rule(got_lse, lse[1], lse[0], H, unit_roundoff(DType::f32), what + " lse");
@@ -173,13 +176,17 @@ std::vector<DecodeCase> cases() {
     for (int splits : {1, 3, 7}) v.push_back({2, 3, 4097, 64, DType::bf16, splits, kernel, nullptr});
     v.push_back({1, 2, 65537, 128, DType::f32, 1, kernel, nullptr});  // one block per head over 65537 keys
   }
-  // The bulk kernel at both block sizes (the default runs above): a partial last tile,
-  // several stage wraps, fp32, one split over a whole head.
-  for (const char* threads : {"128", "256"})
-    for (int D : {64, 128}) {
-      v.push_back({3, 3, 65537, D, DType::bf16, 0, "bulk", threads});
-      v.push_back({2, 3, 4097, D, DType::f32, 1, "bulk", threads});
-    }
+  // The bulk kernel at both block sizes and both tiles (the default runs above: 16 KB
+  // tiles, as B·H < the SMs): a partial last tile, several stage wraps, fp32, one split
+  // over a whole head.
+  for (const char* tile : {"16", "32"})
+    for (const char* threads : {"128", "256"})
+      for (int D : {64, 128}) {
+        v.push_back({3, 3, 65537, D, DType::bf16, 0, "bulk", threads, tile});
+        v.push_back({2, 3, 4097, D, DType::f32, 1, "bulk", threads, tile});
+      }
+  // Enough (b, h) pairs for auto's 32 KB tiles on a GPU of up to 135 SMs (an H100 or H200).
+  for (int D : {64, 128}) v.push_back({45, 3, 4097, D, DType::bf16, 0, "bulk", nullptr});
   return v;
 }
 

@@ -3,6 +3,8 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <string>
+#include "src/errors.h"
 
 namespace flashgpt::cuda {
 
@@ -52,6 +54,25 @@ inline DecodePlan plan_decode(int64_t B, int64_t H, int64_t T, int64_t tile, int
     if (cost < best_cost) best_cost = cost, best_chunk = chunk;
   }
   return {best_chunk, int(ceil_div(T, best_chunk))};
+}
+
+// The bulk kernel's tile (flash_decode.cu), in KB of K: 16 (and as much V) in two stages,
+// or 32 in one; 64 KB in flight a block either way. `requested` is FLASHGPT_DECODE_TILE_KB
+// (auto, 16 or 32; null or empty: auto; anything else is an InputError). auto: 32 when the
+// B·H caches are at least one an SM (then each block reads a long chunk, and fewer, larger
+// copies read DRAM a little faster: cuDNN's decode reads 32 KB tiles too), else 16, whose
+// two tiles in flight serve the short chunks of a split cache better. Measured on an H200
+// (BENCHMARKS.md, "Thirtieth session", call 1; ms, two interleaved rounds): B = 16, D = 64
+// (H = 12), 4K keys 0.0512-0.0517 against 0.0523-0.0524, 8K 0.0962-0.0965 against
+// 0.0967-0.0969; B = 16, D = 128 (H = 16), 64K 1.8890-1.8901 against 1.8945-1.8962,
+// 128K 3.7598-3.7658 against 3.8129-3.8157; at B = 1, D = 64 32 KB ran 2-10% slower up
+// to 16K keys.
+inline int decode_bulk_tile_kb(const char* requested, int64_t B, int64_t H, int64_t sms) {
+  const std::string v = requested && *requested ? requested : "auto";
+  if (v == "16") return 16;
+  if (v == "32") return 32;
+  if (v != "auto") fail_input("FLASHGPT_DECODE_TILE_KB must be auto, 16 or 32, got '", v, "'");
+  return B * H >= sms ? 32 : 16;
 }
 
 }  // namespace flashgpt::cuda

@@ -6,13 +6,13 @@
 // different thread blocks (grid = splits × H × B), one kernel in all:
 //
 //   read      block (s, h, b) reads keys [s·chunk, (s+1)·chunk) in tiles of K (and as
-//             much V): 16 KB in the bulk kernel, 8 KB in the register kernel. Two
-//             kernels (choose_variant):
+//             much V): 16 or 32 KB in the bulk kernel (decode_bulk_tile_kb), 8 KB in
+//             the register kernel. Two kernels (choose_variant):
 //             decode_bulk_kernel (Hopper, the default there): thread 0 streams the
-//             chunk through kBulkStages shared-memory stages with bulk copies
-//             (cp.async.bulk, one per tile of K and of V, completing on the stage's
-//             mbarrier): a block keeps 64 KB in flight whatever its thread count, so a
-//             chunk costs one memory latency, not one per tile.
+//             chunk through shared-memory stages (two of 16 KB tiles or one of 32 KB)
+//             with bulk copies (cp.async.bulk, one per tile of K and of V, completing
+//             on the stage's mbarrier): a block keeps 64 KB in flight whatever its
+//             thread count, so a chunk costs one memory latency, not one per tile.
 //             decode_kernel (any GPU): each thread loads straight into registers, one
 //             16-byte load per key and tensor, kUnroll keys in flight; occupancy hides
 //             the latency. (A cp.async ring of shared-memory tiles was measured slower:
@@ -53,16 +53,16 @@ namespace {
 
 namespace sm90 = attn::sm90;
 
-// Tiles in flight per block in the bulk kernel: two of 16 KB of K and of V, 64 KB. Four
-// of 8 KB (the same bytes in flight) were slower at 31 of the 36 suite shapes on an H200,
-// by up to 4.5%, and faster at 4 by up to 3.7% (BENCHMARKS.md, "Twenty-third session",
-// call 5).
-constexpr int kBulkStages = 2;
-constexpr int kBulkTileBytes = 16384, kRegisterTileBytes = 8192;
+// The bulk kernel keeps 64 KB in flight a block: two stages of 16 KB tiles of K (and as
+// much V), or one of 32 KB (decode_bulk_tile_kb chooses). Four stages of 8 KB were slower
+// at 31 of the 36 suite shapes on an H200, by up to 4.5%, and faster at 4 by up to 3.7%
+// (BENCHMARKS.md, "Twenty-third session", call 5); two of 32 KB (one block an SM) lost up
+// to 13% at batch 16 with short caches ("Thirtieth session", call 1).
+constexpr int kBulkInFlightBytes = 65536, kRegisterTileBytes = 8192;
 constexpr float kLn2 = 0.6931471805599453f;
 
 // A kernel's shape: element type, head dim, threads per block and keys per thread group
-// per tile (the register kernel's loads in flight). A tile is 8 or 16 KB of K (Variant).
+// per tile (the register kernel's loads in flight). A tile is 8, 16 or 32 KB of K (Variant).
 template <class T, int kD, int kBlockThreads, int kKeysPerGroup>
 struct Traits {
   using Elem = T;
@@ -269,17 +269,23 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_kernel(const DecodeParams
   finish_split<Tr>(p, m, l, acc, split, h, b);
 }
 
+// The blocks an SM the bulk kernel is compiled to fit (__launch_bounds__): 0, no minimum,
+// with two stages; with one (32 KB tiles, 64 KB of shared memory) 3 blocks of 128 threads
+// and 2 of 256, the residency its registers gave it unasked in bf16, while unasked ptxas
+// gave the fp32 kernel of 256 threads 80 registers and a spill.
+constexpr int bulk_min_blocks(int threads, int stages) { return stages == 1 ? (threads == 128 ? 3 : 2) : 0; }
+
 // The same split with the chunk streamed through shared memory by bulk copies (Hopper):
-// thread 0 keeps kBulkStages tiles of K and of V in flight (cp.async.bulk, one contiguous
-// copy of up to 16 KB each, completing on the stage's mbarrier), every thread computes
+// thread 0 keeps kStages tiles of K and of V in flight (cp.async.bulk, one contiguous
+// copy of up to 16 or 32 KB each, completing on the stage's mbarrier), every thread computes
 // from the tile that has landed exactly as decode_kernel does from registers, and the
 // stage is refilled once the whole block has read it. A block's in-flight bytes no
 // longer depend on its thread count, so a chunk costs one memory latency instead of one
 // per tile.
-template <class Tr, class T = typename Tr::Elem>
-__global__ void __launch_bounds__(Tr::kThreads) decode_bulk_kernel(const DecodeParams<T> p) {
+template <class Tr, int kStages, class T = typename Tr::Elem>
+__global__ void __launch_bounds__(Tr::kThreads, bulk_min_blocks(Tr::kThreads, kStages))
+    decode_bulk_kernel(const DecodeParams<T> p) {
 #if FLASHGPT_HAS_WGMMA
-  constexpr int kStages = kBulkStages;
   constexpr int E = Tr::kElems, kTile = Tr::kTile, kD = Tr::kHeadDim, kUnroll = Tr::kUnroll;
   constexpr int kTileElems = kTile * kD;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -331,21 +337,22 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_bulk_kernel(const DecodeP
 }
 
 // One kernel variant: decode_kernel (loads into registers, 128 threads) or, kBulk,
-// decode_bulk_kernel with kThreads threads a block (Hopper builds only). A tile is 8 KB of
-// K in the register kernel and 16 KB in the bulk kernel: threads × keys per group × 16
-// bytes, whatever the element type and head dim.
-template <class T, int kD, bool kBulk, int kThreads>
+// decode_bulk_kernel with kThreads threads a block and tiles of kBulkKB KB (Hopper builds
+// only). A tile is 8 KB of K in the register kernel and 16 or 32 KB in the bulk kernel:
+// threads × keys per group × 16 bytes, whatever the element type and head dim.
+template <class T, int kD, bool kBulk, int kThreads, int kBulkKB = 16>
 struct Variant {
-  static constexpr int kTileBytes = kBulk ? kBulkTileBytes : kRegisterTileBytes;
+  static constexpr int kTileBytes = kBulk ? kBulkKB * 1024 : kRegisterTileBytes;
+  static constexpr int kStages = kBulkInFlightBytes / (2 * kTileBytes);  // (bulk only)
   using Tr = Traits<T, kD, kThreads, kTileBytes / 16 / kThreads>;
   static_assert(Tr::kTile * kD * int(sizeof(T)) == kTileBytes, "a tile is kTileBytes of K");
-  static constexpr size_t kSmemBytes = kBulk ? size_t(kBulkStages) * 2 * Tr::kTile * kD * sizeof(T) : 0;
+  static constexpr size_t kSmemBytes = kBulk ? size_t(kStages) * 2 * kTileBytes : 0;
   // Keys per block at most: the register kernel's chunks were measured no faster when
   // longer (BENCHMARKS.md); a bulk block reads its chunk in one stream, so longer chunks
   // only save blocks.
   static constexpr int64_t kMaxChunk = kBulk ? 16384 : 2048;
   static constexpr auto kernel() {
-    if constexpr (kBulk) return decode_bulk_kernel<Tr>;
+    if constexpr (kBulk) return decode_bulk_kernel<Tr, kStages>;
     else return decode_kernel<Tr>;
   }
   // Blocks resident on the whole GPU. One process drives one GPU (docs/ARCHITECTURE.md):
@@ -364,45 +371,48 @@ struct Variant {
   }
 };
 
-// The variant of this call: FLASHGPT_DECODE_KERNEL = auto | registers | bulk, and for
-// bulk FLASHGPT_DECODE_THREADS = 128 | 256 (threads a block). Measured on an H200
-// (BENCHMARKS.md, "Decoding", sixth session; the 36 shapes of the suite): the bulk kernel
-// beat the register one on 28 (the register kernel stays 2-6% ahead at B = 1 with
-// 16K-32K keys at D = 64 and 1K-8K at D = 128, and at B = 16 with 1K-2K keys at D = 64);
-// 256 threads beat 128 at D = 128 with B = 16 (0.97-1.01x of SDPA against 0.89-0.98x)
-// but not at D = 64; 2 stages of 8 KB against 4 was a wash. So auto is bulk, 128 threads at
-// D = 64 and 256 at D = 128, wherever the Hopper kernels are built. Returns the bulk
-// kernel's threads, 0 for the register kernel.
-int choose_variant(int D) {
+// The variant of a call: FLASHGPT_DECODE_KERNEL = auto | registers | bulk, for bulk
+// FLASHGPT_DECODE_THREADS = 128 | 256 (threads a block) and FLASHGPT_DECODE_TILE_KB (the
+// tile, decode_bulk_tile_kb: it depends on B·H). Measured on an H200 (BENCHMARKS.md,
+// "Decoding", sixth session; the 36 shapes of the suite): the bulk kernel beat the
+// register one on 28 (the register kernel stays 2-6% ahead at B = 1 with 16K-32K keys at
+// D = 64 and 1K-8K at D = 128, and at B = 16 with 1K-2K keys at D = 64); 256 threads beat
+// 128 at D = 128 with B = 16 (0.97-1.01x of SDPA against 0.89-0.98x) but not at D = 64;
+// 2 stages of 8 KB against 4 was a wash. So auto is bulk, 128 threads at D = 64 and 256 at
+// D = 128, wherever the Hopper kernels are built. threads = 0: the register kernel.
+struct VariantChoice {
+  int threads, tile_kb;
+};
+VariantChoice choose_variant(int D, int64_t B, int64_t H) {
   static const bool hopper = attn::sm90_kernels_built();
   const char* env = std::getenv("FLASHGPT_DECODE_KERNEL");
   const std::string want = env && *env ? env : "auto";
-  if (want == "registers") return 0;
+  if (want == "registers") return {0, 8};
   if (want != "bulk" && want != "auto")
     fail_input("FLASHGPT_DECODE_KERNEL must be auto, registers or bulk, got '", want, "'");
   if (!hopper) {
-    if (want == "auto") return 0;
+    if (want == "auto") return {0, 8};
     fail_input("FLASHGPT_DECODE_KERNEL=bulk needs a Hopper GPU and a build with the 90a architecture");
   }
   const char* t = std::getenv("FLASHGPT_DECODE_THREADS");
   const int threads = t && *t ? std::atoi(t) : D == 128 ? 256 : 128;
   if (threads != 128 && threads != 256) fail_input("FLASHGPT_DECODE_THREADS must be 128 or 256, got '", t, "'");
-  return threads;
+  return {threads, decode_bulk_tile_kb(std::getenv("FLASHGPT_DECODE_TILE_KB"), B, H, device_sm_count())};
 }
 
-// Calls f(Variant<T, kD, ...>{}) for the chosen variant.
+// Calls f(Variant<T, kD, ...>{}) for the variant chosen for B·H caches.
 template <class T, int kD, class F>
-auto with_variant(F&& f) {
-  switch (choose_variant(kD)) {
-    case 128: return f(Variant<T, kD, /*kBulk=*/true, 128>{});
-    case 256: return f(Variant<T, kD, /*kBulk=*/true, 256>{});
-    default: return f(Variant<T, kD, /*kBulk=*/false, 128>{});
-  }
+auto with_variant(int64_t B, int64_t H, F&& f) {
+  const VariantChoice v = choose_variant(kD, B, H);
+  if (v.threads == 0) return f(Variant<T, kD, /*kBulk=*/false, 128>{});
+  if (v.tile_kb == 32)
+    return v.threads == 128 ? f(Variant<T, kD, /*kBulk=*/true, 128, 32>{}) : f(Variant<T, kD, /*kBulk=*/true, 256, 32>{});
+  return v.threads == 128 ? f(Variant<T, kD, /*kBulk=*/true, 128>{}) : f(Variant<T, kD, /*kBulk=*/true, 256>{});
 }
 
 template <class T, int kD>
 DecodePlan plan_for(const AttentionDecode& a, int want_splits) {
-  return with_variant<T, kD>([&](auto v) { return decltype(v)::plan(a, want_splits); });
+  return with_variant<T, kD>(a.B, a.H, [&](auto v) { return decltype(v)::plan(a, want_splits); });
 }
 
 // Workspace: the partial outputs, their log2-sum-exps, then one counter per (b, h).
@@ -476,9 +486,11 @@ size_t flash_decode_workspace_bytes(const AttentionDecode& a, int splits) {
   return 0;  // not reached
 }
 
-std::string flash_decode_kernel(int D) {
-  const int threads = choose_variant(D);
-  return threads ? "bulk" + std::to_string(kBulkStages) + "x" + std::to_string(threads) : "registers";
+std::string flash_decode_kernel(const AttentionDecode& a) {
+  const VariantChoice v = choose_variant(a.D, a.B, a.H);
+  if (!v.threads) return "registers";
+  return "bulk" + std::to_string(kBulkInFlightBytes / (2048 * v.tile_kb)) + "x" + std::to_string(v.tile_kb) + "KB/" +
+         std::to_string(v.threads);
 }
 
 int flash_decode_splits(const AttentionDecode& a, int splits) {
@@ -498,7 +510,7 @@ void flash_decode(const AttentionDecode& a, void* workspace, size_t workspace_by
   check_tensor(a.out, "out", dt, int64_t(a.B) * a.H * a.D);
   if (a.lse.defined()) check_tensor(a.lse, "lse", DType::f32, int64_t(a.B) * a.H);
   FG_DECODE_DISPATCH(dt, a.D, {
-    with_variant<T, kD>([&](auto v) {
+    with_variant<T, kD>(a.B, a.H, [&](auto v) {
       using V = decltype(v);
       const DecodePlan plan = V::plan(a, splits);  // also opts the kernel into its shared memory
       DecodeParams<T> p{};
