@@ -57,17 +57,14 @@ TEST(DecodePlan, TheSuiteShapesAsMeasured) {
             << "B=" << (b ? 16 : 1) << " T=" << lengths[i] << " D=" << (d ? 128 : 64);
 }
 
-// The bulk kernel's tile: 32 KB once the (b, h) pairs are one an SM or more (batch 16 in
-// the suite), 16 KB below; the knob forces either.
-TEST(DecodePlan, TheTileGrowsWhenThePairsCoverTheSms) {
-  EXPECT_EQ(cuda::decode_bulk_tile_kb(nullptr, 16, 12, kSms), 32);
-  EXPECT_EQ(cuda::decode_bulk_tile_kb("", 11, 12, kSms), 32);  // 132 pairs
-  EXPECT_EQ(cuda::decode_bulk_tile_kb("auto", 1, 131, kSms), 16);
-  EXPECT_EQ(cuda::decode_bulk_tile_kb(nullptr, 1, 16, kSms), 16);
-  EXPECT_EQ(cuda::decode_bulk_tile_kb("16", 16, 16, kSms), 16);
-  EXPECT_EQ(cuda::decode_bulk_tile_kb("32", 1, 12, kSms), 32);
-  for (const char* bad : {"8", "64", "32k", "auto "})
-    EXPECT_THROW(cuda::decode_bulk_tile_kb(bad, 16, 12, kSms), InputError) << bad;
+// The bulk kernel's tile: 16 KB unless FLASHGPT_DECODE_TILE_KB asks for 32.
+TEST(DecodePlan, TheTileIs16KbUnlessAsked) {
+  EXPECT_EQ(cuda::decode_bulk_tile_kb(nullptr), 16);
+  EXPECT_EQ(cuda::decode_bulk_tile_kb(""), 16);
+  EXPECT_EQ(cuda::decode_bulk_tile_kb("16"), 16);
+  EXPECT_EQ(cuda::decode_bulk_tile_kb("32"), 32);
+  for (const char* bad : {"8", "64", "32k", "auto", "16 "})
+    EXPECT_THROW(cuda::decode_bulk_tile_kb(bad), InputError) << bad;
 }
 
 // Batch 16 with 32 KB tiles: the split counts printed for the suite's batch-16 shapes in

@@ -75,7 +75,7 @@ void bench_one(int B, int H, int T, int D, const DecodeBenchOptions& opt, cudaSt
   const double bytes = 2.0 * double(cache) * 2.0;
   const double tbs = bytes / (med * 1e-3) / 1e12;
   const int splits = cuda::flash_decode_splits(a, opt.splits);
-  const std::string kernel = cuda::flash_decode_kernel(a);
+  const std::string kernel = cuda::flash_decode_kernel(D);
   double empty_ms = 0, read_ms = 0;  // --floor: an empty launch; the fastest plain read of K and V
   if (opt.floor) {
     auto timed = [&](auto&& fn) { return double(bench::median_ms(fn, opt.warmup, opt.iters, stream, evict)); };

@@ -57,22 +57,19 @@ inline DecodePlan plan_decode(int64_t B, int64_t H, int64_t T, int64_t tile, int
 }
 
 // The bulk kernel's tile (flash_decode.cu), in KB of K: 16 (and as much V) in two stages,
-// or 32 in one; 64 KB in flight a block either way. `requested` is FLASHGPT_DECODE_TILE_KB
-// (auto, 16 or 32; null or empty: auto; anything else is an InputError). auto: 32 when the
-// B·H caches are at least one an SM (then each block reads a long chunk, and fewer, larger
-// copies read DRAM a little faster: cuDNN's decode reads 32 KB tiles too), else 16, whose
-// two tiles in flight serve the short chunks of a split cache better. Measured on an H200
-// (BENCHMARKS.md, "Thirtieth session", call 1; ms, two interleaved rounds): B = 16, D = 64
-// (H = 12), 4K keys 0.0512-0.0517 against 0.0523-0.0524, 8K 0.0962-0.0965 against
-// 0.0967-0.0969; B = 16, D = 128 (H = 16), 64K 1.8890-1.8901 against 1.8945-1.8962,
-// 128K 3.7598-3.7658 against 3.8129-3.8157; at B = 1, D = 64 32 KB ran 2-10% slower up
-// to 16K keys.
-inline int decode_bulk_tile_kb(const char* requested, int64_t B, int64_t H, int64_t sms) {
-  const std::string v = requested && *requested ? requested : "auto";
-  if (v == "16") return 16;
-  if (v == "32") return 32;
-  if (v != "auto") fail_input("FLASHGPT_DECODE_TILE_KB must be auto, 16 or 32, got '", v, "'");
-  return B * H >= sms ? 32 : 16;
+// the default, or 32 in one; 64 KB in flight a block either way. `requested` is
+// FLASHGPT_DECODE_TILE_KB (16 or 32; null or empty: 16; anything else is an InputError).
+// Measured on an H200 at the 36 suite shapes (BENCHMARKS.md, "Thirtieth session", calls 1
+// and 2, ms, 32 KB against 16 KB in the same run): at batch 16 32 KB was faster with 4K
+// keys at D = 64 (H = 12; 2-4%) and with 128K at D = 128 (H = 16; 1-1.4%), slower with 1K
+// keys (1-3.5% at D = 64) and with 256K at D = 64 (1.5-1.8%), level elsewhere within
+// 0.7%; at batch 1 2-10% slower at D = 64 up to 16K keys. No shape under the best SDPA
+// backend with 16 KB came above it with 32 KB but the one at D = 64, 4K, so the default
+// stays 16 KB and 32 KB is there to tune a shape.
+inline int decode_bulk_tile_kb(const char* requested) {
+  const std::string v = requested && *requested ? requested : "16";
+  if (v != "16" && v != "32") fail_input("FLASHGPT_DECODE_TILE_KB must be 16 or 32, got '", v, "'");
+  return v == "32" ? 32 : 16;
 }
 
 }  // namespace flashgpt::cuda

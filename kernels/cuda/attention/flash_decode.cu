@@ -6,8 +6,8 @@
 // different thread blocks (grid = splits × H × B), one kernel in all:
 //
 //   read      block (s, h, b) reads keys [s·chunk, (s+1)·chunk) in tiles of K (and as
-//             much V): 16 or 32 KB in the bulk kernel (decode_bulk_tile_kb), 8 KB in
-//             the register kernel. Two kernels (choose_variant):
+//             much V): 16 KB (or, on request, 32 KB: decode_bulk_tile_kb) in the
+//             bulk kernel, 8 KB in the register kernel. Two kernels (choose_variant):
 //             decode_bulk_kernel (Hopper, the default there): thread 0 streams the
 //             chunk through shared-memory stages (two of 16 KB tiles or one of 32 KB)
 //             with bulk copies (cp.async.bulk, one per tile of K and of V, completing
@@ -54,7 +54,7 @@ namespace {
 namespace sm90 = attn::sm90;
 
 // The bulk kernel keeps 64 KB in flight a block: two stages of 16 KB tiles of K (and as
-// much V), or one of 32 KB (decode_bulk_tile_kb chooses). Four stages of 8 KB were slower
+// much V), or on request one of 32 KB (decode_bulk_tile_kb). Four stages of 8 KB were slower
 // at 31 of the 36 suite shapes on an H200, by up to 4.5%, and faster at 4 by up to 3.7%
 // (BENCHMARKS.md, "Twenty-third session", call 5); two of 32 KB (one block an SM) lost up
 // to 13% at batch 16 with short caches ("Thirtieth session", call 1).
@@ -372,8 +372,8 @@ struct Variant {
 };
 
 // The variant of a call: FLASHGPT_DECODE_KERNEL = auto | registers | bulk, for bulk
-// FLASHGPT_DECODE_THREADS = 128 | 256 (threads a block) and FLASHGPT_DECODE_TILE_KB (the
-// tile, decode_bulk_tile_kb: it depends on B·H). Measured on an H200 (BENCHMARKS.md,
+// FLASHGPT_DECODE_THREADS = 128 | 256 (threads a block) and FLASHGPT_DECODE_TILE_KB = 16 |
+// 32 (the tile, decode_bulk_tile_kb). Measured on an H200 (BENCHMARKS.md,
 // "Decoding", sixth session; the 36 shapes of the suite): the bulk kernel beat the
 // register one on 28 (the register kernel stays 2-6% ahead at B = 1 with 16K-32K keys at
 // D = 64 and 1K-8K at D = 128, and at B = 16 with 1K-2K keys at D = 64); 256 threads beat
@@ -383,7 +383,7 @@ struct Variant {
 struct VariantChoice {
   int threads, tile_kb;
 };
-VariantChoice choose_variant(int D, int64_t B, int64_t H) {
+VariantChoice choose_variant(int D) {
   static const bool hopper = attn::sm90_kernels_built();
   const char* env = std::getenv("FLASHGPT_DECODE_KERNEL");
   const std::string want = env && *env ? env : "auto";
@@ -397,13 +397,13 @@ VariantChoice choose_variant(int D, int64_t B, int64_t H) {
   const char* t = std::getenv("FLASHGPT_DECODE_THREADS");
   const int threads = t && *t ? std::atoi(t) : D == 128 ? 256 : 128;
   if (threads != 128 && threads != 256) fail_input("FLASHGPT_DECODE_THREADS must be 128 or 256, got '", t, "'");
-  return {threads, decode_bulk_tile_kb(std::getenv("FLASHGPT_DECODE_TILE_KB"), B, H, device_sm_count())};
+  return {threads, decode_bulk_tile_kb(std::getenv("FLASHGPT_DECODE_TILE_KB"))};
 }
 
-// Calls f(Variant<T, kD, ...>{}) for the variant chosen for B·H caches.
+// Calls f(Variant<T, kD, ...>{}) for the chosen variant.
 template <class T, int kD, class F>
-auto with_variant(int64_t B, int64_t H, F&& f) {
-  const VariantChoice v = choose_variant(kD, B, H);
+auto with_variant(F&& f) {
+  const VariantChoice v = choose_variant(kD);
   if (v.threads == 0) return f(Variant<T, kD, /*kBulk=*/false, 128>{});
   if (v.tile_kb == 32)
     return v.threads == 128 ? f(Variant<T, kD, /*kBulk=*/true, 128, 32>{}) : f(Variant<T, kD, /*kBulk=*/true, 256, 32>{});
@@ -412,7 +412,7 @@ auto with_variant(int64_t B, int64_t H, F&& f) {
 
 template <class T, int kD>
 DecodePlan plan_for(const AttentionDecode& a, int want_splits) {
-  return with_variant<T, kD>(a.B, a.H, [&](auto v) { return decltype(v)::plan(a, want_splits); });
+  return with_variant<T, kD>([&](auto v) { return decltype(v)::plan(a, want_splits); });
 }
 
 // Workspace: the partial outputs, their log2-sum-exps, then one counter per (b, h).
@@ -486,8 +486,8 @@ size_t flash_decode_workspace_bytes(const AttentionDecode& a, int splits) {
   return 0;  // not reached
 }
 
-std::string flash_decode_kernel(const AttentionDecode& a) {
-  const VariantChoice v = choose_variant(a.D, a.B, a.H);
+std::string flash_decode_kernel(int D) {
+  const VariantChoice v = choose_variant(D);
   if (!v.threads) return "registers";
   return "bulk" + std::to_string(kBulkInFlightBytes / (2048 * v.tile_kb)) + "x" + std::to_string(v.tile_kb) + "KB/" +
          std::to_string(v.threads);
@@ -510,7 +510,7 @@ void flash_decode(const AttentionDecode& a, void* workspace, size_t workspace_by
   check_tensor(a.out, "out", dt, int64_t(a.B) * a.H * a.D);
   if (a.lse.defined()) check_tensor(a.lse, "lse", DType::f32, int64_t(a.B) * a.H);
   FG_DECODE_DISPATCH(dt, a.D, {
-    with_variant<T, kD>(a.B, a.H, [&](auto v) {
+    with_variant<T, kD>([&](auto v) {
       using V = decltype(v);
       const DecodePlan plan = V::plan(a, splits);  // also opts the kernel into its shared memory
       DecodeParams<T> p{};
