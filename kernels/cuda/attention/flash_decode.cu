@@ -34,7 +34,8 @@
 //
 // Split choice (plan_decode, decode_plan.h): the split count that a model of waves of
 // resident blocks says is cheapest, with chunks of whole tiles and at most
-// Variant::kMaxChunk keys (and, when B·H blocks already cover the SMs, a price for the merge).
+// Variant::kMaxChunk keys, or 4096 at D = 128 with B·H >= the SMs and T >= 32K
+// (decode_max_chunk) (and, when B·H blocks already cover the SMs, a price for the merge).
 #include <cuda_bf16.h>
 #include <cuda/atomic>
 #include <algorithm>
@@ -349,7 +350,7 @@ struct Variant {
   static constexpr size_t kSmemBytes = kBulk ? size_t(kStages) * 2 * kTileBytes : 0;
   // Keys per block at most: the register kernel's chunks were measured no faster when
   // longer (BENCHMARKS.md); a bulk block reads its chunk in one stream, so longer chunks
-  // only save blocks.
+  // mostly save blocks (decode_max_chunk lowers it where they measured slower).
   static constexpr int64_t kMaxChunk = kBulk ? 16384 : 2048;
   static constexpr auto kernel() {
     if constexpr (kBulk) return decode_bulk_kernel<Tr, kStages>;
@@ -367,7 +368,9 @@ struct Variant {
     return n;
   }
   static DecodePlan plan(const AttentionDecode& a, int want_splits) {
-    return plan_decode(a.B, a.H, a.T, Tr::kTile, kMaxChunk, resident(), device_sm_count(), want_splits);
+    const int64_t sms = device_sm_count();
+    return plan_decode(a.B, a.H, a.T, Tr::kTile, decode_max_chunk(a.B, a.H, a.T, kD, sms, kMaxChunk), resident(), sms,
+                       want_splits);
   }
 };
 
