@@ -58,14 +58,15 @@ inline DecodePlan plan_decode(int64_t B, int64_t H, int64_t T, int64_t tile, int
 
 // The longest chunk (keys) the plan may give a block of the kernel whose own limit is
 // max_chunk: at head dim 128, when the B·H caches are one an SM or more and hold 32K
-// keys or more, 4096. The wave model alone picks 4-8 splits there (chunks of 16K keys),
-// which measured slower than chunks of 4096 keys, though the model does not say why: on
+// keys or more, 4096. The wave model alone picks 2-8 splits there up to 128K keys
+// (chunks of 16K keys) and 34 at 256K, which measured slower than chunks of 4096 keys,
+// though the model does not say why: on
 // an H200 at B = 16, H = 16 (BENCHMARKS.md, "Thirtieth session", calls 3 and 4, ms, two
 // rounds each) 64K keys 1.8372 with 16 splits against 1.8484-1.8496 with the model's 4
 // (call 3) and 1.8786-1.8796 against 1.8937-1.8986 (call 4); 128K 3.6588-3.6618 with
 // 32 splits and 3.7515-3.7527 with 36 against 3.7227-3.7262 and 3.8132-3.8198 with 8;
 // 256K 7.4747-7.4762 with 72 against 7.5033-7.5039 with 34; 32K 0.9483-0.9492 with 8
-// against 0.9505-0.9506 with 2. With 8K and 16K keys the cap was 0.5-1.6% slower, and
+// against 0.9505-0.9506 with 2. With 8K and 16K keys the cap was 0.4-1.6% slower, and
 // at D = 64 slower at 16K-64K keys (0.3-0.9%) and faster only at 128K (0.9%): the model's
 // chunks stay there.
 inline int64_t decode_max_chunk(int64_t B, int64_t H, int64_t T, int D, int64_t sms, int64_t max_chunk) {
@@ -79,7 +80,7 @@ inline int64_t decode_max_chunk(int64_t B, int64_t H, int64_t T, int D, int64_t 
 // and 2, ms, 32 KB against 16 KB in the same run): at batch 16 32 KB was faster with 4K
 // keys at D = 64 (H = 12; 2-4%) and with 128K at D = 128 (H = 16; 1-1.4%), slower with 1K
 // keys (1-3.5% at D = 64) and with 256K at D = 64 (1.5-1.8%), level elsewhere within
-// 0.7%; at batch 1 2-10% slower at D = 64 up to 16K keys. No shape under the best SDPA
+// 0.8%; at batch 1 2-10% slower at D = 64 up to 16K keys. No shape under the best SDPA
 // backend with 16 KB came above it with 32 KB but the one at D = 64, 4K, so the default
 // stays 16 KB and 32 KB is there to tune a shape.
 inline int decode_bulk_tile_kb(const char* requested) {
