@@ -53,7 +53,8 @@ class DeviceBuffer {
       }
       ptr_ = device_malloc(bytes);
       cap_ = bytes;
-      // Zeroed once: FlashDecoding's split counters must start at 0 (each call leaves them so).
+      // Zeroed when allocated: FlashDecoding's split counters must start at 0 (each call leaves
+      // them so; attention_decode zeroes them again when their place moves).
       CUDA_CHECK(cudaMemsetAsync(ptr_, 0, bytes, stream));
     }
     return ptr_;
@@ -218,7 +219,14 @@ class CudaOps final : public Ops {
     const size_t need = cuda::flash_decode_workspace_bytes(a);
     size_t bytes = need ? 4096 : 0;
     while (bytes < need) bytes *= 2;
-    cuda::flash_decode(a, bytes ? decode_ws_.get(bytes, stream()) : nullptr, bytes, stream());
+    void* ws = bytes ? decode_ws_.get(bytes, stream()) : nullptr;
+    // The split counters sit after the partials, so they move when the split count, B·H
+    // or D does (need, B·H and D fix the split count), and land where partials were:
+    // zeroed again then (a few times while a sequence grows; flash_attention.h).
+    const DecodeLayout layout{need, int64_t(a.B) * a.H, a.D};
+    if (ws && !(layout == decode_layout_)) CUDA_CHECK(cudaMemsetAsync(ws, 0, need, stream()));
+    decode_layout_ = layout;
+    cuda::flash_decode(a, ws, bytes, stream());
   }
   void kv_cache_write(const KVCacheWrite& a) override {
     check_dev(a.k_cache, "k_cache"); check_dev(a.v_cache, "v_cache"); check_dev(a.qkv, "qkv");
@@ -255,6 +263,12 @@ class CudaOps final : public Ops {
   DeviceBuffer scratch_;   // reduction partials, sort buffers, naive dP: one op at a time
   DeviceBuffer flash_ws_;  // FlashAttention backward workspace, sized for the largest shape
   DeviceBuffer decode_ws_;  // FlashDecoding per-split partials
+  struct DecodeLayout {
+    size_t bytes = 0;
+    int64_t bh = 0;
+    int D = 0;
+    bool operator==(const DecodeLayout& o) const { return bytes == o.bytes && bh == o.bh && D == o.D; }
+  } decode_layout_;  // of the last decode call
 };
 
 }  // namespace

@@ -189,6 +189,59 @@ std::vector<DecodeCase> cases() {
 
 INSTANTIATE_TEST_SUITE_P(Cuda, FlashDecodeVsReference, ::testing::ValuesIn(cases()), case_name);
 
+// The op set's decode reuses one workspace from call to call. Its split counters sit after
+// the partials, so when the split count falls as the cache grows (B = 8, H = 12, D = 64
+// on an H200: 4 splits at 512 keys, 3 at 513) they move into bytes the last call filled
+// with partials; the op must zero them again, or no block sees itself last and the output
+// is never written. The second call must give exactly what the launcher gives on a fresh
+// workspace.
+TEST(CudaDecodeWorkspace, SplitCountFallingAsTheCacheGrows) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
+  const int B = 8, H = 12, D = 64, Tmax = 4096;
+  DeviceContext ctx(0);
+  auto gpu = make_cuda_ops(ctx);
+  Buf q(*gpu, DType::bf16, {B, 3 * H * D}), kc(*gpu, DType::bf16, {B, H, Tmax, D}), vc(*gpu, DType::bf16, {B, H, Tmax, D});
+  Buf o(*gpu, DType::bf16, {B, H * D}), l(*gpu, DType::f32, {B, H});
+  Buf o_ref(*gpu, DType::bf16, {B, H * D}), l_ref(*gpu, DType::f32, {B, H});
+  const int64_t cache_n = int64_t(B) * H * Tmax * D;
+  std::vector<double> k(static_cast<size_t>(cache_n)), v(static_cast<size_t>(cache_n)), qkv(size_t(B) * 3 * H * D);
+  for (int64_t i = 0; i < cache_n; ++i) {
+    k[size_t(i)] = round_to(DType::bf16, hashed_uniform(11, uint64_t(2 * i)));
+    v[size_t(i)] = round_to(DType::bf16, hashed_uniform(11, uint64_t(2 * i + 1)));
+  }
+  for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = round_to(DType::bf16, hashed_uniform(12, i));
+  put(*gpu, q.t, qkv);
+  put(*gpu, kc.t, k);
+  put(*gpu, vc.t, v);
+  AttentionDecode a{.out = o.t, .lse = l.t, .qkv = q.t, .k_cache = kc.t, .v_cache = vc.t, .B = B, .H = H, .D = D, .T = 1};
+  int fall = 0;  // the first cache length whose split count is below the one before it
+  for (int T = 2; T <= Tmax && !fall; ++T) {
+    a.T = T - 1;
+    const int before = cuda::flash_decode_splits(a);
+    a.T = T;
+    if (cuda::flash_decode_splits(a) < before) fall = T;
+  }
+  if (!fall) GTEST_SKIP() << "the split count never falls up to " << Tmax << " keys on this GPU";
+  ::testing::Test::RecordProperty("fall", std::to_string(fall));
+  a.T = fall - 1;
+  gpu->attention_decode(a);  // the larger split count: partials where the counters go next
+  a.T = fall;
+  gpu->attention_decode(a);
+  gpu->synchronize();
+  AttentionDecode r = a;
+  r.out = o_ref.t, r.lse = l_ref.t;
+  const size_t bytes = cuda::flash_decode_workspace_bytes(r);
+  void* ws = nullptr;
+  ASSERT_GT(bytes, 0u);
+  ASSERT_EQ(cudaMalloc(&ws, bytes), cudaSuccess);
+  ASSERT_EQ(device_memset_sync(ws, 0, bytes), cudaSuccess);
+  cuda::flash_decode(r, ws, bytes, ctx.main_stream());
+  gpu->synchronize();
+  cudaFree(ws);
+  EXPECT_EQ(OpCase::download(*gpu, o.t), OpCase::download(*gpu, o_ref.t)) << "T = " << fall;
+  EXPECT_EQ(OpCase::download(*gpu, l.t), OpCase::download(*gpu, l_ref.t)) << "T = " << fall;
+}
+
 // kv_cache_write copies exactly (any dtype is a copy), at an offset, leaving the rest.
 class CudaKVCache : public CudaTest {};
 TEST_F(CudaKVCache, WriteMatchesCpu) {
