@@ -5,6 +5,7 @@
 // the FlashAttention backward workspace) is allocated on first use for a shape and
 // kept, so a training loop allocates nothing after its first step.
 #include <algorithm>
+#include <tuple>
 #include "kernels/cuda/attention/flash_attention.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
@@ -223,8 +224,8 @@ class CudaOps final : public Ops {
     // The split counters sit after the partials, so they move when the split count, B·H
     // or D does (need, B·H and D fix the split count), and land where partials were:
     // zeroed again then (a few times while a sequence grows; flash_attention.h).
-    const DecodeLayout layout{need, int64_t(a.B) * a.H, a.D};
-    if (ws && !(layout == decode_layout_)) CUDA_CHECK(cudaMemsetAsync(ws, 0, need, stream()));
+    const std::tuple<size_t, int64_t, int> layout{need, int64_t(a.B) * a.H, a.D};
+    if (ws && layout != decode_layout_) CUDA_CHECK(cudaMemsetAsync(ws, 0, need, stream()));
     decode_layout_ = layout;
     cuda::flash_decode(a, ws, bytes, stream());
   }
@@ -263,12 +264,7 @@ class CudaOps final : public Ops {
   DeviceBuffer scratch_;   // reduction partials, sort buffers, naive dP: one op at a time
   DeviceBuffer flash_ws_;  // FlashAttention backward workspace, sized for the largest shape
   DeviceBuffer decode_ws_;  // FlashDecoding per-split partials
-  struct DecodeLayout {
-    size_t bytes = 0;
-    int64_t bh = 0;
-    int D = 0;
-    bool operator==(const DecodeLayout& o) const { return bytes == o.bytes && bh == o.bh && D == o.D; }
-  } decode_layout_;  // of the last decode call
+  std::tuple<size_t, int64_t, int> decode_layout_{};  // (bytes, B·H, D) of the last decode call
 };
 
 }  // namespace

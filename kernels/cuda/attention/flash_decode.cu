@@ -60,6 +60,7 @@ namespace sm90 = attn::sm90;
 // (BENCHMARKS.md, "Twenty-third session", call 5); two of 32 KB (one block an SM) lost up
 // to 13% at batch 16 with short caches ("Thirtieth session", call 1).
 constexpr int kBulkInFlightBytes = 65536, kRegisterTileBytes = 8192;
+constexpr int bulk_stages(int tile_bytes) { return kBulkInFlightBytes / (2 * tile_bytes); }  // K and V tiles
 constexpr float kLn2 = 0.6931471805599453f;
 
 // A kernel's shape: element type, head dim, threads per block and keys per thread group
@@ -344,7 +345,7 @@ __global__ void __launch_bounds__(Tr::kThreads, bulk_min_blocks(Tr::kThreads, kS
 template <class T, int kD, bool kBulk, int kThreads, int kBulkKB = 16>
 struct Variant {
   static constexpr int kTileBytes = kBulk ? kBulkKB * 1024 : kRegisterTileBytes;
-  static constexpr int kStages = kBulkInFlightBytes / (2 * kTileBytes);  // (bulk only)
+  static constexpr int kStages = bulk_stages(kTileBytes);  // (bulk only)
   using Tr = Traits<T, kD, kThreads, kTileBytes / 16 / kThreads>;
   static_assert(Tr::kTile * kD * int(sizeof(T)) == kTileBytes, "a tile is kTileBytes of K");
   static constexpr size_t kSmemBytes = kBulk ? size_t(kStages) * 2 * kTileBytes : 0;
@@ -492,7 +493,7 @@ size_t flash_decode_workspace_bytes(const AttentionDecode& a, int splits) {
 std::string flash_decode_kernel(int D) {
   const VariantChoice v = choose_variant(D);
   if (!v.threads) return "registers";
-  return "bulk" + std::to_string(kBulkInFlightBytes / (2048 * v.tile_kb)) + "x" + std::to_string(v.tile_kb) + "KB/" +
+  return "bulk" + std::to_string(bulk_stages(v.tile_kb * 1024)) + "x" + std::to_string(v.tile_kb) + "KB/" +
          std::to_string(v.threads);
 }
 
