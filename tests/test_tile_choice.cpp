@@ -99,17 +99,12 @@ TEST(TileChoice, Sm90wsRunsPersistentAtShortSequences) {
   }
   EXPECT_FALSE(sm90ws_forward_persistent(unset, 1, 64, 8193, true));
   EXPECT_FALSE(sm90ws_forward_persistent(unset, 0, 64, 1024, false));
-  // The one-consumer tile (auto's at D = 64 without a mask up to 1K): a block per tile.
-  for (int D : {64, 128})
-    for (bool causal : {true, false})
-      for (int T : {1, 1024, 2048})
-        EXPECT_FALSE(sm90ws_forward_persistent(unset, cuda::attn::kSm90WsOneConsumer, D, T, causal)) << D << " " << T;
   for (int T : {1024, 4096})
     EXPECT_FALSE(sm90ws_forward_persistent(unset, sm90ws_forward_tile(-1, 64, T, false), 64, T, false)) << T;
   EXPECT_FALSE(sm90ws_forward_persistent(unset, sm90ws_forward_tile(-1, 64, 65536, true), 64, 65536, true));
 }
 
-TEST(TileChoice, Sm90wsPersistentOnRequestForOneOrTwoConsumersAndCausalThree) {
+TEST(TileChoice, Sm90wsPersistentOnRequestForTwoConsumersAndCausalThree) {
   using cuda::attn::FwdSchedule;
   using cuda::attn::kSm90WsOneConsumer;
   using cuda::attn::sm90ws_forward_persistent;
@@ -121,10 +116,9 @@ TEST(TileChoice, Sm90wsPersistentOnRequestForOneOrTwoConsumersAndCausalThree) {
       EXPECT_TRUE(sm90ws_forward_persistent(on, 0, 128, T, causal));
       EXPECT_TRUE(sm90ws_forward_persistent(on, 1, 128, T, causal));   // two consumers, 64-key tiles
       EXPECT_EQ(sm90ws_forward_persistent(on, 1, 64, T, causal), causal);  // three consumers: causal only
-      for (int D : {64, 128}) {
-        EXPECT_TRUE(sm90ws_forward_persistent(on, kSm90WsOneConsumer, D, T, causal));  // two blocks an SM
-        for (int tile : {0, 1, kSm90WsOneConsumer}) EXPECT_FALSE(sm90ws_forward_persistent(off, tile, D, T, causal));
-      }
+      EXPECT_FALSE(sm90ws_forward_persistent(on, kSm90WsOneConsumer, 64, T, causal));
+      for (int D : {64, 128})
+        for (int tile : {0, 1}) EXPECT_FALSE(sm90ws_forward_persistent(off, tile, D, T, causal));
     }
 }
 
@@ -164,7 +158,7 @@ TEST(TileChoice, PersistentForwardGridBalancesTheRounds) {
 }
 
 // Which tiles have a persistent kernel: what the launch builds and the rule may ask for.
-TEST(TileChoice, Sm90wsPersistentKernelsAreOneOrTwoConsumersAndCausalThree) {
+TEST(TileChoice, Sm90wsPersistentKernelsAreTwoConsumersAndCausalThree) {
   using cuda::attn::kSm90WsOneConsumer;
   using cuda::attn::sm90ws_consumers;
   using cuda::attn::sm90ws_has_persistent_kernel;
@@ -174,7 +168,7 @@ TEST(TileChoice, Sm90wsPersistentKernelsAreOneOrTwoConsumersAndCausalThree) {
   EXPECT_EQ(sm90ws_consumers(1, 128), 2);
   for (int D : {64, 128}) EXPECT_EQ(sm90ws_consumers(kSm90WsOneConsumer, D), 1);
   for (bool causal : {true, false}) {
-    EXPECT_TRUE(sm90ws_has_persistent_kernel(1, causal));
+    EXPECT_FALSE(sm90ws_has_persistent_kernel(1, causal));
     EXPECT_TRUE(sm90ws_has_persistent_kernel(2, causal));
     EXPECT_EQ(sm90ws_has_persistent_kernel(3, causal), causal);
   }

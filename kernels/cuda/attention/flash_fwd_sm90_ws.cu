@@ -210,12 +210,13 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
 // blocks of 384 threads at these shapes: BENCHMARKS.md, "Twenty-fifth session", call 2).
 // Same arithmetic as the grid kernel, tile by tile: the same bits.
 template <class Tile, bool kCausal>
-__global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
+__global__ void __launch_bounds__(Tile::kThreads, 1)
     flash_fwd_sm90_ws_persistent_kernel(const __grid_constant__ CUtensorMap kv_map,
                                         const __grid_constant__ CUtensorMap q_map, const FlashParams p) {
 #if FLASHGPT_HAS_WGMMA
   constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN, S = Tile::kStages;
   constexpr int QR = Tile::kQRows, kConsumers = Tile::kConsumers;
+  static_assert(kConsumers >= 2 && Tile::kBlocksPerSm == 1, "the persistent schedule takes turns between consumers");
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -223,8 +224,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   bf16* sK = sQ + QR * D;                    // [S][D/64][BN][64]
   bf16* sV = sK + S * BN * D;                // [S][D/64][BN][64]
   __shared__ alignas(8) uint64_t q_full[kConsumers], q_empty[kConsumers], k_full[S], k_empty[S], v_full[S], v_empty[S];
-  static_assert(Tile::kBlocksPerSm * (Tile::kSmemBytes + sizeof(q_full) * 2 + sizeof(k_full) * 4 + 1024) <= 228 * 1024,
-                "the shared memory");
+  static_assert(Tile::kSmemBytes + sizeof(q_full) * 2 + sizeof(k_full) * 4 + 1024 <= 228 * 1024, "the shared memory");
   constexpr int kConsumerThreads = 128 * kConsumers;
   constexpr uint32_t kQPartBytes = 64u * D * sizeof(bf16);
 
@@ -297,13 +297,12 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   auto v_base = [&](int kv) { return smem_u32(sV + (kv % S) * BN * D); };
   auto parity = [](int kv) { return uint32_t((kv / S) & 1); };
   // Turns as in the grid kernel, run on across the block's tiles (every consumer takes
-  // as many steps a tile); the last consumer skips only its very last hand-over. One
-  // consumer takes no turns.
+  // as many steps a tile); the last consumer skips only its very last hand-over.
   constexpr int kTurnThreads = 256;
-  if (kConsumers > 1 && cw == kConsumers - 1) sm90::named_arrive(1, kTurnThreads);
+  if (cw == kConsumers - 1) sm90::named_arrive(1, kTurnThreads);
   int kv0 = 0;  // the ring position of this tile's first K/V tile
   for (int local = 0, t = tile_of(0); t >= 0; t = tile_of(++local)) {
-    [[maybe_unused]] const bool last_tile = tile_of(local + 1) < 0;  // (turns only)
+    const bool last_tile = tile_of(local + 1) < 0;
     const int n_blocks = coords(t).n_blocks;
     Sm90FwdConsumer<Tile, kCausal> c(p, coords(t).m_block * BM, cw, warp % 4, lane, sQ);
     sm90::mbar_wait(&q_full[cw], uint32_t(local) & 1);
@@ -312,11 +311,10 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
       const int kv = kv0 + nb, s = kv % S;
       sm90::mbar_wait(&k_full[s], parity(kv));
       if constexpr (!kFirst) sm90::mbar_wait(&v_full[(kv - 1) % S], parity(kv - 1));
-      if constexpr (kConsumers > 1) sm90::named_sync(1 + cw, kTurnThreads);
+      sm90::named_sync(1 + cw, kTurnThreads);
       auto after_qk = [&] {  // S done: the next consumer's turn; K of this tile (and, last, Q) read
-        if constexpr (kConsumers > 1)
-          if (cw != kConsumers - 1 || nb + 1 < n_blocks || !last_tile)
-            sm90::named_arrive(cw + 1 < kConsumers ? cw + 2 : 1, kTurnThreads);
+        if (cw != kConsumers - 1 || nb + 1 < n_blocks || !last_tile)
+          sm90::named_arrive(cw + 1 < kConsumers ? cw + 2 : 1, kTurnThreads);
         sm90::mbar_arrive(&k_empty[s]);
         if (nb + 1 == n_blocks) sm90::mbar_arrive(&q_empty[cw]);
       };
@@ -342,9 +340,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
 
 // persistent_blocks > 0: the persistent kernel (for the tiles of tile_choice.h's
 // sm90ws_has_persistent_kernel; the caller asks for no other), on the grid of at most that
-// many blocks an SM's worth (the SM count; the one-consumer tile runs two blocks an SM)
-// that balances its rounds best (persistent_forward_grid), or with `exact_blocks` on that
-// many (a test knob).
+// many blocks that balances its rounds best (persistent_forward_grid), or with
+// `exact_blocks` on that many (a test knob).
 template <class Tile, bool kCausal>
 void launch_tile(const FlashParams& p, int persistent_blocks, bool exact_blocks, cudaStream_t stream) {
   auto kernel = flash_fwd_sm90_ws_kernel<Tile, kCausal>;
@@ -358,13 +355,12 @@ void launch_tile(const FlashParams& p, int persistent_blocks, bool exact_blocks,
       (void)pk_opted_in;
       const CUtensorMap q_map = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, 64, "qkv");
       const int64_t heads = int64_t(p.B) * p.H, tiles = (p.T + Tile::kBlockM - 1) / Tile::kBlockM * heads;
-      const int max_blocks = persistent_blocks * Tile::kBlocksPerSm;
       // The balanced grid, kept for the last shape asked (the model takes O(tiles) a try).
       struct Grid { int T; int64_t heads; int max_blocks, blocks; };
       static thread_local Grid last{-1, 0, 0, 0};
-      if (!exact_blocks && (last.T != p.T || last.heads != heads || last.max_blocks != max_blocks))
-        last = Grid{p.T, heads, max_blocks,
-                    persistent_forward_grid(max_blocks, heads, p.T, Tile::kBlockM, Tile::kBlockN, kCausal)};
+      if (!exact_blocks && (last.T != p.T || last.heads != heads || last.max_blocks != persistent_blocks))
+        last = Grid{p.T, heads, persistent_blocks,
+                    persistent_forward_grid(persistent_blocks, heads, p.T, Tile::kBlockM, Tile::kBlockN, kCausal)};
       const int64_t blocks = exact_blocks ? std::min<int64_t>(tiles, persistent_blocks) : last.blocks;
       pk<<<unsigned(blocks), Tile::kThreads, Tile::kSmemBytes, stream>>>(map, q_map, p);
       CUDA_CHECK_LAUNCH();

@@ -63,14 +63,14 @@ inline int sm90ws_forward_tile(int requested, int D, int T, bool causal, FwdSche
 }
 
 // The consumer warpgroups of the sm90ws forward's `tile` at head dim D, and whether a
-// tile of that many has a persistent kernel: one consumer (two blocks an SM, each walking
-// query tiles) and two, and three (tile 1 at D = 64) under a causal mask only (without a mask: 6-9% behind the grid with 8 bytes spilled,
+// tile of that many has a persistent kernel: two consumers, and three (tile 1 at D = 64)
+// under a causal mask only (without a mask: 6-9% behind the grid with 8 bytes spilled,
 // level without the spill in a version that cost the two-consumer tiles 1%;
 // BENCHMARKS.md, "Twenty-sixth session", calls 1 and 4). flash_fwd_sm90_ws.cu builds
 // exactly these persistent kernels.
 constexpr int sm90ws_consumers(int tile, int D) { return tile == kSm90WsOneConsumer ? 1 : tile == 1 && D == 64 ? 3 : 2; }
 constexpr bool sm90ws_has_persistent_kernel(int consumers, bool causal) {
-  return consumers <= 2 || causal;
+  return consumers == 2 || (consumers == 3 && causal);
 }
 
 // Whether the sm90ws forward runs `tile` persistent: never a tile without a persistent
@@ -90,7 +90,6 @@ constexpr bool sm90ws_has_persistent_kernel(int consumers, bool causal) {
 inline bool sm90ws_forward_persistent(FwdSchedule schedule, int tile, int D, int T, bool causal) {
   if (!sm90ws_has_persistent_kernel(sm90ws_consumers(tile, D), causal) || schedule == FwdSchedule::grid) return false;
   if (schedule == FwdSchedule::persistent) return true;
-  if (sm90ws_consumers(tile, D) == 1) return false;
   return D == 128 ? T <= 2048 : causal && T <= 8192;
 }
 
