@@ -29,7 +29,9 @@ tile under a causal mask) persistent or a block per query tile
 with a causal mask up to T = 8192 at D = 64 (up to T = 1024 its tile 0, not /c1's).
 --flashgpt may be given more than once, as LABEL=BINARY: every binary runs every path,
 so two builds (before and after a change) are compared in the same run.
-The /FA2 and /cuDNN columns divide the best of our columns by FA2 and by cuDNN.
+The /FA2 and /cuDNN columns divide the best of our columns by FA2 and by cuDNN. Below the
+table, one line per column and pass says on how many shapes it is at or above cuDNN
+(issue 12's goal) and which shapes are under it.
 """
 import os
 import argparse
@@ -118,6 +120,28 @@ def table(shapes, runs, columns, baselines):
     return "\n".join(lines)
 
 
+def goal_summary(shapes, runs, columns, baselines):
+    """Issue 12's goal, one line per column and pass: on how many shapes the column is at or
+    above cuDNN's TFLOP/s, its lowest and highest ratio, and the shapes under it."""
+    lines = []
+    for c in columns:
+        for i, what in enumerate(("forward", "backward")):
+            ratios = []
+            for s in shapes:
+                key = (s["B"], s["H"], s["T"], s["D"], s["causal"])
+                cud = baselines[key][1][i]
+                ours = runs[c].get(key, {}).get(("fwd_tflops", "bwd_tflops")[i])
+                if ours and cud:
+                    ratios.append((ours / cud, f"{s['B']}x{s['H']}x{s['T']} D{s['D']} {'causal' if s['causal'] else 'full'}"))
+            if not ratios:
+                continue
+            under = [f"{name} {r:.3f}" for r, name in ratios if r < 1]
+            lines.append(f"{c} {what} against cuDNN: at or above on {len(ratios) - len(under)} of {len(ratios)}, "
+                         f"{min(r for r, _ in ratios):.3f}-{max(r for r, _ in ratios):.3f}x"
+                         + (f"; under: {', '.join(under)}" if under else ""))
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--flashgpt", action="append", help="the flashgpt binary, or LABEL=BINARY (repeatable; default build/flashgpt)")
@@ -165,6 +189,7 @@ def main():
                           bench_sdpa(s, SDPBackend.CUDNN_ATTENTION, args.warmup, args.iters))
         torch.cuda.empty_cache()
     print(table(shapes, runs, list(runs), baselines), flush=True)
+    print(goal_summary(shapes, runs, list(runs), baselines), flush=True)
 
 
 if __name__ == "__main__":
