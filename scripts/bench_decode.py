@@ -18,8 +18,8 @@ issue's yardstick) and as a share of the read bandwidth (a 2 GiB sum: what a rea
 kernel can reach). Goal (issue 11): faster than the best SDPA backend at every length,
 >= 80% of the copy bandwidth from T = 16K on; the lines below the table say on how many
 shapes ours is at or above SDPA (and which are under it) and its lowest share of the copy
-bandwidth from T = 16K. The last columns are references timed under the same protocol (`flashgpt bench decode --floor`): our fastest plain streaming read of
-exactly the cache's bytes and its share of the copy bandwidth (launch and ramp-up
+bandwidth from T = 16K. The last columns are references timed under the same protocol
+(`flashgpt bench decode --floor`): our fastest plain streaming read of exactly the cache's bytes and its share of the copy bandwidth (launch and ramp-up
 included, where the 2 GiB figures are asymptotes; a reference, not a floor: at B = 16
 decode kernels have read faster, BENCHMARKS.md), and a launch that does nothing.
 
