@@ -15,13 +15,14 @@ BENCHMARKS.md were taken that way).
 Bytes = K + V read = 2*B*H*T*D*2; bandwidth = bytes / time, shown in TB/s, as a share of
 the device-to-device copy bandwidth ((bytes read + written) / time of a 2 GiB copy, the
 issue's yardstick) and as a share of the read bandwidth (a 2 GiB sum: what a read-only
-kernel can reach). Goal (issue 11): faster than the best SDPA backend at every length,
->= 80% of the copy bandwidth from T = 16K on; the lines below the table say on how many
-shapes ours is at or above SDPA (and which are under it) and its lowest share of the copy
+kernel can reach). Goal (issue 11): faster than the best SDPA backend at every length, >=
+80% of the copy bandwidth from T = 16K on; the lines below the table say on how many shapes
+ours is at or above SDPA (and which are under it) and its lowest share of the copy
 bandwidth from T = 16K. The last columns are references timed under the same protocol
-(`flashgpt bench decode --floor`): our fastest plain streaming read of exactly the cache's bytes and its share of the copy bandwidth (launch and ramp-up
-included, where the 2 GiB figures are asymptotes; a reference, not a floor: at B = 16
-decode kernels have read faster, BENCHMARKS.md), and a launch that does nothing.
+(`flashgpt bench decode --floor`): our fastest plain streaming read of exactly the cache's
+bytes and its share of the copy bandwidth (launch and ramp-up included, where the 2 GiB
+figures are asymptotes; a reference, not a floor: at B = 16 decode kernels have read
+faster, BENCHMARKS.md), and a launch that does nothing.
 
 --kernels registers,bulk128,bulk256,tile16,tile32 also times those decode kernels
 (FLASHGPT_DECODE_KERNEL, FLASHGPT_DECODE_THREADS; tileN: the bulk kernel's tile of N KB,
