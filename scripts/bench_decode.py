@@ -136,7 +136,7 @@ def goal_summary(rows, sdpa_ms):
     pairs = [(sd / r["ms"], f"B{r['B']} H{r['H']} D{r['D']} T{r['T']}") for r, sd in zip(rows, sdpa_ms) if sd == sd]
     if not pairs:
         return "no SDPA backend ran"
-    under = [f"{name} {x:.3f}" for x, name in pairs if x < 1]
+    under = [f"{name} {x:.4f}" for x, name in pairs if x < 1]  # (4 places: 0.9995 is under)
     return (f"at or above the best SDPA backend on {len(pairs) - len(under)} of {len(pairs)} shapes, "
             f"{min(x for x, _ in pairs):.3f}-{max(x for x, _ in pairs):.2f}x" + (f"; under: {', '.join(under)}" if under else ""))
 

@@ -30,6 +30,6 @@ assert len(out) == 3, "column b's backward has no cuDNN figure: no line"
 rows = [{"B": 1, "H": 12, "D": 64, "T": T, "ms": ms} for T, ms in ((1024, 0.010), (2048, 0.020), (4096, 0.030), (8192, 0.040))]
 line = bench_decode.goal_summary(rows, [0.015, 0.020, 0.0297, math.nan])
 print(line)
-assert line == "at or above the best SDPA backend on 2 of 3 shapes, 0.990-1.50x; under: B1 H12 D64 T4096 0.990", line
+assert line == "at or above the best SDPA backend on 2 of 3 shapes, 0.990-1.50x; under: B1 H12 D64 T4096 0.9900", line
 assert bench_decode.goal_summary(rows[:1], [math.nan]) == "no SDPA backend ran"
 print("ok")
