@@ -73,15 +73,7 @@ std::vector<Place> locate(const Corpus& c, const Batch& b) {
   return out;
 }
 
-template <class F>
-void expect_input_error(F f, std::initializer_list<std::string> needles) {
-  try {
-    f();
-    FAIL() << "expected an InputError";
-  } catch (const InputError& e) {
-    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
-  }
-}
+using test::expect_input_error;
 
 LoaderOptions options(const Corpus& c, int B, int T, bool shuffle, uint64_t seed = 0) {
   LoaderOptions o;

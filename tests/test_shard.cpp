@@ -40,16 +40,7 @@ void write_raw(const std::string& path, int32_t magic, int32_t version, int32_t 
   f.write(reinterpret_cast<const char*>(body.data()), body.size() * 2);
 }
 
-// Runs f, expects an InputError whose message contains every needle.
-template <class F>
-void expect_input_error(F f, std::initializer_list<std::string> needles) {
-  try {
-    f();
-    FAIL() << "expected an InputError";
-  } catch (const InputError& e) {
-    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
-  }
-}
+using test::expect_input_error;
 
 }  // namespace
 

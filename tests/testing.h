@@ -14,6 +14,7 @@
 #include <random>
 #include <string>
 #include <vector>
+#include "src/errors.h"
 #include "src/tensor.h"
 
 namespace flashgpt::test {
@@ -400,6 +401,17 @@ inline void expect_gradient_matches(const std::string& what, const std::vector<d
     for (size_t i = 0; i < expected.size(); ++i) expected[i] += prior[i];
   }
   expect_all_close(analytic, expected, kFdRtol, kFdAtol, what + " vs finite differences");
+}
+
+// Runs f, expects an InputError whose message contains every needle.
+template <class F>
+void expect_input_error(F f, std::initializer_list<std::string> needles) {
+  try {
+    f();
+    FAIL() << "expected an InputError";
+  } catch (const InputError& e) {
+    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace flashgpt::test
