@@ -84,6 +84,11 @@ def bench_sdpa(s, backend, warmup, iters):
     return f / (fwd_ms * 1e-3) / 1e12, 2.5 * f / (bwd_ms * 1e-3) / 1e12
 
 
+def shape_key(s):
+    """A shape's (B, H, T, D, causal): how runs and baselines are keyed."""
+    return (s["B"], s["H"], s["T"], s["D"], s["causal"])
+
+
 def parse_binaries(specs):
     """[(label, binary)] from --flashgpt values "BINARY" or "LABEL=BINARY"."""
     out = []
@@ -107,7 +112,7 @@ def table(shapes, runs, columns, baselines):
     lines = [f"{'B':>3} {'H':>3} {'T':>6} {'D':>4} {'mask':>6} | fwd {ours_cols} {'FA2':>6} {'cuDNN':>6} {'/FA2':>5} "
              f"{'/cuDNN':>6} | bwd {ours_cols} {'FA2':>6} {'cuDNN':>6} {'/FA2':>5} {'/cuDNN':>6}"]
     for s in shapes:
-        key = (s["B"], s["H"], s["T"], s["D"], s["causal"])
+        key = shape_key(s)
         fa2, cud = baselines[key]
         cells = []
         for i, what in enumerate(("fwd_tflops", "bwd_tflops")):
@@ -128,7 +133,7 @@ def goal_summary(shapes, runs, columns, baselines):
         for i, what in enumerate(("forward", "backward")):
             ratios = []
             for s in shapes:
-                key = (s["B"], s["H"], s["T"], s["D"], s["causal"])
+                key = shape_key(s)
                 cud = baselines[key][1][i]
                 ours = runs[c].get(key, {}).get(("fwd_tflops", "bwd_tflops")[i])
                 if ours and cud:
@@ -175,7 +180,7 @@ def main():
             column = f"{label}:{entry}" if label else entry
             if res.returncode != 0:
                 print(f"  {column} failed ({res.returncode}): {res.stderr.strip()[-500:]}", file=sys.stderr)
-            runs[column] = {(r["B"], r["H"], r["T"], r["D"], r["causal"]): r
+            runs[column] = {shape_key(r): r
                             for r in (json.loads(line) for line in res.stdout.splitlines() if line.startswith("{"))}
     shapes = [{"B": k[0], "H": k[1], "T": k[2], "D": k[3], "causal": k[4]}
               for k in next((r for r in runs.values() if r), {})]
@@ -184,7 +189,7 @@ def main():
           "fwd 4*B*H*T^2*D (/2 causal), bwd 2.5x fwd; median of", args.iters)
     baselines = {}
     for s in shapes:
-        key = (s["B"], s["H"], s["T"], s["D"], s["causal"])
+        key = shape_key(s)
         baselines[key] = (bench_sdpa(s, SDPBackend.FLASH_ATTENTION, args.warmup, args.iters),
                           bench_sdpa(s, SDPBackend.CUDNN_ATTENTION, args.warmup, args.iters))
         torch.cuda.empty_cache()

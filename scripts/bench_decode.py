@@ -33,6 +33,7 @@ is the default choice.
 """
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -133,7 +134,7 @@ def goal_summary(rows, sdpa_ms):
     """Issue 11's speed goal: on how many shapes ours (rows, the --json objects) is at least as
     fast as the best SDPA backend (sdpa_ms, the same order; nan where none ran), the lowest
     ratio (SDPA's time / ours) and the shapes under it."""
-    pairs = [(sd / r["ms"], f"B{r['B']} H{r['H']} D{r['D']} T{r['T']}") for r, sd in zip(rows, sdpa_ms) if sd == sd]
+    pairs = [(sd / r["ms"], f"B{r['B']} H{r['H']} D{r['D']} T{r['T']}") for r, sd in zip(rows, sdpa_ms) if not math.isnan(sd)]
     if not pairs:
         return "no SDPA backend ran"
     under = [f"{name} {x:.4f}" for x, name in pairs if x < 1]  # (4 places: 0.9995 is under)
