@@ -28,10 +28,11 @@ TEST(DqMode, ARequestedModeIsTaken) {
   EXPECT_EQ(choose_dq_mode("atomic"), DqMode::atomic);
   EXPECT_EQ(choose_dq_mode("tma"), DqMode::tma);
   EXPECT_EQ(choose_dq_mode("owner"), DqMode::owner);
+  EXPECT_EQ(choose_dq_mode("flat"), DqMode::flat);
 }
 
 TEST(DqMode, AnUnknownRequestIsAnInputError) {
-  for (const char* bad : {"owners", "TMA", "atomics", " auto"})
+  for (const char* bad : {"owners", "TMA", "atomics", " auto", "flats"})
     EXPECT_THROW(choose_dq_mode(bad), InputError) << bad;
 }
 

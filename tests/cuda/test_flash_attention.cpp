@@ -403,7 +403,7 @@ TEST_P(FlashAttentionVsReference, OutputsAndGradients) {
     // through items of different key tiles, heads and batches (both K/V buffers, the
     // hand-over from one item to the next, uneven shares). The TMA dQ the same three ways
     // (its own K/V buffering at D = 128). Also the owner-mode dQ, with a block per (batch,
-    // head) and with 2 blocks claiming several each. The tma and atomic items also in
+    // head) and with 2 blocks claiming several each. The flat dQ as the tma one. The tma and atomic items also in
     // groups of 2 and of 5 (batch, head) pairs (at these sizes auto makes one group of
     // them all; 5 leaves a smaller last group at B·H = 6).
     struct Config { const char* schedule; const char* blocks; const char* dq; const char* group = nullptr; };
@@ -411,6 +411,8 @@ TEST_P(FlashAttentionVsReference, OutputsAndGradients) {
                             Config{"persistent", "7", "atomic"}, Config{"persistent", "7", "atomic", "5"},
                             Config{"grid", nullptr, "tma"}, Config{"persistent", nullptr, "tma"},
                             Config{"persistent", "7", "tma"}, Config{"persistent", "7", "tma", "2"},
+                            Config{"grid", nullptr, "flat"}, Config{"persistent", nullptr, "flat"},
+                            Config{"persistent", "7", "flat"}, Config{"persistent", "7", "flat", "2"},
                             Config{"grid", nullptr, "owner"}, Config{"persistent", "2", "owner"}}) {
       ScopedEnv sched("FLASHGPT_ATTENTION_BWD_SCHEDULE", k.schedule), blocks("FLASHGPT_ATTENTION_BWD_BLOCKS", k.blocks),
           dq("FLASHGPT_ATTENTION_BWD_DQ", k.dq), group("FLASHGPT_ATTENTION_BWD_HEAD_GROUP", k.group);

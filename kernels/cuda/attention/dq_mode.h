@@ -13,8 +13,10 @@ namespace flashgpt::cuda::attn {
 // partial staged in shared memory and added by the TMA unit (cp.reduce.async.bulk.tensor);
 // owner: whole (batch, head) units per block, the first contribution stored and the
 // middle ones added through the same TMA tile, the last added to the partial and written
-// in bf16 by the kernel (no zeroed accumulator, no postprocess).
-enum class DqMode { atomic, tma, owner };
+// in bf16 by the kernel (no zeroed accumulator, no postprocess); flat: as tma, with the
+// tile and the accumulator in the order of the dQ registers (dq_tile.h's flat tile): one
+// bulk reduce-add a tile, and the postprocess puts the rows in place.
+enum class DqMode { atomic, tma, owner, flat };
 
 // The mode for `requested` (the variable's value: auto, atomic, tma or owner; null or
 // empty = auto; anything else is an InputError). auto: tma, every shape and mask.
@@ -31,10 +33,11 @@ enum class DqMode { atomic, tma, owner };
 // 377-381 against 320-322. Owner mode stays, on request.
 inline DqMode choose_dq_mode(const char* requested) {
   const std::string v = requested && *requested ? requested : "auto";
-  if (v != "auto" && v != "atomic" && v != "tma" && v != "owner")
-    fail_input("FLASHGPT_ATTENTION_BWD_DQ must be auto, atomic, tma or owner, got '", v, "'");
+  if (v != "auto" && v != "atomic" && v != "tma" && v != "owner" && v != "flat")
+    fail_input("FLASHGPT_ATTENTION_BWD_DQ must be auto, atomic, tma, owner or flat, got '", v, "'");
   if (v == "atomic") return DqMode::atomic;
   if (v == "owner") return DqMode::owner;
+  if (v == "flat") return DqMode::flat;
   return DqMode::tma;
 }
 

@@ -49,6 +49,29 @@ FG_DQ_TILE_FN Transposed transposed(int D, int q0, int d0, int w, int g, int t) 
 }
 FG_DQ_TILE_FN uint32_t transposed_offset(int x, int h, int e) { return e * kRowBytes + ((x ^ (2 * h + e)) << 4); }
 
+// The flat tile (flat mode): each warpgroup's 64×64 block of dQᵀ in the order of its
+// registers, not as the TMA boxes: register quad j (dq[j][0..3]) of thread i (0..127 in
+// the warpgroup) at floats (j·128 + i)·4 of the block, warpgroup 0's block first. A warp's
+// st.shared.v4 of quad j then writes 512 consecutive bytes (four wavefronts, no bank met
+// twice: a quarter of the instructions of the transposed stores above), and the whole
+// tile goes to the accumulator in one bulk reduce-add. The accumulator keeps that order:
+// BM·D floats a (batch·head, query tile), which the postprocess reads back through
+// flat_element.
+constexpr int kFlatBlockFloats = 64 * 64;
+FG_DQ_TILE_FN int flat_index(int i, int j) { return (j * 128 + i) * 4; }
+struct Element {
+  int q, c;  // query row within the tile, column
+};
+// Where float f of a flat tile of head dim D belongs (dQᵀ's register dq[j][2h + e] of
+// thread (w, g, t) is column d0 + 16w + 8h + g of query row q0 + 8j + 2t + e, as above).
+FG_DQ_TILE_FN Element flat_element(int f, int D) {
+  const int block = f / kFlatBlockFloats, rest = f % kFlatBlockFloats;
+  const int r = rest % 4, i = (rest / 4) % 128, j = rest / 512;
+  const int w = i / 32, g = (i % 32) / 4, t = i % 4;
+  const int q0 = D == 64 ? 64 * block : 0, d0 = D == 64 ? 0 : 64 * block;
+  return {q0 + 8 * j + 2 * t + (r & 1), d0 + 16 * w + 8 * (r >> 1) + g};
+}
+
 }  // namespace flashgpt::cuda::attn::dq_tile
 
 #undef FG_DQ_TILE_FN

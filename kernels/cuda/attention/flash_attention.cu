@@ -177,10 +177,16 @@ FlashParams make_params(int B, int T, int H, int D) {
 
 }  // namespace
 
+// The fp32 dQ accumulator's elements: (B, H, T, D), with T rounded up to whole query
+// tiles of the sm90 backward (128 rows; flat mode's accumulator holds whole tiles).
+static size_t dq_accum_elements(int B, int T, int H, int D) {
+  return size_t(B) * H * ((size_t(T) + 127) / 128 * 128) * D;
+}
+
 size_t flash_attention_workspace_bytes(int B, int T, int H, int D) {
   // The fp32 dQ accumulator, then the sm90 backward's work counter (16 bytes, so that
   // the size stays a multiple of 16).
-  return size_t(B) * H * T * D * sizeof(float) + 16;
+  return dq_accum_elements(B, T, H, D) * sizeof(float) + 16;
 }
 
 void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
@@ -250,7 +256,7 @@ void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaS
   p.dqkv = a.dqkv.as<__nv_bfloat16>();
   p.delta = a.delta.as<float>();
   p.dq_accum = static_cast<float*>(workspace);
-  if (workspace) p.item_counter = reinterpret_cast<int*>(p.dq_accum + size_t(a.B) * a.H * a.T * a.D);
+  if (workspace) p.item_counter = reinterpret_cast<int*>(p.dq_accum + dq_accum_elements(a.B, a.T, a.H, a.D));
   const int bwd_tile = attn::sm80_tile(tile_choice("FLASHGPT_ATTENTION_BWD_TILE"));
   const Path path = choose_path(Pass::backward);
   // Every dQ mode of the sm90 backward adds with float atomics: the deterministic mode runs the sm80 kernels.

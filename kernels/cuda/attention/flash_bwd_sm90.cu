@@ -152,13 +152,18 @@ __device__ __forceinline__ void atomic_add_pair(float* dst, float x, float y) {
 __device__ __forceinline__ void st_shared_f32(uint32_t addr, float x) {
   asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(x) : "memory");
 }
+__device__ __forceinline__ void st_shared_v4_f32(uint32_t addr, const float (&x)[4]) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(x[0]), "f"(x[1]), "f"(x[2]), "f"(x[3])
+               : "memory");
+}
 #endif
 
 // kTmaDq: dQ by TMA reduce-adds through maps.dq, the (B·H, T, D) fp32 accumulator as a
 // tensor of boxes of 64 rows × 32 columns. kOwner (with kTmaDq): one block owns all the
 // key tiles of a (batch, head) and so is the only writer of its dQ: TMA stores, then
-// adds, then the partial read back.
-template <class Tile, bool kCausal, bool kOwner, bool kTmaDq>
+// adds, then the partial read back. kFlatDq (with kTmaDq, not kOwner): the tile and the
+// accumulator in register order (dq_tile.h's flat tile), one bulk reduce-add a tile.
+template <class Tile, bool kCausal, bool kOwner, bool kTmaDq, bool kFlatDq>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     flash_bwd_sm90_kernel(const __grid_constant__ Sm90BwdMaps maps, const FlashParams p) {
 #if FLASHGPT_HAS_WGMMA
@@ -166,6 +171,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   constexpr int kKvBufs = Tile::kv_bufs(kTmaDq), kDqBufs = Tile::dq_bufs(kTmaDq);
   static_assert(BN % BM == 0, "a key tile spans whole query tiles (owner mode's last contribution)");
   static_assert(!kOwner || kTmaDq, "owner mode writes dQ through the TMA tile");
+  static_assert(!kFlatDq || (kTmaDq && !kOwner), "the flat tile is tma mode's");
   extern __shared__ unsigned char smem_raw[];
   // The hardware applies the 128B swizzle from address bits: tiles start 1024-aligned.
   // (Offsetting smem_raw keeps the pointers in the shared state space: plain loads and
@@ -332,6 +338,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const int4 pending = sDqPending;
     if (pending.x < 0) return;
     const float* tile = sDq + dq_slot(step_parity) * BM * D;
+    if constexpr (kFlatDq) {
+      sm90::bulk_reduce_add_f32(p.dq_accum + (int64_t(pending.y) * m_blocks + pending.x / BM) * (BM * D), tile,
+                                BM * D * sizeof(float));
+      sm90::bulk_commit();
+      sDqPending.x = -1;
+      return;
+    }
     constexpr int kBoxFloats = dq_tile::kBoxBytes / sizeof(float);
 #pragma unroll
     for (int rb = 0; rb < BM / dq_tile::kBoxRows; ++rb)
@@ -610,7 +623,15 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     }
     sm90::fence_accumulators(dq);
 
-    if (kTmaDq && !(kOwner && dq_last)) {
+    if constexpr (kFlatDq) {
+      // This warpgroup's 64×64 block of dQᵀ in register order: quad j of every thread of
+      // a warp is 512 consecutive bytes (dq_tile.h's flat tile).
+      const uint32_t block = smem_u32(sDq) + (dq_slot(buf) * BM * D + wg * dq_tile::kFlatBlockFloats) * 4;
+      const uint32_t base = sm90::opaque(block + dq_tile::flat_index(tid % 128, 0) * 4);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) st_shared_v4_f32(base + dq_tile::flat_index(0, j) * 4, dq[j]);
+      if (tid == kDqThread) sDqPending = make_int4(q0, int(bh), 0, 0);
+    } else if (kTmaDq && !(kOwner && dq_last)) {
       // This warpgroup's 64×64 block into the tile's boxes (64 rows × 32 columns, 128-byte
       // rows whose 16-byte chunks are XOR-swizzled by row % 8, as the TMA reads them);
       // rows >= T too (the TMA skips them). (The tile's address is laundered: hoisted out
@@ -714,9 +735,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #endif
 }
 
-template <class Tile, bool kCausal, bool kOwner, bool kTmaDq>
+template <class Tile, bool kCausal, bool kOwner, bool kTmaDq, bool kFlatDq = false>
 void launch_main(const FlashParams& p, int64_t grid, cudaStream_t stream) {
-  auto kernel = flash_bwd_sm90_kernel<Tile, kCausal, kOwner, kTmaDq>;
+  auto kernel = flash_bwd_sm90_kernel<Tile, kCausal, kOwner, kTmaDq, kFlatDq>;
   constexpr size_t smem = Tile::smem_bytes(kOwner, kTmaDq);
   static const bool opted_in = opt_in_dynamic_smem(kernel, smem);  // once
   (void)opted_in;
@@ -740,7 +761,7 @@ void launch_main(const FlashParams& p, int64_t grid, cudaStream_t stream) {
     maps.delta = tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.delta, dims, strides, box, "delta",
                                CU_TENSOR_MAP_SWIZZLE_NONE);
   }
-  if constexpr (kTmaDq) {  // the (B·H, T, D) fp32 accumulator
+  if constexpr (kTmaDq && !kFlatDq) {  // the (B·H, T, D) fp32 accumulator
     const uint64_t dims[3] = {uint64_t(D), uint64_t(p.T), uint64_t(p.B) * p.H};
     const uint64_t strides[2] = {uint64_t(D) * sizeof(float), uint64_t(D) * sizeof(float) * uint64_t(p.T)};
     const uint32_t box[3] = {dq_tile::kBoxCols, dq_tile::kBoxRows, 1};
@@ -748,6 +769,38 @@ void launch_main(const FlashParams& p, int64_t grid, cudaStream_t stream) {
   }
   kernel<<<unsigned(grid), Tile::kThreads, smem, stream>>>(maps, p);
   CUDA_CHECK_LAUNCH();
+}
+
+// Flat mode's postprocess: one block per (batch·head, query tile); its accumulator region
+// (BM·D floats in dq_tile.h's flat order) read in float4s, scaled, rounded to bf16 into a
+// shared-memory tile at each element's place (rows padded by 16 bytes: the four rows of a
+// warp's store meet different banks), then written to dqkv a row of D at a time.
+template <class Tile>
+__global__ void __launch_bounds__(256) flash_bwd_flat_dq_postprocess_kernel(const FlashParams p) {
+  constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, kStride = D + 8;
+  __shared__ alignas(16) bf16 sOut[BM * kStride];
+  const int m_blocks = (p.T + BM - 1) / BM;
+  const int64_t bh = blockIdx.x / m_blocks;
+  const int m = int(blockIdx.x % m_blocks);
+  const float4* src = reinterpret_cast<const float4*>(p.dq_accum + int64_t(blockIdx.x) * BM * D);
+#pragma unroll 4
+  for (int k = threadIdx.x; k < BM * D / 4; k += blockDim.x) {
+    const float4 x = src[k];
+    const dq_tile::Element e = dq_tile::flat_element(4 * k, D);  // floats 4k + r: rows + (r & 1), columns + 8·(r >> 1)
+    bf16* o = sOut + e.q * kStride + e.c;
+    o[0] = __float2bfloat16_rn(x.x * p.scale);
+    o[kStride] = __float2bfloat16_rn(x.y * p.scale);
+    o[8] = __float2bfloat16_rn(x.z * p.scale);
+    o[kStride + 8] = __float2bfloat16_rn(x.w * p.scale);
+  }
+  __syncthreads();
+  const int b = int(bh / p.H), h = int(bh % p.H);
+  for (int k = threadIdx.x; k < BM * D / 8; k += blockDim.x) {
+    const int q = k / (D / 8), c = (k % (D / 8)) * 8, row = m * BM + q;
+    if (row >= p.T) continue;
+    *reinterpret_cast<uint4*>(p.dqkv + (int64_t(b) * p.T + row) * p.qkv_row_stride + int64_t(h) * D + c) =
+        *reinterpret_cast<const uint4*>(sOut + q * kStride + c);
+  }
 }
 
 }  // namespace
@@ -759,11 +812,20 @@ void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream
   // flash_attention.cu checks that the item count fits in an int.
   const int64_t units = owner ? int64_t(p.B) * p.H : int64_t((p.T + Tile::kBlockN - 1) / Tile::kBlockN) * p.B * p.H;
   const int64_t grid = max_blocks > 0 ? std::min<int64_t>(units, max_blocks) : units;
-  launch_bwd_preprocess<kHeadDim>(p, /*zero_dq_accum=*/!owner, stream);
+  const bool flat = dq == DqMode::flat;
+  launch_bwd_preprocess<kHeadDim>(p, /*zero_dq_accum=*/!owner && !flat, stream);
   CUDA_CHECK(cudaMemsetAsync(p.item_counter, 0, sizeof(int), stream));
   if (owner) {
     launch_main<Tile, kCausal, /*kOwner=*/true, /*kTmaDq=*/true>(p, grid, stream);
     return;  // dQ is written in bf16 by the kernel: no postprocess
+  }
+  if (flat) {  // the accumulator: BM·D floats a (batch·head, query tile), the last tile's rows past T too
+    const int64_t tiles = int64_t(p.B) * p.H * ((p.T + Tile::kBlockM - 1) / Tile::kBlockM);
+    CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, size_t(tiles) * Tile::kBlockM * kHeadDim * sizeof(float), stream));
+    launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/true>(p, grid, stream);
+    flash_bwd_flat_dq_postprocess_kernel<Tile><<<unsigned(tiles), 256, 0, stream>>>(p);
+    CUDA_CHECK_LAUNCH();
+    return;
   }
   if (dq == DqMode::tma) launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true>(p, grid, stream);
   else launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/false>(p, grid, stream);
