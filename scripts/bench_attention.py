@@ -17,7 +17,7 @@ FLASHGPT_ATTENTION_FWD_TILE=1 (also sm90ws's second forward tile: 64 keys at D =
 consumers at D = 64; "/ft0" its first, which unset it chooses by shape; the other sm90
 kernels ignore them); "/grid" runs the sm90
 backward with one block per work item (FLASHGPT_ATTENTION_BWD_SCHEDULE=grid) instead of
-the persistent default; "/atomic", "/tma" and "/owner" force its dQ mode (FLASHGPT_ATTENTION_BWD_DQ);
+the persistent default; "/atomic", "/tma", "/owner" and "/flat" force its dQ mode (FLASHGPT_ATTENTION_BWD_DQ);
 "/allheads" gives its tma and atomic modes one group of every (batch, head) pair, key tile
 major (FLASHGPT_ATTENTION_BWD_HEAD_GROUP=all, the order before the L2-sized groups).
 "/c1" runs the sm90ws forward with one consumer warpgroup and two blocks an SM
@@ -152,7 +152,7 @@ def main():
     ap.add_argument("--flashgpt", action="append", help="the flashgpt binary, or LABEL=BINARY (repeatable; default build/flashgpt)")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--paths", default="auto", help="comma-separated FLASHGPT_ATTENTION_PATH values, each optionally /bt1, /ft0, /ft1 (tile knobs), /grid, /atomic, /tma, /owner, /allheads, /c1, /persist or /fgrid")
+    ap.add_argument("--paths", default="auto", help="comma-separated FLASHGPT_ATTENTION_PATH values, each optionally /bt1, /ft0, /ft1 (tile knobs), /grid, /atomic, /tma, /owner, /flat, /hint (experiment), /allheads, /c1, /persist or /fgrid")
     args = ap.parse_args()
     paths = args.paths.split(",")
     binaries = parse_binaries(args.flashgpt or ["build/flashgpt"])
@@ -162,7 +162,8 @@ def main():
              "ft0": ("FLASHGPT_ATTENTION_FWD_TILE", "0"),
              "grid": ("FLASHGPT_ATTENTION_BWD_SCHEDULE", "grid"),
              "atomic": ("FLASHGPT_ATTENTION_BWD_DQ", "atomic"), "tma": ("FLASHGPT_ATTENTION_BWD_DQ", "tma"),
-             "owner": ("FLASHGPT_ATTENTION_BWD_DQ", "owner"),
+             "owner": ("FLASHGPT_ATTENTION_BWD_DQ", "owner"), "flat": ("FLASHGPT_ATTENTION_BWD_DQ", "flat"),
+             "hint": ("FLASHGPT_EXP_DQ_EVICT_LAST", "1"),
              "allheads": ("FLASHGPT_ATTENTION_BWD_HEAD_GROUP", "all"),
              "c1": ("FLASHGPT_ATTENTION_FWD_CONSUMERS", "1"),
              "persist": ("FLASHGPT_ATTENTION_FWD_SCHEDULE", "persistent"),

@@ -103,6 +103,18 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* dst, const void* src,
                "r"(smem_u32(src)), "r"(bytes)
                : "memory");
 }
+// The same with an L2 cache policy (createpolicy_evict_last) for the lines it adds to.
+__device__ __forceinline__ void bulk_reduce_add_f32_hint(float* dst, const void* src, uint32_t bytes, uint64_t policy) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.L2::cache_hint.add.f32 [%0], [%1], %2, %3;\n" ::"l"(
+                   reinterpret_cast<uint64_t>(dst)),
+               "r"(smem_u32(src)), "r"(bytes), "l"(policy)
+               : "memory");
+}
+__device__ __forceinline__ uint64_t createpolicy_evict_last() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
 // The box at (c0, c1, c2) of the tensor map = the box in shared memory at src (TMA).
 __device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, const void* src, int c0, int c1, int c2) {
   asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
