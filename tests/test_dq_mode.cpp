@@ -16,24 +16,28 @@ constexpr int64_t kSms = 132;
 
 constexpr bool kCausal = true, kFull = false;
 
-TEST(DqMode, AutoTakesTma) {
+TEST(DqMode, AutoTakesFlatAtHeadDim64AndTmaAt128) {
   // With the items in head groups, tma beat owner at every shape where owner used to be
-  // auto's choice (causal masks whose pairs fill the last wave), and without a mask.
-  EXPECT_EQ(choose_dq_mode(nullptr), DqMode::tma);
-  EXPECT_EQ(choose_dq_mode(""), DqMode::tma);
-  EXPECT_EQ(choose_dq_mode("auto"), DqMode::tma);
+  // auto's choice (causal masks whose pairs fill the last wave), and without a mask; flat
+  // beat tma at D = 64, not at D = 128.
+  for (const char* v : {static_cast<const char*>(nullptr), "", "auto"}) {
+    EXPECT_EQ(choose_dq_mode(v, 64), DqMode::flat);
+    EXPECT_EQ(choose_dq_mode(v, 128), DqMode::tma);
+  }
 }
 
 TEST(DqMode, ARequestedModeIsTaken) {
-  EXPECT_EQ(choose_dq_mode("atomic"), DqMode::atomic);
-  EXPECT_EQ(choose_dq_mode("tma"), DqMode::tma);
-  EXPECT_EQ(choose_dq_mode("owner"), DqMode::owner);
-  EXPECT_EQ(choose_dq_mode("flat"), DqMode::flat);
+  EXPECT_EQ(choose_dq_mode("atomic", 64), DqMode::atomic);
+  EXPECT_EQ(choose_dq_mode("tma", 64), DqMode::tma);
+  EXPECT_EQ(choose_dq_mode("owner", 64), DqMode::owner);
+  EXPECT_EQ(choose_dq_mode("flat", 64), DqMode::flat);
+  EXPECT_EQ(choose_dq_mode("tma", 128), DqMode::tma);
+  EXPECT_EQ(choose_dq_mode("flat", 128), DqMode::flat);
 }
 
 TEST(DqMode, AnUnknownRequestIsAnInputError) {
   for (const char* bad : {"owners", "TMA", "atomics", " auto", "flats"})
-    EXPECT_THROW(choose_dq_mode(bad), InputError) << bad;
+    EXPECT_THROW(choose_dq_mode(bad, 64), InputError) << bad;
 }
 
 constexpr int64_t kL2 = 50 << 20;  // an H200's L2: 50 MiB

@@ -18,8 +18,14 @@ namespace flashgpt::cuda::attn {
 // bulk reduce-add a tile, and the postprocess puts the rows in place.
 enum class DqMode { atomic, tma, owner, flat };
 
-// The mode for `requested` (the variable's value: auto, atomic, tma or owner; null or
-// empty = auto; anything else is an InputError). auto: tma, every shape and mask.
+// The mode for `requested` (the variable's value: auto, atomic, tma, owner or flat; null
+// or empty = auto; anything else is an InputError) at head dim D. auto: flat at D = 64,
+// tma at D = 128, every shape and mask. Flat against tma on an H200 (BENCHMARKS.md,
+// "Thirty-second session", calls 1 and 2, backward): at D = 64 1 x 12 x 65,536 causal
+// 32.85-33.02 ms against 33.07-33.54 in three interleaved rounds (the long step 639.8 and
+// 642.8 ms against 644.6 and 644.5), the sweep's ten D = 64 shapes +1.4% on average (-2%
+// to +3.6%, one run); at D = 128 level under a causal mask and 1.6-5% behind without one
+// at 1K, 2K and 8K in the sweep.
 // Measured on an H200 (BENCHMARKS.md): tma beat atomic on every shape measured (tenth
 // session); without a mask tma beat owner at every shape, by 9-37% (twentieth session,
 // call 2). Under a causal mask owner won while tma's items ran key tile major over every
@@ -31,14 +37,15 @@ enum class DqMode { atomic, tma, owner, flat };
 // 16 x 32 x 1K 259-261 against 256-258, 8 x 32 x 2K 347-351 against 306, 4 x 32 x 4K
 // 425-429 against 330-332; D = 128 16 x 16 x 1K 280-282 against 274-275, 8 x 16 x 2K
 // 377-381 against 320-322. Owner mode stays, on request.
-inline DqMode choose_dq_mode(const char* requested) {
+inline DqMode choose_dq_mode(const char* requested, int D) {
   const std::string v = requested && *requested ? requested : "auto";
   if (v != "auto" && v != "atomic" && v != "tma" && v != "owner" && v != "flat")
     fail_input("FLASHGPT_ATTENTION_BWD_DQ must be auto, atomic, tma, owner or flat, got '", v, "'");
   if (v == "atomic") return DqMode::atomic;
+  if (v == "tma") return DqMode::tma;
   if (v == "owner") return DqMode::owner;
   if (v == "flat") return DqMode::flat;
-  return DqMode::tma;
+  return D == 64 ? DqMode::flat : DqMode::tma;
 }
 
 // In tma and atomic modes an item is one key tile of one (batch, head) pair, and the
