@@ -152,7 +152,7 @@ def main():
     ap.add_argument("--flashgpt", action="append", help="the flashgpt binary, or LABEL=BINARY (repeatable; default build/flashgpt)")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--paths", default="auto", help="comma-separated FLASHGPT_ATTENTION_PATH values, each optionally /bt1, /ft0, /ft1 (tile knobs), /grid, /atomic, /tma, /owner, /flat, /hint (experiment), /allheads, /c1, /persist or /fgrid")
+    ap.add_argument("--paths", default="auto", help="comma-separated FLASHGPT_ATTENTION_PATH values, each optionally /bt1, /ft0, /ft1 (tile knobs), /grid, /atomic, /tma, /owner, /flat, /allheads, /c1, /persist or /fgrid")
     args = ap.parse_args()
     paths = args.paths.split(",")
     binaries = parse_binaries(args.flashgpt or ["build/flashgpt"])
@@ -163,7 +163,6 @@ def main():
              "grid": ("FLASHGPT_ATTENTION_BWD_SCHEDULE", "grid"),
              "atomic": ("FLASHGPT_ATTENTION_BWD_DQ", "atomic"), "tma": ("FLASHGPT_ATTENTION_BWD_DQ", "tma"),
              "owner": ("FLASHGPT_ATTENTION_BWD_DQ", "owner"), "flat": ("FLASHGPT_ATTENTION_BWD_DQ", "flat"),
-             "hint": ("FLASHGPT_EXP_DQ_EVICT_LAST", "1"),
              "allheads": ("FLASHGPT_ATTENTION_BWD_HEAD_GROUP", "all"),
              "c1": ("FLASHGPT_ATTENTION_FWD_CONSUMERS", "1"),
              "persist": ("FLASHGPT_ATTENTION_FWD_SCHEDULE", "persistent"),

@@ -339,9 +339,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if (pending.x < 0) return;
     const float* tile = sDq + dq_slot(step_parity) * BM * D;
     if constexpr (kFlatDq) {
-      float* dst = p.dq_accum + (int64_t(pending.y) * m_blocks + pending.x / BM) * (BM * D);
-      if (p.dq_evict_last) sm90::bulk_reduce_add_f32_hint(dst, tile, BM * D * sizeof(float), sm90::createpolicy_evict_last());
-      else sm90::bulk_reduce_add_f32(dst, tile, BM * D * sizeof(float));
+      // With an L2 evict_last policy: the accumulator's lines are added to again by the
+      // other key tiles' items (0.2-1% faster at T = 65,536 than without, "Thirty-second
+      // session").
+      sm90::bulk_reduce_add_f32(p.dq_accum + (int64_t(pending.y) * m_blocks + pending.x / BM) * (BM * D), tile,
+                                BM * D * sizeof(float), sm90::createpolicy_evict_last());
       sm90::bulk_commit();
       sDqPending.x = -1;
       return;

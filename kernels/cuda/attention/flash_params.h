@@ -34,7 +34,6 @@ struct FlashParams {
   float* dq_accum = nullptr;            // (B, H, T, D) fp32 workspace (atomic mode)
   int* item_counter = nullptr;          // sm90 backward's work counter (after dq_accum)
   int bwd_head_group = 1 << 30;         // sm90 backward, tma/atomic dQ: (batch·head)s per item group
-  int dq_evict_last = 0;                // EXPERIMENT (flat dQ): reduce-adds with an L2 evict_last hint
 
   int B = 0, T = 0, H = 0, D = 0;
   int64_t qkv_row_stride = 0;  // 3*H*D

@@ -96,15 +96,9 @@ __device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, const 
       : "memory");
 }
 // Bulk-group reduce-add without a tensor map: `bytes` contiguous fp32 (a multiple of 16,
-// both addresses 16-byte aligned) at dst in global memory += those in shared memory at src.
-__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, const void* src, uint32_t bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
-                   reinterpret_cast<uint64_t>(dst)),
-               "r"(smem_u32(src)), "r"(bytes)
-               : "memory");
-}
-// The same with an L2 cache policy (createpolicy_evict_last) for the lines it adds to.
-__device__ __forceinline__ void bulk_reduce_add_f32_hint(float* dst, const void* src, uint32_t bytes, uint64_t policy) {
+// both addresses 16-byte aligned) at dst in global memory += those in shared memory at
+// src, under the L2 cache policy `policy` (createpolicy_evict_last) for the lines it adds to.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, const void* src, uint32_t bytes, uint64_t policy) {
   asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.L2::cache_hint.add.f32 [%0], [%1], %2, %3;\n" ::"l"(
                    reinterpret_cast<uint64_t>(dst)),
                "r"(smem_u32(src)), "r"(bytes), "l"(policy)
