@@ -28,7 +28,7 @@
 //                   each warpgroup takes one 64×64 block of the BM×D tile of dQ (tma
 //                   and owner modes: dQᵀ = Kᵀ·dSᵀ, A and B swapped, for bank-conflict-
 //                   free stores to the tile)
-//   dQ → the (B·H, T, D) fp32 accumulator, in one of three modes (DqMode):
+//   dQ → the (B·H, T, D) fp32 accumulator, in one of four modes (DqMode):
 //     tma:    into a shared-memory tile (swizzled 64×32 boxes); at the next step, behind
 //             the first matmuls, warpgroup 1's first thread adds it with
 //             cp.reduce.async.bulk.tensor (thread 0 has the loads), which
@@ -36,6 +36,10 @@
 //             the second K/V buffer: the next item's K and V load at its first step, or,
 //             causal, during the item's last step, V once this warpgroup's dPᵀ has read
 //             it and K once both warpgroups' dQ has: kEarlyKv, +0.6-2% at T <= 4K)
+//     flat:   as tma, the tile in register order (dq_tile.h's flat tile: 8 st.shared.v4
+//             a thread, not 32 scalar stores) and added by one bulk reduce-add (L2
+//             evict_last) to an accumulator in the same order, B·H·m_blocks tiles of
+//             BM·D floats; its postprocess (below) puts the rows in place. auto's at D = 64.
 //     atomic: per-thread 8-byte red.global.add.v2.f32 (every warp's registers stay held
 //             until the atomics drain: ~20% of the stall samples in ncu; 3-22% slower
 //             than tma on an H200)
