@@ -1,7 +1,8 @@
 // The sm90 backward's dQ tile (kernels/cuda/attention/dq_tile.h), on the CPU: the address
 // every thread of the kernel stores each register at, against the tile's layout as the
 // TMA reads it, for both head dims, and that no warp store meets a bank twice (the
-// kernel stores dQᵀ in tma and owner modes). The GPU tests
+// kernel stores dQᵀ in tma and owner modes); and the flat tile's register order against
+// the element each float stands for (flat mode, and its postprocess). The GPU tests
 // (Cuda/FlashAttentionVsReference) check the values; these check the arithmetic the bank
 // analysis rests on.
 #include <gtest/gtest.h>
