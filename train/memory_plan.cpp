@@ -103,8 +103,7 @@ MemoryPlan plan_memory(const Config& c, const PlanTarget& target) {
     // (T rounded up to the sm90 backward's 128-row query tiles), and 16 bytes for its
     // work counter.
     if (!naive && target.dtype == DType::bf16)
-      add("op scratch", "attention dQ accumulator (fp32)",
-          size_t(p.B) * size_t((p.T + 127) / 128 * 128) * size_t(C) * 4 + 16 + size_t(N) * size_t(H) * 16);
+      add("op scratch", "attention dQ accumulator (fp32)", size_t(p.B) * size_t((p.T + 127) / 128 * 128) * size_t(C) * 4 + 16);
     add("op scratch", naive ? "reductions, token sort, naive dP (largest)" : "reductions, token sort (largest)",
         cuda_scratch_bytes(N, C, H, p.T, target.dtype, naive));
     add("workspace", "cuBLASLt workspace", kCublasWorkspaceBytes);

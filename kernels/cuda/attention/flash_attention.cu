@@ -185,8 +185,8 @@ static size_t dq_accum_elements(int B, int T, int H, int D) {
 
 size_t flash_attention_workspace_bytes(int B, int T, int H, int D) {
   // The fp32 dQ accumulator, then the sm90 backward's work counter (16 bytes, so that
-  // the size stays a multiple of 16), then its (B·H·T, 8) bf16 rows of −D.
-  return dq_accum_elements(B, T, H, D) * sizeof(float) + 16 + size_t(B) * H * T * 16;
+  // the size stays a multiple of 16).
+  return dq_accum_elements(B, T, H, D) * sizeof(float) + 16;
 }
 
 void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
@@ -261,8 +261,6 @@ void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaS
   const Path path = choose_path(Pass::backward);
   // Every dQ mode of the sm90 backward adds with float atomics: the deterministic mode runs the sm80 kernels.
   if (path == Path::sm90 && !deterministic) {
-    if (!std::getenv("FLASHGPT_EXP_NO_DELTA_MMA"))  // EXPERIMENT
-      p.delta_aug = reinterpret_cast<__nv_bfloat16*>(reinterpret_cast<char*>(p.item_counter) + 16);
     const int max_blocks = backward_max_blocks();
     static const int l2_bytes = current_device_attribute(cudaDevAttrL2CacheSize);
     p.bwd_head_group = int(attn::choose_head_group(std::getenv("FLASHGPT_ATTENTION_BWD_HEAD_GROUP"), int64_t(a.B) * a.H,

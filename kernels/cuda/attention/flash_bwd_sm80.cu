@@ -55,14 +55,7 @@ __global__ void flash_bwd_preprocess_kernel(const FlashParams p) {
     const int h = int(row % p.H);
     const int64_t bt = row / p.H;
     const int t = int(bt % p.T), b = int(bt / p.T);
-    const int64_t at = (int64_t(b) * p.H + h) * p.T + t;
-    p.delta[at] = acc;
-    if (p.delta_aug) {  // the sm90 backward subtracts D inside its dPᵀ matmul: −D as two bf16 terms
-      const __nv_bfloat16 hi = __float2bfloat16_rn(acc), lo = __float2bfloat16_rn(acc - __bfloat162float(hi));
-      uint4 row = make_uint4(0, 0, 0, 0);
-      row.x = pack_bf16(-__bfloat162float(hi), -__bfloat162float(lo));
-      reinterpret_cast<uint4*>(p.delta_aug)[at] = row;
-    }
+    p.delta[(int64_t(b) * p.H + h) * p.T + t] = acc;
   }
 }
 

@@ -125,16 +125,9 @@ struct Sm90BwdTile {
   }
   // kv_bufs × (K, V); 2 × (Q, dO); dSᵀ; [tma: the dQ tiles, owner: or the dQ partial];
   // 2 × (LSE, D); slack to align the base to 1024 bytes.
-  // kDeltaMma (tma and flat modes): dPᵀ − D from the dPᵀ matmul itself, by one more k-step
-  // of 16 columns: A = ones in columns 0 and 1 of every key row, B = (−D_hi, −D_lo) of each
-  // query row (p.delta_aug, by TMA with the query tile). Both K-major without swizzle:
-  // 16-byte rows, the second 8 columns (zeros, never loaded) right after the first 8.
-  static constexpr bool delta_mma(bool owner, bool tma) { return tma && !owner; }
-  static constexpr size_t kAugBytes = 2 * (2 * kBlockM * 16) + 2 * 64 * 16;  // 2 × B's [2][BM][8], A's [2][64][8]
   static constexpr size_t smem_bytes(bool owner, bool tma) {
     return size_t(2 * kv_bufs(tma) * kBlockN + 4 * kBlockM) * kHeadDim * sizeof(bf16) +
-           size_t(kBlockN) * kBlockM * sizeof(bf16) + dq_region(owner, tma) + 4 * kLseStride * sizeof(float) +
-           (delta_mma(owner, tma) ? kAugBytes : 0) + 1024;
+           size_t(kBlockN) * kBlockM * sizeof(bf16) + dq_region(owner, tma) + 4 * kLseStride * sizeof(float) + 1024;
   }
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim 64 or 128");
   static_assert(kBlockM == 64 || kBlockM == 128, "wgmma wrappers exist for N = 64 and 128");
@@ -152,7 +145,7 @@ template <> struct Sm90BwdConfig<128> { using Tile = Sm90BwdTile<128, /*kBlockM=
 // LSE and D as flat (B·H·T) fp32 arrays, boxes of kLseBox), and the TMA dQ's fp32
 // accumulator (else unused).
 struct Sm90BwdMaps {
-  CUtensorMap q, dout, lse, delta, dq, daug;
+  CUtensorMap q, dout, lse, delta, dq;
 };
 
 #if FLASHGPT_HAS_WGMMA
@@ -196,10 +189,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   float* sDq = reinterpret_cast<float*>(sdSt + BN * BM);   // tma: [dq_bufs][BM·D] boxes
   float* sLse = sDq + Tile::dq_region(kOwner, kTmaDq) / sizeof(float);  // [2][kLseStride]  natural-log LSE
   float* sDelta = sLse + 2 * Tile::kLseStride;                            // [2][kLseStride]
-  constexpr bool kDeltaMma = Tile::delta_mma(kOwner, kTmaDq);
-  bf16* sDaug = reinterpret_cast<bf16*>(sDelta + 2 * Tile::kLseStride);  // kDeltaMma: [2][2][BM][8] by step parity
-  bf16* sOnes = sDaug + 2 * 2 * BM * 8;                                    // kDeltaMma: [2][64][8]
-  const bool aug = kDeltaMma && p.delta_aug != nullptr;  // EXPERIMENT: off with FLASHGPT_EXP_NO_DELTA_MMA
   float* sAcc = sDq;  // owner: [BM][kAccStride], in the dQ tiles' room
   __shared__ int sItem[2];  // items ahead, by ordinal parity (static: no base register)
 
@@ -279,9 +268,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   __shared__ alignas(8) uint64_t q_full[2];
   auto issue_q_tile = [&](int bh, int b, int h, int m, int buf) {
     const int lse0 = (bh * p.T + m * BM) & ~3;
-    sm90::mbar_arrive_expect_tx(&q_full[buf], 2 * BM * D * sizeof(bf16) + 2 * Tile::kLseBox * sizeof(float) +
-                                                  (aug ? BM * 16 : 0));
-    if (aug) sm90::tma_load_3d(sDaug + buf * 2 * BM * 8, &maps.daug, &q_full[buf], 0, bh * p.T + m * BM, 0);
+    sm90::mbar_arrive_expect_tx(&q_full[buf], 2 * BM * D * sizeof(bf16) + 2 * Tile::kLseBox * sizeof(float));
 #pragma unroll
     for (int c = 0; c < D / 64; ++c) {
       sm90::tma_load_3d(sQ + buf * BM * D + c * BM * 64, &maps.q, &q_full[buf], h * D + c * 64, m * BM, b);
@@ -294,13 +281,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   int item = int(blockIdx.x) * (kOwner ? n_blocks : 1);
   if (item >= items) return;
   int m = start_m(item);
-  if constexpr (kDeltaMma) {  // zeros, and A's ones (bf16 1.0 in columns 0 and 1 of its first 64 rows)
-    uint32_t* words = reinterpret_cast<uint32_t*>(sDaug);
-    constexpr int kWords = int(Tile::kAugBytes / 4), kOnesWord0 = 2 * 2 * BM * 16 / 4;
-    for (int i = tid; i < kWords; i += Tile::kThreads)
-      words[i] = i >= kOnesWord0 && i < kOnesWord0 + 64 * 4 && i % 4 == 0 ? 0x3F803F80u : 0u;
-    sm90::fence_proxy_async();  // read by wgmma, and half of it rewritten by the TMA
-  }
   if (tid == 0) {
     sm90::mbar_init(&q_full[0], 1);
     sm90::mbar_init(&q_full[1], 1);
@@ -488,14 +468,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // while the tensor cores still work on dPᵀ.
     sm90::wgmma_fence();
     if constexpr (!kPreissueS) sm90::issue_abt<D, BN, BM>(s, k_rows, q_base);
-    if (aug) {  // dPᵀ − D: the fifth (D = 64) or ninth k-step, ones × (−D_hi, −D_lo)
-      sm90::issue_abt<D, BN, BM, /*kCommit=*/false>(dp, v_rows, do_base);
-      sm90::wgmma_ss<BM>(dp, sm90::make_desc_noswizzle(smem_u32(sOnes), 64 * 16, 128),
-                         sm90::make_desc_noswizzle(smem_u32(sDaug + buf * 2 * BM * 8), BM * 16, 128), 1);
-      sm90::wgmma_commit();
-    } else {
-      sm90::issue_abt<D, BN, BM>(dp, v_rows, do_base);
-    }
+    sm90::issue_abt<D, BN, BM>(dp, v_rows, do_base);
     // The TMA work, behind the issuing warpgroup's share of this step's matmuls rather
     // than in front of it: thread 0, the next step's query tile into the other buffer
     // (free since the barrier above); tma mode, kDqThread, the last step's dQ tile
@@ -578,8 +551,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #pragma unroll
     for (int nt = 0; nt < Tile::kMTiles; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        dp[nt][i] = aug ? s[nt][i] * dp[nt][i] : s[nt][i] * (dp[nt][i] - cDelta[nt * 8 + 2 * t + (i & 1)]);
+      for (int i = 0; i < 4; ++i) dp[nt][i] = s[nt][i] * (dp[nt][i] - cDelta[nt * 8 + 2 * t + (i & 1)]);
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) c_pair_to_a(dsa[kk], dp[2 * kk], dp[2 * kk + 1]);
     if constexpr (!kSpreadDkDv) {
@@ -795,14 +767,6 @@ void launch_main(const FlashParams& p, int64_t grid, cudaStream_t stream) {
                              CU_TENSOR_MAP_SWIZZLE_NONE);
     maps.delta = tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.delta, dims, strides, box, "delta",
                                CU_TENSOR_MAP_SWIZZLE_NONE);
-  }
-  if constexpr (Tile::delta_mma(kOwner, kTmaDq)) {  // (B·H·T, 8) bf16 rows, boxes of BM rows
-    const uint64_t n = uint64_t(p.B) * p.H * uint64_t(p.T);
-    const uint64_t dims[3] = {8, n, 1};
-    const uint64_t strides[2] = {16, n * 16};
-    const uint32_t box[3] = {8, uint32_t(BM), 1};
-    maps.daug = tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.delta_aug, dims, strides, box, "delta_aug",
-                              CU_TENSOR_MAP_SWIZZLE_NONE);
   }
   if constexpr (kTmaDq && !kFlatDq) {  // the (B·H, T, D) fp32 accumulator
     const uint64_t dims[3] = {uint64_t(D), uint64_t(p.T), uint64_t(p.B) * p.H};

@@ -31,7 +31,6 @@ struct FlashParams {
   const __nv_bfloat16* dout = nullptr;  // (B, T, H, D)
   __nv_bfloat16* dqkv = nullptr;        // (B, T, 3, H, D)
   float* delta = nullptr;               // (B, H, T): rowsum(dO ∘ O)
-  __nv_bfloat16* delta_aug = nullptr;   // sm90: (B·H·T, 8) bf16 rows (−D_hi, −D_lo, 0 × 6), D_hi + D_lo ≈ D
   float* dq_accum = nullptr;            // (B, H, T, D) fp32 workspace (flat mode: tiles in register order)
   int* item_counter = nullptr;          // sm90 backward's work counter (after dq_accum)
   int bwd_head_group = 1 << 30;         // sm90 backward, tma/atomic dQ: (batch·head)s per item group

@@ -72,14 +72,6 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t smem_addr, uint32_t lbo, 
   d |= uint64_t(1) << 62;  // swizzle mode 1 = 128B
   return d;
 }
-// The same without swizzle (K-major: core matrices of 8 rows × 16 bytes, 128 contiguous
-// bytes each; lbo: from one to the next along K, sbo: along M or N).
-__device__ __forceinline__ uint64_t make_desc_noswizzle(uint32_t smem_addr, uint32_t lbo, uint32_t sbo) {
-  uint64_t d = (smem_addr & 0x3FFFFu) >> 4;
-  d |= uint64_t((lbo >> 4) & 0x3FFFu) << 16;
-  d |= uint64_t((sbo >> 4) & 0x3FFFu) << 32;
-  return d;  // swizzle mode 0
-}
 // make_desc(smem_addr + bytes, lbo, sbo) from make_desc(smem_addr, lbo, sbo), for `bytes` a
 // multiple of 16: one 32-bit add to the start-address field (address / 16, bits 0-13),
 // which never carries out of it because every shared-memory address of a block is below
@@ -245,7 +237,7 @@ __device__ __forceinline__ void wgmma_rs_tb(float (&d)[N / 8][4], const uint32_t
 // (column block 0 of a [D/64][kRowsA][64] tile) and B's kRowsB rows at b_base ([D/64]
 // [kRowsB][64]), both K-major and 128-byte swizzled; k-step kk is 16 columns = 32 bytes
 // into column block kk/4. The forward's S = Q·Kᵀ and the backward's Sᵀ = K·Qᵀ.
-template <int D, int kRowsA, int kRowsB, bool kCommit = true>
+template <int D, int kRowsA, int kRowsB>
 __device__ __forceinline__ void issue_abt(float (&acc)[kRowsB / 8][4], uint32_t a_base, uint32_t b_base) {
   const uint64_t desc_a = make_desc(a_base, 16, kSwizzleAtom), desc_b = make_desc(b_base, 16, kSwizzleAtom);
 #pragma unroll
@@ -254,7 +246,7 @@ __device__ __forceinline__ void issue_abt(float (&acc)[kRowsB / 8][4], uint32_t 
     wgmma_ss<kRowsB>(acc, desc_advance(desc_a, (kk >> 2) * kRowsA * 128 + col_bytes),
                      desc_advance(desc_b, (kk >> 2) * kRowsB * 128 + col_bytes), /*accumulate=*/kk > 0);
   }
-  if constexpr (kCommit) wgmma_commit();
+  wgmma_commit();
 }
 #endif
 
