@@ -21,11 +21,12 @@ enum class DqMode { atomic, tma, owner, flat };
 // The mode for `requested` (the variable's value: auto, atomic, tma, owner or flat; null
 // or empty = auto; anything else is an InputError) at head dim D. auto: flat at D = 64,
 // tma at D = 128, every shape and mask. Flat against tma on an H200 (BENCHMARKS.md,
-// "Thirty-second session", calls 1 and 2, backward): at D = 64 1 x 12 x 65,536 causal
-// 32.85-33.02 ms against 33.07-33.54 in three interleaved rounds (the long step 639.8 and
-// 642.8 ms against 644.6 and 644.5), the sweep's ten D = 64 shapes +1.4% on average (-2%
-// to +3.6%, one run); at D = 128 level under a causal mask and 1.6-5% behind without one
-// at 1K, 2K and 8K in the sweep.
+// "Thirty-second session", calls 1-3, backward, interleaved): at D = 64 1 x 12 x 65,536
+// causal 32.85-33.03 ms against 33.07-33.54 in three calls (with the L2 policy it now
+// has, 32.54-32.90), the long step 638.6-642.8 ms against 644.0-644.7 in two; the sweep's
+// ten D = 64 shapes +1.4% on average (-2% to +3.6%, one run), GPT-2's shape and step
+// level; at D = 128 level under a causal mask and 1.6-5% behind without one at 1K, 2K and
+// 8K in the sweep.
 // Measured on an H200 (BENCHMARKS.md): tma beat atomic on every shape measured (tenth
 // session); without a mask tma beat owner at every shape, by 9-37% (twentieth session,
 // call 2). Under a causal mask owner won while tma's items ran key tile major over every
