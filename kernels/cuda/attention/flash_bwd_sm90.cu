@@ -348,20 +348,18 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       // session").
       sm90::bulk_reduce_add_f32(p.dq_accum + (int64_t(pending.y) * m_blocks + pending.x / BM) * (BM * D), tile,
                                 BM * D * sizeof(float), sm90::createpolicy_evict_last());
-      sm90::bulk_commit();
-      sDqPending.x = -1;
-      return;
+    } else {
+      constexpr int kBoxFloats = dq_tile::kBoxBytes / sizeof(float);
+#pragma unroll
+      for (int rb = 0; rb < BM / dq_tile::kBoxRows; ++rb)
+#pragma unroll
+        for (int cb = 0; cb < D / dq_tile::kBoxCols; ++cb) {
+          const float* box = tile + (rb * (D / dq_tile::kBoxCols) + cb) * kBoxFloats;
+          const int c0 = cb * dq_tile::kBoxCols, c1 = pending.x + rb * dq_tile::kBoxRows;
+          if (kOwner && pending.z) sm90::tma_store_3d(&maps.dq, box, c0, c1, pending.y);
+          else sm90::tma_reduce_add_3d(&maps.dq, box, c0, c1, pending.y);
+        }
     }
-    constexpr int kBoxFloats = dq_tile::kBoxBytes / sizeof(float);
-#pragma unroll
-    for (int rb = 0; rb < BM / dq_tile::kBoxRows; ++rb)
-#pragma unroll
-      for (int cb = 0; cb < D / dq_tile::kBoxCols; ++cb) {
-        const float* box = tile + (rb * (D / dq_tile::kBoxCols) + cb) * kBoxFloats;
-        const int c0 = cb * dq_tile::kBoxCols, c1 = pending.x + rb * dq_tile::kBoxRows;
-        if (kOwner && pending.z) sm90::tma_store_3d(&maps.dq, box, c0, c1, pending.y);
-        else sm90::tma_reduce_add_3d(&maps.dq, box, c0, c1, pending.y);
-      }
     sm90::bulk_commit();
     sDqPending.x = -1;  // (owner mode: a step that writes no tile follows)
   };
@@ -630,32 +628,33 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     }
     sm90::fence_accumulators(dq);
 
-    if constexpr (kFlatDq) {
-      // This warpgroup's 64×64 block of dQᵀ in register order: quad j of every thread of
-      // a warp is 512 consecutive bytes (dq_tile.h's flat tile).
-      const uint32_t block = smem_u32(sDq) + (dq_slot(buf) * BM * D + wg * dq_tile::kFlatBlockFloats) * 4;
-      const uint32_t base = sm90::opaque(block + dq_tile::flat_index(tid % 128, 0) * 4);
+    if (kTmaDq && !(kOwner && dq_last)) {
+      if constexpr (kFlatDq) {
+        // This warpgroup's 64×64 block of dQᵀ in register order: quad j of every thread of
+        // a warp is 512 consecutive bytes (dq_tile.h's flat tile).
+        const uint32_t block = smem_u32(sDq) + (dq_slot(buf) * BM * D + wg * dq_tile::kFlatBlockFloats) * 4;
+        const uint32_t base = sm90::opaque(block + dq_tile::flat_index(tid % 128, 0) * 4);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) st_shared_v4_f32(base + dq_tile::flat_index(0, j) * 4, dq[j]);
-      if (tid == kDqThread) sDqPending = make_int4(q0, int(bh), 0, 0);
-    } else if (kTmaDq && !(kOwner && dq_last)) {
-      // This warpgroup's 64×64 block into the tile's boxes (64 rows × 32 columns, 128-byte
-      // rows whose 16-byte chunks are XOR-swizzled by row % 8, as the TMA reads them);
-      // rows >= T too (the TMA skips them). (The tile's address is laundered: hoisted out
-      // of the loop, it spilled.)
-      // Where each register of dQᵀ goes: dq_tile.h (its CPU tests check every lane's
-      // address, and that a warp store meets the 32 banks once: one wavefront).
-      const uint32_t tile = smem_u32(sDq) + dq_slot(buf) * BM * D * 4;
-      const dq_tile::Transposed lane = dq_tile::transposed(D, dq_q0, dq_d0, warp % 4, g, t);
-      const uint32_t base = sm90::opaque(tile + lane.lane_base);
+        for (int j = 0; j < 8; ++j) st_shared_v4_f32(base + dq_tile::flat_index(0, j) * 4, dq[j]);
+      } else {
+        // This warpgroup's 64×64 block into the tile's boxes (64 rows × 32 columns, 128-byte
+        // rows whose 16-byte chunks are XOR-swizzled by row % 8, as the TMA reads them);
+        // rows >= T too (the TMA skips them). (The tile's address is laundered: hoisted out
+        // of the loop, it spilled.)
+        // Where each register of dQᵀ goes: dq_tile.h (its CPU tests check every lane's
+        // address, and that a warp store meets the 32 banks once: one wavefront).
+        const uint32_t tile = smem_u32(sDq) + dq_slot(buf) * BM * D * 4;
+        const dq_tile::Transposed lane = dq_tile::transposed(D, dq_q0, dq_d0, warp % 4, g, t);
+        const uint32_t base = sm90::opaque(tile + lane.lane_base);
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const uint32_t at = base + dq_tile::transposed_offset(lane.x, h, e);
+          for (int e = 0; e < 2; ++e) {
+            const uint32_t at = base + dq_tile::transposed_offset(lane.x, h, e);
 #pragma unroll
-          for (int j = 0; j < 8; ++j) st_shared_f32(at + j * 8 * dq_tile::kRowBytes, dq[j][2 * h + e]);
-        }
+            for (int j = 0; j < 8; ++j) st_shared_f32(at + j * 8 * dq_tile::kRowBytes, dq[j][2 * h + e]);
+          }
+      }
       if (tid == kDqThread) sDqPending = make_int4(q0, int(bh), kOwner && dq_first, 0);
     }
     if constexpr (kOwner) {
