@@ -5,7 +5,12 @@ Runs `flashgpt bench attention --suite --json` for our numbers, then times
 torch.nn.functional.scaled_dot_product_attention with the FLASH_ATTENTION and
 CUDNN_ATTENTION backends on the same shapes (bf16, (B, H, T, D) inputs), and prints
 one table. FLOP convention (FlashAttention's): fwd 4*B*H*T^2*D, halved when causal;
-bwd 2.5x fwd. Timing: CUDA events, warm-up, median of --iters.
+bwd 2.5x fwd. Timing: CUDA events, warm-up, median of --iters; each call is enqueued
+behind a kernel that keeps the GPU busy for --hold-us microseconds (torch.cuda._sleep;
+our binary gets FLASHGPT_BENCH_HOLD_US, bench::hold_stream), so that the events time
+the GPU's work and not the host's launch latency, which for PyTorch's Python and
+autograd dispatch is not small beside a short kernel. --hold-us 0 times every call from
+an idle GPU (how this script timed until the thirty-third session).
 
   python3 scripts/bench_attention.py --flashgpt build/flashgpt [--iters 10] [--paths sm80,sm90,auto]
   python3 scripts/bench_attention.py --flashgpt before=build-main/flashgpt --flashgpt after=build/flashgpt
@@ -49,6 +54,10 @@ def fwd_flops(s):
     return f / 2 if s["causal"] else f
 
 
+HOLD_CYCLES = 0  # main() sets it from --hold-us
+CYCLES_PER_US = 2000  # about the H200's clock (1,980 MHz)
+
+
 def median_ms(fn, warmup, iters):
     for _ in range(warmup):
         fn()
@@ -56,6 +65,8 @@ def median_ms(fn, warmup, iters):
     for _ in range(iters):
         start = torch.cuda.Event(enable_timing=True)
         stop = torch.cuda.Event(enable_timing=True)
+        if HOLD_CYCLES:
+            torch.cuda._sleep(HOLD_CYCLES)  # the GPU is still busy when fn's kernels are enqueued
         start.record()
         fn()
         stop.record()
@@ -152,8 +163,12 @@ def main():
     ap.add_argument("--flashgpt", action="append", help="the flashgpt binary, or LABEL=BINARY (repeatable; default build/flashgpt)")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--hold-us", type=int, default=1000,
+                    help="keep the GPU busy this long before each timed call (0: time from an idle GPU)")
     ap.add_argument("--paths", default="auto", help="comma-separated FLASHGPT_ATTENTION_PATH values, each optionally /bt1, /ft0, /ft1 (tile knobs), /grid, /atomic, /tma, /owner, /flat, /allheads, /c1, /persist or /fgrid")
     args = ap.parse_args()
+    global HOLD_CYCLES
+    HOLD_CYCLES = args.hold_us * CYCLES_PER_US
     paths = args.paths.split(",")
     binaries = parse_binaries(args.flashgpt or ["build/flashgpt"])
 
@@ -170,7 +185,7 @@ def main():
     for label, binary in binaries:
         for entry in paths:
             path, *extra = entry.split("/")
-            env = dict(os.environ, FLASHGPT_ATTENTION_PATH=path)
+            env = dict(os.environ, FLASHGPT_ATTENTION_PATH=path, FLASHGPT_BENCH_HOLD_US=str(args.hold_us))
             env.update(dict(knobs[x] for x in extra))
             cmd = [binary, "bench", "attention", "--suite", "--json", "--iters", str(args.iters),
                    "--warmup", str(args.warmup)]
@@ -186,7 +201,7 @@ def main():
               for k in next((r for r in runs.values() if r), {})]
 
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; TFLOP/s, bf16; "
-          "fwd 4*B*H*T^2*D (/2 causal), bwd 2.5x fwd; median of", args.iters)
+          f"fwd 4*B*H*T^2*D (/2 causal), bwd 2.5x fwd; median of {args.iters}, each call after a {args.hold_us} us hold")
     baselines = {}
     for s in shapes:
         key = shape_key(s)

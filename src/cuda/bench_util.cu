@@ -1,6 +1,7 @@
-// The kernels behind bench::read_through_l2, read_pair and launch_empty
+// The kernels behind bench::read_through_l2, read_pair, launch_empty and hold_stream
 // (src/cuda/bench_util.h).
 #include <cstdint>
+#include <cstdlib>
 #include "src/cuda/bench_util.h"
 
 namespace flashgpt::bench {
@@ -41,6 +42,15 @@ __global__ void __launch_bounds__(256) read_pair_kernel(const uint4* __restrict_
 
 __global__ void empty_kernel() {}
 
+__global__ void hold_kernel(uint64_t ns) {
+  uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+
 unsigned* sink_word() {
   static unsigned* sink = [] {
     unsigned* p = nullptr;
@@ -64,6 +74,17 @@ void read_pair(const void* a, const void* b, size_t bytes_each, int blocks_per_s
 void launch_empty(cudaStream_t stream) {
   empty_kernel<<<1, 32, 0, stream>>>();
   CUDA_CHECK_LAUNCH();
+}
+
+void hold_stream(cudaStream_t stream, unsigned us) {
+  if (us == 0) return;
+  hold_kernel<<<1, 1, 0, stream>>>(uint64_t(us) * 1000);
+  CUDA_CHECK_LAUNCH();
+}
+
+unsigned hold_us() {
+  static const unsigned us = parse_hold_us(std::getenv("FLASHGPT_BENCH_HOLD_US"));
+  return us;
 }
 
 void read_through_l2(const void* buf, size_t bytes, cudaStream_t stream) {

@@ -74,8 +74,24 @@ void read_through_l2(const void* buf, size_t bytes, cudaStream_t stream);
 void read_pair(const void* a, const void* b, size_t bytes_each, int blocks_per_sm, cudaStream_t stream);
 void launch_empty(cudaStream_t stream);
 
+// Keeps `stream` busy for about `us` microseconds (one thread waiting on the GPU's global
+// timer), so that what the host enqueues behind it meanwhile starts back to back.
+void hold_stream(cudaStream_t stream, unsigned us);
+// The hold ahead of every timed call: FLASHGPT_BENCH_HOLD_US read once by parse_hold_us:
+// 0 to 100000 microseconds, 200 when unset or empty; 0 times each call from an idle GPU,
+// launch latency included. Anything else is an InputError.
+unsigned hold_us();
+inline unsigned parse_hold_us(const char* value) {
+  if (!value || !*value) return 200;
+  if (std::string(value) == "0") return 0;
+  return unsigned(parse_positive_int(value, "FLASHGPT_BENCH_HOLD_US", "0 to 100000 (microseconds)", 100000));
+}
+
 // The median of `iters` calls of fn after `warmup` untimed ones, timed by CUDA events on
 // `stream`; before() runs ahead of every call, outside the timing (an L2 flush, say).
+// Each call is enqueued behind hold_stream(stream, hold_us()), so that the events time the
+// GPU's work and not the host's launch latency (scripts/bench_attention.py times PyTorch's
+// calls the same way).
 template <class Fn, class Before>
 float median_ms(Fn&& fn, int warmup, int iters, cudaStream_t stream, Before&& before) {
   cudaEvent_t start, stop;
@@ -84,6 +100,7 @@ float median_ms(Fn&& fn, int warmup, int iters, cudaStream_t stream, Before&& be
   std::vector<float> ms;
   for (int i = 0; i < warmup + iters; ++i) {
     before();
+    hold_stream(stream, hold_us());
     CUDA_CHECK(cudaEventRecord(start, stream));
     fn();
     CUDA_CHECK(cudaEventRecord(stop, stream));

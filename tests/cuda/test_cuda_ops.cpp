@@ -5,6 +5,7 @@
 // AdamW's stochastic rounding, cuBLASLt plan caching. Skips without a GPU.
 #include <cmath>
 #include "kernels/cuda/cuda_kernels.h"
+#include "src/cuda/bench_util.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace flashgpt::test {
@@ -629,6 +630,33 @@ TEST_F(CudaOps, MatmulRejectsMoreRowsThanCublasTakes) {
   MatmulBackward b;
   b.dinp = f.out; b.dout = f.out; b.inp = f.inp; b.weight = f.weight;
   EXPECT_THROW(mm.backward(b, nullptr, ctx_->main_stream()), std::runtime_error);
+}
+
+// The benchmarks' hold (bench::median_ms): the stream waits about the time asked, and a
+// call enqueued behind it is timed without the wait; the knob's bad values are refused.
+TEST_F(CudaOps, BenchHoldDelaysTheStreamAndIsNotTimed) {
+  cudaStream_t s = ctx_->main_stream();
+  cudaEvent_t a, b;
+  ASSERT_EQ(cudaEventCreate(&a), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&b), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(a, s), cudaSuccess);
+  bench::hold_stream(s, 3000);
+  ASSERT_EQ(cudaEventRecord(b, s), cudaSuccess);
+  ASSERT_EQ(cudaEventSynchronize(b), cudaSuccess);
+  float held = 0;
+  ASSERT_EQ(cudaEventElapsedTime(&held, a, b), cudaSuccess);
+  EXPECT_GE(held, 3.0f);
+  EXPECT_LT(held, 30.0f);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  const float timed = bench::median_ms([&] { bench::launch_empty(s); }, 1, 3, s);
+  EXPECT_LT(timed, 0.15f);  // the 200 us hold ahead of it is not counted
+
+  EXPECT_EQ(bench::parse_hold_us(nullptr), 200u);
+  EXPECT_EQ(bench::parse_hold_us(""), 200u);
+  EXPECT_EQ(bench::parse_hold_us("0"), 0u);
+  EXPECT_EQ(bench::parse_hold_us("1000"), 1000u);
+  for (const char* bad : {"-1", "1e3", "100001", "ten", "5us"}) EXPECT_THROW(bench::parse_hold_us(bad), InputError) << bad;
 }
 
 }  // namespace
