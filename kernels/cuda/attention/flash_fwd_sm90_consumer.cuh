@@ -33,7 +33,7 @@ struct Sm90FwdTileShape {
   static constexpr int kNTiles = kBlockN / 8;
   static constexpr int kDTiles = kHeadDim / 8;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim 64 or 128");
-  static_assert(kBlockN == 64 || kBlockN == 128, "wgmma wrappers exist for N = 64 and 128");
+  static_assert(kBlockN == 64 || kBlockN == 128 || kBlockN == 176, "wgmma wrappers exist for N = 64, 128 and 176");
   static_assert(kBlockM % 64 == 0, "64 query rows per consumer warpgroup");
 };
 

@@ -63,7 +63,9 @@ struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
   static constexpr int kThreads = 128 * (1 + kConsumers);  // producer + consumer warpgroups
   static constexpr int kBlocksPerSm = kConsumers == 1 ? 2 : 1;
   static constexpr int kConsumerRegs = kConsumers == 1 ? 232 : kConsumers == 2 ? 240 : 160;
-  static constexpr int kStages = kConsumers == 1 ? 2 : 3;
+  // Two stages for one consumer (two blocks' shared memory) and for 176-key tiles (three
+  // would not fit), three otherwise.
+  static constexpr int kStages = kConsumers == 1 || kBlockN_ > 128 ? 2 : 3;
   static constexpr uint32_t kTileBytes = uint32_t(Shape::kBlockN) * kHeadDim_ * sizeof(bf16);
   static constexpr uint32_t kQBytes = uint32_t(Shape::kQRows) * kHeadDim_ * sizeof(bf16);
   // Q + kStages × (K, V), and slack to align the base to 1024 bytes (the swizzle period).
@@ -384,7 +386,7 @@ void launch_fwd_sm90_ws(const FlashParams& p, int tile, int persistent_blocks, b
   if (tile == kSm90WsOneConsumer)
     return launch_tile<Sm90WsTile<kHeadDim, kHeadDim == 64 ? 128 : 64, /*kConsumers=*/1>, kCausal>(p, persistent_blocks, exact_blocks, stream);
   if constexpr (kHeadDim == 128) {
-    if (tile == 1) return launch_tile<Sm90WsTile<kHeadDim, 64>, kCausal>(p, persistent_blocks, exact_blocks, stream);
+    if (tile == 1) return launch_tile<Sm90WsTile<kHeadDim, 176>, kCausal>(p, persistent_blocks, exact_blocks, stream);
   } else {
     if (tile == 1) return launch_tile<Sm90WsTile<kHeadDim, 128, /*kConsumers=*/3>, kCausal>(p, persistent_blocks, exact_blocks, stream);
   }
