@@ -60,9 +60,14 @@ TEST(TileChoice, Sm90wsTakesThreeConsumersAtHeadDim64UnlessCausalAndShort) {
   for (int T : {1025, 2048, 16384}) EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, /*causal=*/false), 1) << T;
 }
 
-TEST(TileChoice, Sm90wsKeeps128KeyTilesAtHeadDim128) {
-  for (bool causal : {true, false})
-    for (int T : {1, 1024, 2048, 16384, 65536}) EXPECT_EQ(sm90ws_forward_tile(-1, 128, T, causal), 0) << T;
+// At D = 128: 128-key tiles under a causal mask and up to T = 8191 without one; 176-key
+// tiles (tile 1) without a mask from T = 8192.
+TEST(TileChoice, Sm90wsTakes176KeyTilesAtHeadDim128OnlyWithoutAMaskFrom8K) {
+  for (int T : {1, 1024, 2048, 8192, 16384, 65536}) EXPECT_EQ(sm90ws_forward_tile(-1, 128, T, /*causal=*/true), 0) << T;
+  for (int T : {1, 1024, 2048, 4096, 8191}) EXPECT_EQ(sm90ws_forward_tile(-1, 128, T, /*causal=*/false), 0) << T;
+  for (int T : {8192, 16384, 65536}) EXPECT_EQ(sm90ws_forward_tile(-1, 128, T, /*causal=*/false), 1) << T;
+  for (auto schedule : {cuda::attn::FwdSchedule::grid, cuda::attn::FwdSchedule::persistent})
+    EXPECT_EQ(sm90ws_forward_tile(-1, 128, 16384, false, schedule), 1);
 }
 
 TEST(TileChoice, ARequestedTileIsTakenEverywhere) {
@@ -110,7 +115,7 @@ TEST(TileChoice, Sm90wsPersistentOnRequestForTwoConsumersAndCausalThree) {
     for (int T : {1, 1024, 4096, 65536}) {
       EXPECT_TRUE(sm90ws_forward_persistent(on, 0, 64, T, causal));
       EXPECT_TRUE(sm90ws_forward_persistent(on, 0, 128, T, causal));
-      EXPECT_TRUE(sm90ws_forward_persistent(on, 1, 128, T, causal));   // two consumers, 64-key tiles
+      EXPECT_FALSE(sm90ws_forward_persistent(on, 1, 128, T, causal));  // 176-key tiles: a block per tile
       EXPECT_EQ(sm90ws_forward_persistent(on, 1, 64, T, causal), causal);  // three consumers: causal only
       EXPECT_FALSE(sm90ws_forward_persistent(on, kSm90WsOneConsumer, 64, T, causal));
       for (int D : {64, 128})
@@ -156,6 +161,7 @@ TEST(TileChoice, PersistentForwardGridBalancesTheRounds) {
 // Which tiles have a persistent kernel: what the launch builds and the rule may ask for.
 TEST(TileChoice, Sm90wsPersistentKernelsAreTwoConsumersAndCausalThree) {
   using cuda::attn::kSm90WsOneConsumer;
+  using cuda::attn::sm90ws_block_n;
   using cuda::attn::sm90ws_consumers;
   using cuda::attn::sm90ws_has_persistent_kernel;
   EXPECT_EQ(sm90ws_consumers(0, 64), 2);
@@ -163,10 +169,17 @@ TEST(TileChoice, Sm90wsPersistentKernelsAreTwoConsumersAndCausalThree) {
   EXPECT_EQ(sm90ws_consumers(1, 64), 3);
   EXPECT_EQ(sm90ws_consumers(1, 128), 2);
   for (int D : {64, 128}) EXPECT_EQ(sm90ws_consumers(kSm90WsOneConsumer, D), 1);
+  EXPECT_EQ(sm90ws_block_n(0, 64), 128);
+  EXPECT_EQ(sm90ws_block_n(0, 128), 128);
+  EXPECT_EQ(sm90ws_block_n(1, 64), 128);
+  EXPECT_EQ(sm90ws_block_n(1, 128), 176);
+  EXPECT_EQ(sm90ws_block_n(kSm90WsOneConsumer, 64), 128);
+  EXPECT_EQ(sm90ws_block_n(kSm90WsOneConsumer, 128), 64);
   for (bool causal : {true, false}) {
-    EXPECT_FALSE(sm90ws_has_persistent_kernel(1, causal));
-    EXPECT_TRUE(sm90ws_has_persistent_kernel(2, causal));
-    EXPECT_EQ(sm90ws_has_persistent_kernel(3, causal), causal);
+    EXPECT_FALSE(sm90ws_has_persistent_kernel(1, 128, causal));
+    EXPECT_TRUE(sm90ws_has_persistent_kernel(2, 128, causal));
+    EXPECT_FALSE(sm90ws_has_persistent_kernel(2, 176, causal));
+    EXPECT_EQ(sm90ws_has_persistent_kernel(3, 128, causal), causal);
   }
 }
 

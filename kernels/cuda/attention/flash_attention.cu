@@ -26,12 +26,12 @@
 //   FLASHGPT_ATTENTION_FWD_TILE, FLASHGPT_ATTENTION_BWD_TILE = 0|1  tuning knobs: the
 //       tile shape of each sm80 kernel (flash_fwd_sm80.cu, flash_bwd_sm80.cu); 0 is the
 //       default. FWD_TILE also picks the sm90ws forward's tile: 0 two consumer
-//       warpgroups with 128-key tiles, 1 at D = 128 64-key tiles and at D = 64 three
+//       warpgroups with 128-key tiles, 1 at D = 128 176-key tiles and at D = 64 three
 //       consumers for 192 query rows a block (flash_fwd_sm90_ws.cu); unset, the
 //       measured choice of sm90ws_forward_tile in tile_choice.h (at D = 64: one
 //       consumer and two blocks an SM up to T = 1024 without a mask, tile 0 with a causal
-//       mask, then three consumers unless causal with T < 2048). The other Hopper kernels
-//       ignore them.
+//       mask, then three consumers unless causal with T < 2048; at D = 128 tile 1 without
+//       a mask from T = 8192). The other Hopper kernels ignore them.
 //   FLASHGPT_ATTENTION_FWD_CONSUMERS=1  the sm90ws forward with one consumer warpgroup
 //       (64 query rows) and two blocks an SM at every shape, whatever FWD_TILE says.
 //   FLASHGPT_ATTENTION_FWD_SCHEDULE=auto|grid|persistent  the sm90ws forward's two- and

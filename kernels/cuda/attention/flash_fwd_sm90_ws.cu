@@ -38,8 +38,11 @@
 namespace flashgpt::cuda::attn {
 namespace {
 
-// Key tiles of 128 (the default at both head dims), or at D = 128 of 64 with
-// FLASHGPT_ATTENTION_FWD_TILE=1 (16-24% slower on an H200: BENCHMARKS.md "Twelfth session").
+// Key tiles of 128 (the default at both head dims), or at D = 128 tile 1's 176 (auto's
+// without a mask from T = 8192, tile_choice.h: FlashAttention-3's tile there; two K/V
+// stages, a quarter fewer steps a query tile for the same matmul work, S in 88 registers
+// a thread; it replaced a 64-key tile that was 16-24% slower than 128, BENCHMARKS.md
+// "Twelfth session" and "Thirty-third session").
 // kConsumers = 3 (D = 64, tile 1): 192 query rows a block, as FlashAttention-3 runs head
 // dim 64: while one consumer's matmuls run, two others can be in their softmax. The
 // registers then split 24 (producer) / 160 (consumers). Every tile runs the overlapped
@@ -350,7 +353,7 @@ void launch_tile(const FlashParams& p, int persistent_blocks, bool exact_blocks,
   static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::kSmemBytes);  // once
   (void)opted_in;
   const CUtensorMap map = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, Tile::kBlockN, "qkv");
-  if constexpr (sm90ws_has_persistent_kernel(Tile::kConsumers, kCausal)) {
+  if constexpr (sm90ws_has_persistent_kernel(Tile::kConsumers, Tile::kBlockN, kCausal)) {
     if (persistent_blocks > 0) {
       auto pk = flash_fwd_sm90_ws_persistent_kernel<Tile, kCausal>;
       static const bool pk_opted_in = opt_in_dynamic_smem(pk, Tile::kSmemBytes);  // once
@@ -370,7 +373,7 @@ void launch_tile(const FlashParams& p, int persistent_blocks, bool exact_blocks,
     }
   } else {
     FG_ASSERT(persistent_blocks == 0, "the sm90ws forward has no persistent kernel for ", Tile::kConsumers,
-              " consumers", kCausal ? "" : " without a mask");
+              " consumers with ", Tile::kBlockN, "-key tiles", kCausal ? "" : " without a mask");
   }
   const dim3 grid((p.T + Tile::kBlockM - 1) / Tile::kBlockM, p.H, p.B);
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(map, p);
@@ -381,14 +384,15 @@ void launch_tile(const FlashParams& p, int persistent_blocks, bool exact_blocks,
 
 template <int kHeadDim, bool kCausal>
 void launch_fwd_sm90_ws(const FlashParams& p, int tile, int persistent_blocks, bool exact_blocks, cudaStream_t stream) {
-  // One consumer: 128-key tiles at D = 64, 64-key tiles at D = 128 (two blocks' shared
-  // memory).
-  if (tile == kSm90WsOneConsumer)
-    return launch_tile<Sm90WsTile<kHeadDim, kHeadDim == 64 ? 128 : 64, /*kConsumers=*/1>, kCausal>(p, persistent_blocks, exact_blocks, stream);
-  if constexpr (kHeadDim == 128) {
-    if (tile == 1) return launch_tile<Sm90WsTile<kHeadDim, 176>, kCausal>(p, persistent_blocks, exact_blocks, stream);
-  } else {
-    if (tile == 1) return launch_tile<Sm90WsTile<kHeadDim, 128, /*kConsumers=*/3>, kCausal>(p, persistent_blocks, exact_blocks, stream);
+  // The key tiles of tile_choice.h's sm90ws_block_n: one consumer 128 at D = 64 and 64 at
+  // D = 128 (two blocks' shared memory), tile 1 at D = 128 176, else 128.
+  if (tile == kSm90WsOneConsumer) {
+    using One = Sm90WsTile<kHeadDim, sm90ws_block_n(kSm90WsOneConsumer, kHeadDim), /*kConsumers=*/1>;
+    return launch_tile<One, kCausal>(p, persistent_blocks, exact_blocks, stream);
+  }
+  if (tile == 1) {
+    using Second = Sm90WsTile<kHeadDim, sm90ws_block_n(1, kHeadDim), sm90ws_consumers(1, kHeadDim)>;
+    return launch_tile<Second, kCausal>(p, persistent_blocks, exact_blocks, stream);
   }
   launch_tile<Sm90WsTile<kHeadDim>, kCausal>(p, persistent_blocks, exact_blocks, stream);
 }

@@ -57,11 +57,11 @@ template <int kHeadDim, bool kCausal>
 void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream_t stream);
 // Warp-specialised Hopper forward (TMA producer, two consumer warpgroups in ping-pong;
 // flash_fwd_sm90_ws.cu), each consumer's softmax under its previous P·V. Tile 0: 128-key
-// tiles; tile 1: at D = 128 64-key tiles, at D = 64 three consumer warpgroups (192 query
+// tiles; tile 1: at D = 128 176-key tiles, at D = 64 three consumer warpgroups (192 query
 // rows a block, round robin); tile kSm90WsOneConsumer: one consumer, 64 query rows, two
 // blocks an SM. The caller picks the tile (tile_choice.h). persistent_blocks > 0 runs
 // the tile persistent (only tiles with a persistent kernel, tile_choice.h's
-// sm90ws_has_persistent_kernel: tiles 0 and 1, at D = 64 tile 1 under a causal mask only)
+// sm90ws_has_persistent_kernel: tile 0, and at D = 64 tile 1 under a causal mask)
 // on at most that many blocks, as many as balance its rounds best, or with exact_blocks on
 // exactly that many (no more than tiles).
 template <int kHeadDim, bool kCausal>

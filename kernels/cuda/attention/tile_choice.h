@@ -47,8 +47,7 @@ inline FwdSchedule parse_forward_schedule(const char* value) {
 // consumers (tile 1, 192 query rows a block) beat two by 14-27% without a mask and by
 // 8-16% with a causal mask from T = 2048 on, and lose at causal T = 1024 (234.8 against
 // 251.9 TFLOP/s; GPT-2's shape 201.0 against 220.3), where a 192-row block straddles the
-// diagonal for more of its keys. At D = 128 tile 1 (64-key tiles) loses at every shape
-// (16-24%). Up to T = 1024 at D = 64 one consumer and two blocks an SM beat both run a
+// diagonal for more of its keys. Up to T = 1024 at D = 64 one consumer and two blocks an SM beat both run a
 // block per tile ("Eighteenth session", call 1: causal 287.1 against 251.8, GPT-2's shape
 // 251.8 against 221.7, full 369.1 against 364.2): a block's first loads and its epilogue
 // run under the other block's matmuls. From T = 2048 on, and at D = 128, it loses (up to
@@ -56,21 +55,32 @@ inline FwdSchedule parse_forward_schedule(const char* value) {
 // ("Twenty-fifth session", call 5: 16 x 32 x 1K 297.3-299.5 against 283.0-285.8, GPT-2's
 // shape 268.7-271.6 against 252.3-255.2), so tile 0 is taken there unless the schedule is
 // grid; without a mask it does not (358.5-361.1 against 382.9-387.1).
+// At D = 128 tile 1 (176-key tiles, two stages; FlashAttention-3's tile without a mask)
+// beats tile 0 without a mask from T = 8192 on ("Thirty-third session", call 2, two
+// rounds: 8K 690.8-691.3 TFLOP/s against 679.0-680.4, 16K 708.3-710.6 against
+// 684.2-694.5) and loses below (4K level, 2K 592-596 against 615-617 persistent) and under
+// a causal mask (level to 4% behind).
 inline int sm90ws_forward_tile(int requested, int D, int T, bool causal, FwdSchedule schedule = FwdSchedule::automatic) {
   if (requested >= 0) return requested;
-  if (D == 64 && T <= 1024) return causal && schedule != FwdSchedule::grid ? 0 : kSm90WsOneConsumer;
-  return D == 64 && (!causal || T >= 2048) ? 1 : 0;
+  if (D == 128) return !causal && T >= 8192 ? 1 : 0;
+  if (T <= 1024) return causal && schedule != FwdSchedule::grid ? 0 : kSm90WsOneConsumer;
+  return !causal || T >= 2048 ? 1 : 0;
 }
 
-// The consumer warpgroups of the sm90ws forward's `tile` at head dim D, and whether a
-// tile of that many has a persistent kernel: two consumers, and three (tile 1 at D = 64)
-// under a causal mask only (without a mask: 6-9% behind the grid with 8 bytes spilled,
-// level without the spill in a version that cost the two-consumer tiles 1%;
-// BENCHMARKS.md, "Twenty-sixth session", calls 1 and 4). flash_fwd_sm90_ws.cu builds
-// exactly these persistent kernels.
+// The consumer warpgroups and the key-tile size of the sm90ws forward's `tile` at head dim
+// D (flash_fwd_sm90_ws.cu instantiates its tiles from these), and whether a tile has a
+// persistent kernel: the two-consumer tiles of 128 keys, and three consumers (tile 1 at
+// D = 64) under a causal mask only (without a mask: 6-9% behind the grid with 8 bytes
+// spilled, level without the spill in a version that cost the two-consumer tiles 1%;
+// BENCHMARKS.md, "Twenty-sixth session", calls 1 and 4). The 176-key tile (tile 1 at
+// D = 128) runs a block per query tile: persistent, it spilled 8 bytes without a mask and
+// ran 1-3% behind tile 0 at 1K and 2K ("Thirty-third session", call 2).
 constexpr int sm90ws_consumers(int tile, int D) { return tile == kSm90WsOneConsumer ? 1 : tile == 1 && D == 64 ? 3 : 2; }
-constexpr bool sm90ws_has_persistent_kernel(int consumers, bool causal) {
-  return consumers == 2 || (consumers == 3 && causal);
+constexpr int sm90ws_block_n(int tile, int D) {
+  return D == 128 && tile == kSm90WsOneConsumer ? 64 : D == 128 && tile == 1 ? 176 : 128;
+}
+constexpr bool sm90ws_has_persistent_kernel(int consumers, int block_n, bool causal) {
+  return block_n <= 128 && (consumers == 2 || (consumers == 3 && causal));
 }
 
 // Whether the sm90ws forward runs `tile` persistent: never a tile without a persistent
@@ -88,7 +98,9 @@ constexpr bool sm90ws_has_persistent_kernel(int consumers, bool causal) {
 //   (506-509 against 509-513) and behind at 65,536 (503-528 against 523-540). Up to 1K,
 //   see sm90ws_forward_tile.
 inline bool sm90ws_forward_persistent(FwdSchedule schedule, int tile, int D, int T, bool causal) {
-  if (!sm90ws_has_persistent_kernel(sm90ws_consumers(tile, D), causal) || schedule == FwdSchedule::grid) return false;
+  if (!sm90ws_has_persistent_kernel(sm90ws_consumers(tile, D), sm90ws_block_n(tile, D), causal) ||
+      schedule == FwdSchedule::grid)
+    return false;
   if (schedule == FwdSchedule::persistent) return true;
   return D == 128 ? T <= 2048 : causal && T <= 8192;
 }
