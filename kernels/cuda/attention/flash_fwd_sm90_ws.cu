@@ -28,6 +28,8 @@
 #include <cuda.h>
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 #include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/flash_fwd_sm90_consumer.cuh"
@@ -59,20 +61,23 @@ namespace {
 // SM: Q comes in the K/V map's boxes of kBlockN rows, so a 64-row block holds a 128-row Q
 // tile (kQRows). With Q in a map of its own two such blocks fit, and they ran no faster
 // than two stages (BENCHMARKS.md, "Twenty-fourth session", calls 3-4).
-template <int kHeadDim_, int kBlockN_ = 128, int kConsumers_ = 2>
+template <int kHeadDim_, int kBlockN_ = 128, int kConsumers_ = 2, int kQBufs_ = 1>
 struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
   using Shape = Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_>;
   static constexpr int kConsumers = kConsumers_;
+  // Q buffers of the persistent kernel: with two, a tile's Q loads while the tile before
+  // still reads the other (EXPERIMENT).
+  static constexpr int kQBufs = kQBufs_;
   static constexpr int kThreads = 128 * (1 + kConsumers);  // producer + consumer warpgroups
   static constexpr int kBlocksPerSm = kConsumers == 1 ? 2 : 1;
   static constexpr int kConsumerRegs = kConsumers == 1 ? 232 : kConsumers == 2 ? 240 : 160;
   // Two stages for one consumer (two blocks' shared memory) and for 176-key tiles (three
   // would not fit), three otherwise.
-  static constexpr int kStages = kConsumers == 1 || kBlockN_ > 128 ? 2 : 3;
+  static constexpr int kStages = kConsumers == 1 || kBlockN_ > 128 || (kQBufs_ == 2 && kHeadDim_ == 128) ? 2 : 3;
   static constexpr uint32_t kTileBytes = uint32_t(Shape::kBlockN) * kHeadDim_ * sizeof(bf16);
   static constexpr uint32_t kQBytes = uint32_t(Shape::kQRows) * kHeadDim_ * sizeof(bf16);
   // Q + kStages × (K, V), and slack to align the base to 1024 bytes (the swizzle period).
-  static constexpr size_t kSmemBytes = kQBytes + 2 * size_t(kStages) * kTileBytes + 1024;
+  static constexpr size_t kSmemBytes = kQBufs_ * kQBytes + 2 * size_t(kStages) * kTileBytes + 1024;
   // The kernel's static shared memory: its mbarriers (q_full, and full and empty of K and
   // of V per stage), 16-byte aligned; the kernel asserts that its declaration fits.
   static constexpr size_t kStaticSmemBytes = (8 * (1 + 4 * size_t(kStages)) + 15) / 16 * 16;
@@ -225,10 +230,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  bf16* sQ = reinterpret_cast<bf16*>(smem);  // [D/64][QR][64], consumer w's rows 64w..
-  bf16* sK = sQ + QR * D;                    // [S][D/64][BN][64]
+  constexpr int QB = Tile::kQBufs;
+  bf16* sQ = reinterpret_cast<bf16*>(smem);  // [QB][D/64][QR][64], consumer w's rows 64w..
+  bf16* sK = sQ + QB * QR * D;               // [S][D/64][BN][64]
   bf16* sV = sK + S * BN * D;                // [S][D/64][BN][64]
-  __shared__ alignas(8) uint64_t q_full[kConsumers], q_empty[kConsumers], k_full[S], k_empty[S], v_full[S], v_empty[S];
+  __shared__ alignas(8) uint64_t q_full[QB][kConsumers], q_empty[QB][kConsumers], k_full[S], k_empty[S], v_full[S],
+      v_empty[S];
   static_assert(Tile::kSmemBytes + sizeof(q_full) * 2 + sizeof(k_full) * 4 + 1024 <= 228 * 1024, "the shared memory");
   constexpr int kConsumerThreads = 128 * kConsumers;
   constexpr uint32_t kQPartBytes = 64u * D * sizeof(bf16);
@@ -251,10 +258,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 
   if (tid == 0) {
 #pragma unroll
-    for (int w = 0; w < kConsumers; ++w) {
-      sm90::mbar_init(&q_full[w], 1);
-      sm90::mbar_init(&q_empty[w], 128);
-    }
+    for (int w = 0; w < kConsumers; ++w)
+#pragma unroll
+      for (int j = 0; j < QB; ++j) {
+        sm90::mbar_init(&q_full[j][w], 1);
+        sm90::mbar_init(&q_empty[j][w], 128);
+      }
     init_kv_barriers(k_full, k_empty, v_full, v_empty, kConsumerThreads);
     sm90::fence_mbar_init();
   }
@@ -277,15 +286,17 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         sm90::mbar_wait(&k_empty[s], parity);
         sm90::mbar_arrive_expect_tx(&k_full[s], Tile::kTileBytes);
         load_kv(sK + s * BN * D, &k_full[s], (p.H + cd.h) * D, nb * BN, cd.b);
-        if (nb == 0) {  // this tile's Q, each consumer's rows once it is done with the last tile's
+        if (nb == 0) {  // this tile's Q, each consumer's rows once it is done with the buffer's last tile
+          const int qb = local % QB;
+          bf16* q_dst = sQ + qb * QR * D;
 #pragma unroll
           for (int w = 0; w < kConsumers; ++w) {
-            if (local > 0) sm90::mbar_wait(&q_empty[w], uint32_t(local - 1) & 1);
-            sm90::mbar_arrive_expect_tx(&q_full[w], kQPartBytes);
+            if (local >= QB) sm90::mbar_wait(&q_empty[qb][w], uint32_t(local / QB - 1) & 1);
+            sm90::mbar_arrive_expect_tx(&q_full[qb][w], kQPartBytes);
 #pragma unroll
             for (int c = 0; c < D / kTmaBoxCols; ++c)
-              sm90::tma_load_3d(sQ + (c * QR + w * 64) * kTmaBoxCols, &q_map, &q_full[w], cd.h * D + c * kTmaBoxCols,
-                                cd.m_block * BM + w * 64, cd.b);
+              sm90::tma_load_3d(q_dst + (c * QR + w * 64) * kTmaBoxCols, &q_map, &q_full[qb][w],
+                                cd.h * D + c * kTmaBoxCols, cd.m_block * BM + w * 64, cd.b);
           }
         }
         sm90::mbar_wait(&v_empty[s], parity);
@@ -309,8 +320,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   for (int local = 0, t = tile_of(0); t >= 0; t = tile_of(++local)) {
     const bool last_tile = tile_of(local + 1) < 0;
     const int n_blocks = coords(t).n_blocks;
-    Sm90FwdConsumer<Tile, kCausal> c(p, coords(t).m_block * BM, cw, warp % 4, lane, sQ);
-    sm90::mbar_wait(&q_full[cw], uint32_t(local) & 1);
+    const int qb = local % QB;
+    Sm90FwdConsumer<Tile, kCausal> c(p, coords(t).m_block * BM, cw, warp % 4, lane, sQ + qb * QR * D);
+    sm90::mbar_wait(&q_full[qb][cw], uint32_t(local / QB) & 1);
     auto step = [&](int nb, auto is_first) {
       constexpr bool kFirst = decltype(is_first)::value;
       const int kv = kv0 + nb, s = kv % S;
@@ -321,7 +333,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         if (cw != kConsumers - 1 || nb + 1 < n_blocks || !last_tile)
           sm90::named_arrive(cw + 1 < kConsumers ? cw + 2 : 1, kTurnThreads);
         sm90::mbar_arrive(&k_empty[s]);
-        if (nb + 1 == n_blocks) sm90::mbar_arrive(&q_empty[cw]);
+        if (nb + 1 == n_blocks) sm90::mbar_arrive(&q_empty[qb][cw]);
       };
       auto after_pv = [&] { sm90::mbar_arrive(&v_empty[(kv - 1) % S]); };  // V of the previous key tile read
       c.template step_overlapped<kFirst>(nb, smem_u32(sK + s * BN * D), v_base(kFirst ? kv : kv - 1), after_qk,
@@ -390,10 +402,21 @@ void launch_fwd_sm90_ws(const FlashParams& p, int tile, int persistent_blocks, b
     using One = Sm90WsTile<kHeadDim, sm90ws_block_n(kSm90WsOneConsumer, kHeadDim), /*kConsumers=*/1>;
     return launch_tile<One, kCausal>(p, persistent_blocks, exact_blocks, stream);
   }
+  static const bool q2 = [] {  // EXPERIMENT
+    const char* e = std::getenv("FLASHGPT_EXP_FWD_QBUFS");
+    return e && std::string(e) == "2";
+  }();
   if (tile == 1) {
+    if constexpr (kHeadDim == 64 && kCausal) {
+      if (q2 && persistent_blocks > 0) {
+        using Second2 = Sm90WsTile<kHeadDim, sm90ws_block_n(1, kHeadDim), sm90ws_consumers(1, kHeadDim), 2>;
+        return launch_tile<Second2, kCausal>(p, persistent_blocks, exact_blocks, stream);
+      }
+    }
     using Second = Sm90WsTile<kHeadDim, sm90ws_block_n(1, kHeadDim), sm90ws_consumers(1, kHeadDim)>;
     return launch_tile<Second, kCausal>(p, persistent_blocks, exact_blocks, stream);
   }
+  if (q2 && persistent_blocks > 0) return launch_tile<Sm90WsTile<kHeadDim, 128, 2, 2>, kCausal>(p, persistent_blocks, exact_blocks, stream);
   launch_tile<Sm90WsTile<kHeadDim>, kCausal>(p, persistent_blocks, exact_blocks, stream);
 }
 
