@@ -28,8 +28,6 @@
 #include <cuda.h>
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <string>
 #include <type_traits>
 #include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/flash_fwd_sm90_consumer.cuh"
@@ -65,18 +63,26 @@ template <int kHeadDim_, int kBlockN_ = 128, int kConsumers_ = 2, int kQBufs_ = 
 struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
   using Shape = Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_>;
   static constexpr int kConsumers = kConsumers_;
-  // Q buffers of the persistent kernel: with two, a tile's Q loads while the tile before
-  // still reads the other (EXPERIMENT).
+  // Q buffers of the persistent kernel (1 or 2). With two, the producer loads a tile's Q
+  // while the consumers still read the tile before's from the other buffer; with one it
+  // waits for their last QKᵀ of that tile, and the next tile's first step waits for the
+  // load. Two at D = 128 (tile 0), in two K/V stages (the shared memory holds two Q tiles
+  // and three stages at D = 64 only): 1.6-3.5% faster at 1K causal and full and 2K causal,
+  // 1.1% slower at 2K full. At D = 64, with three stages, 3.7% slower at 1K causal, and
+  // 12-14% with three consumers (2K-8K causal), where it spilled ("Thirty-third session",
+  // call 4).
   static constexpr int kQBufs = kQBufs_;
+  static_assert(kQBufs_ == 1 || kQBufs_ == 2, "one or two Q buffers");
   static constexpr int kThreads = 128 * (1 + kConsumers);  // producer + consumer warpgroups
   static constexpr int kBlocksPerSm = kConsumers == 1 ? 2 : 1;
   static constexpr int kConsumerRegs = kConsumers == 1 ? 232 : kConsumers == 2 ? 240 : 160;
-  // Two stages for one consumer (two blocks' shared memory) and for 176-key tiles (three
-  // would not fit), three otherwise.
-  static constexpr int kStages = kConsumers == 1 || kBlockN_ > 128 || (kQBufs_ == 2 && kHeadDim_ == 128) ? 2 : 3;
+  // Two stages for one consumer (two blocks' shared memory), for 176-key tiles and with two
+  // Q buffers (three would not fit), three otherwise.
+  static constexpr int kStages = kConsumers == 1 || kBlockN_ > 128 || kQBufs_ == 2 ? 2 : 3;
   static constexpr uint32_t kTileBytes = uint32_t(Shape::kBlockN) * kHeadDim_ * sizeof(bf16);
   static constexpr uint32_t kQBytes = uint32_t(Shape::kQRows) * kHeadDim_ * sizeof(bf16);
-  // Q + kStages × (K, V), and slack to align the base to 1024 bytes (the swizzle period).
+  // kQBufs × Q + kStages × (K, V), and slack to align the base to 1024 bytes (the swizzle
+  // period).
   static constexpr size_t kSmemBytes = kQBufs_ * kQBytes + 2 * size_t(kStages) * kTileBytes + 1024;
   // The kernel's static shared memory: its mbarriers (q_full, and full and empty of K and
   // of V per stage), 16-byte aligned; the kernel asserts that its declaration fits.
@@ -111,6 +117,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
     flash_fwd_sm90_ws_kernel(const __grid_constant__ CUtensorMap qkv_map, const FlashParams p) {
 #if FLASHGPT_HAS_WGMMA
   constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN, S = Tile::kStages;
+  static_assert(Tile::kQBufs == 1, "a block per query tile holds one Q tile");
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -214,7 +221,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
 // under the previous tile: the producer carries the K/V rings across tiles (a ring
 // position counted over the block's tiles), and each consumer has its own 64 rows of Q
 // (a tensor map with 64-row boxes), reloaded as soon as that consumer has issued its last
-// QKᵀ of the tile (q_empty), under its last softmax, P·V and epilogue. The consumers'
+// QKᵀ of the tile (q_empty), under its last softmax, P·V and epilogue; at D = 128 in two
+// buffers taken in turn (Tile::kQBufs), so that a tile's Q is loaded with its first K/V
+// tiles, while the tile before still runs. The consumers'
 // turns run on across tiles: one that has finished a tile starts the next one's first QKᵀ
 // while the other is in its epilogue. cuDNN's forward on Hopper is persistent too (132
 // blocks of 384 threads at these shapes: BENCHMARKS.md, "Twenty-fifth session", call 2).
@@ -355,41 +364,52 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #endif
 }
 
-// persistent_blocks > 0: the persistent kernel (for the tiles of tile_choice.h's
-// sm90ws_has_persistent_kernel; the caller asks for no other), on the grid of at most that
-// many blocks that balances its rounds best (persistent_forward_grid), or with
-// `exact_blocks` on that many (a test knob).
+// A block per query tile.
 template <class Tile, bool kCausal>
-void launch_tile(const FlashParams& p, int persistent_blocks, bool exact_blocks, cudaStream_t stream) {
+void launch_grid(const FlashParams& p, cudaStream_t stream) {
   auto kernel = flash_fwd_sm90_ws_kernel<Tile, kCausal>;
   static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::kSmemBytes);  // once
   (void)opted_in;
   const CUtensorMap map = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, Tile::kBlockN, "qkv");
-  if constexpr (sm90ws_has_persistent_kernel(Tile::kConsumers, Tile::kBlockN, kCausal)) {
-    if (persistent_blocks > 0) {
-      auto pk = flash_fwd_sm90_ws_persistent_kernel<Tile, kCausal>;
-      static const bool pk_opted_in = opt_in_dynamic_smem(pk, Tile::kSmemBytes);  // once
-      (void)pk_opted_in;
-      const CUtensorMap q_map = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, 64, "qkv");
-      const int64_t heads = int64_t(p.B) * p.H, tiles = (p.T + Tile::kBlockM - 1) / Tile::kBlockM * heads;
-      // The balanced grid, kept for the last shape asked (the model takes O(tiles) a try).
-      struct Grid { int T; int64_t heads; int max_blocks, blocks; };
-      static thread_local Grid last{-1, 0, 0, 0};
-      if (!exact_blocks && (last.T != p.T || last.heads != heads || last.max_blocks != persistent_blocks))
-        last = Grid{p.T, heads, persistent_blocks,
-                    persistent_forward_grid(persistent_blocks, heads, p.T, Tile::kBlockM, Tile::kBlockN, kCausal)};
-      const int64_t blocks = exact_blocks ? std::min<int64_t>(tiles, persistent_blocks) : last.blocks;
-      pk<<<unsigned(blocks), Tile::kThreads, Tile::kSmemBytes, stream>>>(map, q_map, p);
-      CUDA_CHECK_LAUNCH();
-      return;
-    }
-  } else {
-    FG_ASSERT(persistent_blocks == 0, "the sm90ws forward has no persistent kernel for ", Tile::kConsumers,
-              " consumers with ", Tile::kBlockN, "-key tiles", kCausal ? "" : " without a mask");
-  }
   const dim3 grid((p.T + Tile::kBlockM - 1) / Tile::kBlockM, p.H, p.B);
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(map, p);
   CUDA_CHECK_LAUNCH();
+}
+
+// The persistent kernel on the grid of at most persistent_blocks blocks that balances its
+// rounds best (persistent_forward_grid), or with `exact_blocks` on that many (a test knob).
+template <class Tile, bool kCausal>
+void launch_persistent(const FlashParams& p, int persistent_blocks, bool exact_blocks, cudaStream_t stream) {
+  auto pk = flash_fwd_sm90_ws_persistent_kernel<Tile, kCausal>;
+  static const bool pk_opted_in = opt_in_dynamic_smem(pk, Tile::kSmemBytes);  // once
+  (void)pk_opted_in;
+  const CUtensorMap map = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, Tile::kBlockN, "qkv");
+  const CUtensorMap q_map = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, 64, "qkv");
+  const int64_t heads = int64_t(p.B) * p.H, tiles = (p.T + Tile::kBlockM - 1) / Tile::kBlockM * heads;
+  // The balanced grid, kept for the last shape asked (the model takes O(tiles) a try).
+  struct Grid { int T; int64_t heads; int max_blocks, blocks; };
+  static thread_local Grid last{-1, 0, 0, 0};
+  if (!exact_blocks && (last.T != p.T || last.heads != heads || last.max_blocks != persistent_blocks))
+    last = Grid{p.T, heads, persistent_blocks,
+                persistent_forward_grid(persistent_blocks, heads, p.T, Tile::kBlockM, Tile::kBlockN, kCausal)};
+  const int64_t blocks = exact_blocks ? std::min<int64_t>(tiles, persistent_blocks) : last.blocks;
+  pk<<<unsigned(blocks), Tile::kThreads, Tile::kSmemBytes, stream>>>(map, q_map, p);
+  CUDA_CHECK_LAUNCH();
+}
+
+// A tile as a block per query tile (Grid), or with persistent_blocks > 0 persistent
+// (Persistent: the same tile with the persistent kernel's buffers; only the tiles of
+// tile_choice.h's sm90ws_has_persistent_kernel, and the caller asks for no other).
+template <class Grid, class Persistent, bool kCausal>
+void launch_tile(const FlashParams& p, int persistent_blocks, bool exact_blocks, cudaStream_t stream) {
+  static_assert(Grid::kConsumers == Persistent::kConsumers && Grid::kBlockN == Persistent::kBlockN, "one tile shape");
+  if constexpr (sm90ws_has_persistent_kernel(Persistent::kConsumers, Persistent::kBlockN, kCausal)) {
+    if (persistent_blocks > 0) return launch_persistent<Persistent, kCausal>(p, persistent_blocks, exact_blocks, stream);
+  } else {
+    FG_ASSERT(persistent_blocks == 0, "the sm90ws forward has no persistent kernel for ", Grid::kConsumers,
+              " consumers with ", Grid::kBlockN, "-key tiles", kCausal ? "" : " without a mask");
+  }
+  launch_grid<Grid, kCausal>(p, stream);
 }
 
 }  // namespace
@@ -400,24 +420,15 @@ void launch_fwd_sm90_ws(const FlashParams& p, int tile, int persistent_blocks, b
   // D = 128 (two blocks' shared memory), tile 1 at D = 128 176, else 128.
   if (tile == kSm90WsOneConsumer) {
     using One = Sm90WsTile<kHeadDim, sm90ws_block_n(kSm90WsOneConsumer, kHeadDim), /*kConsumers=*/1>;
-    return launch_tile<One, kCausal>(p, persistent_blocks, exact_blocks, stream);
+    return launch_tile<One, One, kCausal>(p, persistent_blocks, exact_blocks, stream);
   }
-  static const bool q2 = [] {  // EXPERIMENT
-    const char* e = std::getenv("FLASHGPT_EXP_FWD_QBUFS");
-    return e && std::string(e) == "2";
-  }();
   if (tile == 1) {
-    if constexpr (kHeadDim == 64 && kCausal) {
-      if (q2 && persistent_blocks > 0) {
-        using Second2 = Sm90WsTile<kHeadDim, sm90ws_block_n(1, kHeadDim), sm90ws_consumers(1, kHeadDim), 2>;
-        return launch_tile<Second2, kCausal>(p, persistent_blocks, exact_blocks, stream);
-      }
-    }
     using Second = Sm90WsTile<kHeadDim, sm90ws_block_n(1, kHeadDim), sm90ws_consumers(1, kHeadDim)>;
-    return launch_tile<Second, kCausal>(p, persistent_blocks, exact_blocks, stream);
+    return launch_tile<Second, Second, kCausal>(p, persistent_blocks, exact_blocks, stream);
   }
-  if (q2 && persistent_blocks > 0) return launch_tile<Sm90WsTile<kHeadDim, 128, 2, 2>, kCausal>(p, persistent_blocks, exact_blocks, stream);
-  launch_tile<Sm90WsTile<kHeadDim>, kCausal>(p, persistent_blocks, exact_blocks, stream);
+  // Tile 0 persistent: two Q buffers at D = 128 (Sm90WsTile::kQBufs).
+  using Persistent0 = Sm90WsTile<kHeadDim, 128, 2, /*kQBufs=*/kHeadDim == 128 ? 2 : 1>;
+  launch_tile<Sm90WsTile<kHeadDim>, Persistent0, kCausal>(p, persistent_blocks, exact_blocks, stream);
 }
 
 template void launch_fwd_sm90_ws<64, /*kCausal=*/true>(const FlashParams&, int, int, bool, cudaStream_t);
