@@ -9,10 +9,20 @@
 # cubin check once). No GPU needed.
 #   scripts/same_cubin.sh [--rev REV] FILE.cu [FILE.cu ...]
 # Exit status 0 when every cubin is identical, 1 when one differs.
+#   scripts/same_cubin.sh --kernels [--rev REV] FILE.cu [...]
+# compares kernel by kernel instead, as sm_90a PTX (the input of ptxas, which compiles it
+# to the same SASS every time), with branch labels, inline-asm label counters and nvcc's
+# anonymous-namespace ids masked: one line per kernel, "same", "DIFFERENT", "only at REV"
+# or "only here" (an added or removed template instantiation leaves the other kernels'
+# cubin bytes moved, which the whole-file check cannot tell apart from a change; a kernel
+# whose name changed, say by a new template parameter, shows as one of each). Exit status
+# 0 when no kernel here differs from its namesake at REV and none is only here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 rev=HEAD
+kernels=0
+if [[ "${1:-}" == "--kernels" ]]; then kernels=1; shift; fi
 if [[ "${1:-}" == "--rev" ]]; then rev=$2; shift 2; fi
 [[ $# -ge 1 ]] || { sed -n '2,8p' "$0"; exit 2; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -23,6 +33,43 @@ for f in "$@"; do
   git cat-file -e "$rev:$f" 2>/dev/null && [[ -f $f ]] ||
     { echo "same_cubin.sh: $f is not a file both here and at $rev" >&2; exit 2; }
 done
+if [[ $kernels == 1 ]]; then
+  for side in rev work; do
+    tree
+    if [[ $side == rev ]]; then git archive "$rev" | tar x -C "$tmp/src"
+    else git ls-files -z | tar c --null -T - | tar x -C "$tmp/src"; fi
+    for f in "$@"; do
+      (cd "$tmp/src" && "$nvcc" -std=c++17 -O3 -DNDEBUG --expt-relaxed-constexpr -I. -gencode=arch=compute_90a,code=sm_90a \
+        -ptx -o "$tmp/$side.$(echo "$f" | tr / _).ptx" "$f" 2>/dev/null) || { echo "FAILED    $f ($side)"; exit 1; }
+    done
+  done
+  for f in "$@"; do
+    name=$(echo "$f" | tr / _)
+    python3 - "$tmp/rev.$name.ptx" "$tmp/work.$name.ptx" "$f" "$rev" <<'PY' || status=1
+import re, sys
+def kernels(path):
+    text, out = open(path).read(), {}
+    for m in re.finditer(r"^(?:\.visible\s+)?\.entry (\S+)\(", text, re.M):
+        mangled, end = m.group(1), text.index("\n}\n", m.start())
+        body = text[m.start():end].replace(mangled, "KERNEL")
+        body = re.sub(r"_GLOBAL__N__[0-9a-f]{8}_\d+_\w+?_cu_[0-9a-f]{8}[_\d]*", "ANON", body)
+        body = re.sub(r"\$L__BB\d+_", "$L__BB_", body)           # labels numbered by function
+        body = re.sub(r"\b([A-Z][A-Z_]*)_\d+\b", r"\1_N", body)  # inline-asm labels (%=)
+        key = re.sub(r"_GLOBAL__N__[0-9a-f]{8}_\d+_\w+?_cu_[0-9a-f]{8}[_\d]*", "ANON", mangled)
+        out[key] = body
+    return out
+old, new = kernels(sys.argv[1]), kernels(sys.argv[2])
+bad = False
+for k in sorted(set(old) | set(new)):
+    state = ("same" if old[k] == new[k] else "DIFFERENT") if k in old and k in new else \
+            f"only at {sys.argv[4]}" if k in old else "only here"
+    bad |= state in ("DIFFERENT", "only here")
+    print(f"{state:<13} {sys.argv[3]}  {k}")
+sys.exit(1 if bad else 0)
+PY
+  done
+  exit $status
+fi
 for arch in 90a 80; do
   for side in rev work; do
     tree
