@@ -18,8 +18,8 @@ an idle GPU (how this script timed until the thirty-third session).
 --paths runs our suite once per entry and shows a forward and a backward column for
 each. An entry is a FLASHGPT_ATTENTION_PATH value (sm80, sm90, sm90ws, auto), optionally
 with the sm80 kernels' tile knobs: "sm80/bt1" adds FLASHGPT_ATTENTION_BWD_TILE=1, "/ft1"
-FLASHGPT_ATTENTION_FWD_TILE=1 (also sm90ws's second forward tile: 64 keys at D = 128, three
-consumers at D = 64; "/ft0" its first, which unset it chooses by shape; the other sm90
+FLASHGPT_ATTENTION_FWD_TILE=1 (also sm90ws's second forward tile: 176 keys at D = 128, a
+block per query tile even with /persist; three consumers at D = 64; "/ft0" its first, which unset it chooses by shape; the other sm90
 kernels ignore them); "/grid" runs the sm90
 backward with one block per work item (FLASHGPT_ATTENTION_BWD_SCHEDULE=grid) instead of
 the persistent default; "/atomic", "/tma", "/owner" and "/flat" force its dQ mode (FLASHGPT_ATTENTION_BWD_DQ);

@@ -16,7 +16,7 @@
 //     1.., "ping-pong" with two, round robin with three): a consumer issues its matmuls,
 //     and once its QKᵀ is done hands the turn to the next, so that the others' softmax
 //     runs while one's matmuls hold the tensor cores.
-// A block per query tile (the grid), or for the two-consumer tiles and (causal) the
+// A block per query tile (the grid), or for the two-consumer 128-key tile and (causal) the
 // three-consumer one, one block an SM walking the tiles (the persistent kernel below;
 // auto's at short sequences, tile_choice.h).
 // The arithmetic is the sm90 forward's (flash_fwd_sm90.cu); with 128-key tiles in the same
@@ -78,12 +78,12 @@ struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
   static constexpr int kConsumerRegs = kConsumers == 1 ? 232 : kConsumers == 2 ? 240 : 160;
   // Two stages for one consumer (two blocks' shared memory), for 176-key tiles and with two
   // Q buffers (three would not fit), three otherwise.
-  static constexpr int kStages = kConsumers == 1 || kBlockN_ > 128 || kQBufs_ == 2 ? 2 : 3;
+  static constexpr int kStages = kConsumers == 1 || kBlockN_ > 128 || kQBufs == 2 ? 2 : 3;
   static constexpr uint32_t kTileBytes = uint32_t(Shape::kBlockN) * kHeadDim_ * sizeof(bf16);
   static constexpr uint32_t kQBytes = uint32_t(Shape::kQRows) * kHeadDim_ * sizeof(bf16);
   // kQBufs × Q + kStages × (K, V), and slack to align the base to 1024 bytes (the swizzle
   // period).
-  static constexpr size_t kSmemBytes = kQBufs_ * kQBytes + 2 * size_t(kStages) * kTileBytes + 1024;
+  static constexpr size_t kSmemBytes = kQBufs * kQBytes + 2 * size_t(kStages) * kTileBytes + 1024;
   // The kernel's static shared memory: its mbarriers (q_full, and full and empty of K and
   // of V per stage), 16-byte aligned; the kernel asserts that its declaration fits.
   static constexpr size_t kStaticSmemBytes = (8 * (1 + 4 * size_t(kStages)) + 15) / 16 * 16;
@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   sm90::mbar_arrive(&v_empty[(n_blocks - 1) % S]);
   c.store(b, h);
 #else
-  static_assert(Tile::kMTiles == 1 && Tile::kNTiles > 0 && Tile::kDTiles > 0, "tile shape");
+  static_assert(Tile::kMTiles == 1 && Tile::kNTiles > 0 && Tile::kDTiles > 0 && Tile::kQBufs > 0, "tile shape");
   __trap();  // never launched: the dispatcher checks that sm_90a code was built
 #endif
 }
@@ -359,7 +359,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     kv0 += n_blocks;
   }
 #else
-  static_assert(Tile::kMTiles == 1 && Tile::kNTiles > 0 && Tile::kDTiles > 0, "tile shape");
+  static_assert(Tile::kMTiles == 1 && Tile::kNTiles > 0 && Tile::kDTiles > 0 && Tile::kQBufs > 0, "tile shape");
   __trap();  // never launched: the dispatcher checks that sm_90a code was built
 #endif
 }
