@@ -35,28 +35,43 @@ __device__ __forceinline__ void atomic_add_pair(float* dst, float x, float y) {
 }
 
 // ---- 1. preprocess: D = rowsum(dO ∘ O) -----------------------------------------------
-// One warp per (b, t, h) row of D elements.
+// One thread per 8 elements (16 bytes) of a (b, t, h) row of O and of dO: D/8 threads a
+// row, whose sum comes together by shuffles within those lanes. The same kernel zeroes
+// the first zero_vec4 float4s of the dQ accumulator (when asked), spread over all its
+// threads, so that the reads of O and dO and the accumulator's writes share one pass. (One
+// warp a row reading 4-8 bytes a lane, with the zeroing a separate cudaMemsetAsync, took
+// 47 µs + the memset at 16 × 16 × 1K D 128 and 85 µs at 16 × 32 × 1K D 64 on an H200, ncu:
+// BENCHMARKS.md, "Thirty-fourth session".)
 template <int kHeadDim>
-__global__ void flash_bwd_preprocess_kernel(const FlashParams p) {
-  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;  // (b*T + t)*H + h
-  const int lane = threadIdx.x & 31;
-  if (row >= int64_t(p.B) * p.T * p.H) return;
-  const __nv_bfloat162* o = reinterpret_cast<const __nv_bfloat162*>(p.out + row * kHeadDim);
-  const __nv_bfloat162* d = reinterpret_cast<const __nv_bfloat162*>(p.dout + row * kHeadDim);
+__global__ void __launch_bounds__(256) flash_bwd_preprocess_kernel(const FlashParams p, int64_t zero_vec4) {
+  constexpr int kLanesPerRow = kHeadDim / 8;
+  static_assert(32 % kLanesPerRow == 0, "a row's lanes lie within one warp");
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t row = i / kLanesPerRow;  // (b*T + t)*H + h
+  const int part = int(i % kLanesPerRow);
   float acc = 0.f;
+  const bool live = row < int64_t(p.B) * p.T * p.H;
+  if (live) {
+    const uint4 o = __ldg(reinterpret_cast<const uint4*>(p.out + row * kHeadDim) + part);
+    const uint4 d = __ldg(reinterpret_cast<const uint4*>(p.dout + row * kHeadDim) + part);
+    const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&o);
+    const __nv_bfloat162* d2 = reinterpret_cast<const __nv_bfloat162*>(&d);
 #pragma unroll
-  for (int i = lane; i < kHeadDim / 2; i += 32) {
-    const float2 a = __bfloat1622float2(o[i]), c = __bfloat1622float2(d[i]);
-    acc += a.x * c.x + a.y * c.y;
+    for (int k = 0; k < 4; ++k) {
+      const float2 a = __bfloat1622float2(o2[k]), c = __bfloat1622float2(d2[k]);
+      acc += a.x * c.x + a.y * c.y;
+    }
   }
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (lane == 0) {
+  for (int off = kLanesPerRow / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (live && part == 0) {
     const int h = int(row % p.H);
     const int64_t bt = row / p.H;
     const int t = int(bt % p.T), b = int(bt / p.T);
     p.delta[(int64_t(b) * p.H + h) * p.T + t] = acc;
   }
+  float4* acc4 = reinterpret_cast<float4*>(p.dq_accum);
+  for (int64_t k = i; k < zero_vec4; k += int64_t(gridDim.x) * blockDim.x) acc4[k] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
 // ---- 2. main kernel ----------------------------------------------------------------------
@@ -472,7 +487,7 @@ void launch_bwd_tile(const FlashParams& p, bool deterministic, cudaStream_t stre
                                opt_in_dynamic_smem(dq_kernel, DTile::kSmemBytes);
   (void)opted_in;
 
-  launch_bwd_preprocess<kHeadDim>(p, /*zero_dq_accum=*/!deterministic, stream);
+  launch_bwd_preprocess<kHeadDim>(p, /*zero_floats=*/deterministic ? 0 : int64_t(p.B) * p.H * p.T * kHeadDim, stream);
   const dim3 grid((p.T + Tile::kBlockN - 1) / Tile::kBlockN, p.H, p.B);
   if (!deterministic) {
     main_atomic<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
@@ -491,14 +506,12 @@ void launch_bwd_tile(const FlashParams& p, bool deterministic, cudaStream_t stre
 
 // The kernels around the main one, shared with the sm90 path (flash_params.h).
 template <int kHeadDim>
-void launch_bwd_preprocess(const FlashParams& p, bool zero_dq_accum, cudaStream_t stream) {
-  const int64_t rows = int64_t(p.B) * p.T * p.H;
+void launch_bwd_preprocess(const FlashParams& p, int64_t zero_floats, cudaStream_t stream) {
+  const int64_t threads = int64_t(p.B) * p.T * p.H * (kHeadDim / 8);
   constexpr int kPreThreads = 256;
   flash_bwd_preprocess_kernel<kHeadDim>
-      <<<unsigned((rows * 32 + kPreThreads - 1) / kPreThreads), kPreThreads, 0, stream>>>(p);
+      <<<unsigned((threads + kPreThreads - 1) / kPreThreads), kPreThreads, 0, stream>>>(p, zero_floats / 4);
   CUDA_CHECK_LAUNCH();
-  if (zero_dq_accum)
-    CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, size_t(rows) * kHeadDim * sizeof(float), stream));
 }
 
 template <int kHeadDim>
@@ -510,8 +523,8 @@ void launch_bwd_postprocess(const FlashParams& p, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH();
 }
 
-template void launch_bwd_preprocess<64>(const FlashParams&, bool, cudaStream_t);
-template void launch_bwd_preprocess<128>(const FlashParams&, bool, cudaStream_t);
+template void launch_bwd_preprocess<64>(const FlashParams&, int64_t, cudaStream_t);
+template void launch_bwd_preprocess<128>(const FlashParams&, int64_t, cudaStream_t);
 template void launch_bwd_postprocess<64>(const FlashParams&, cudaStream_t);
 template void launch_bwd_postprocess<128>(const FlashParams&, cudaStream_t);
 

@@ -252,13 +252,42 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const int bh = item_bh(it);
     return p.qkv + int64_t(bh / p.H) * p.T * p.qkv_row_stride + int64_t(p.H + bh % p.H) * D;
   };
+  // Two K/V buffers (D = 64): K and V of item it into buffer kv_buf by cp.async, all threads.
   auto load_kv = [&](int it, int kv_buf) {
     const bf16* k = k_src(it);
     const int n0 = item_n(it) * BN;
-    constexpr bool kRolled = kKvBufs == 1;  // (loaded while dK and dV are live: no registers to spare)
-    sm90::load_tile_async<BN, D, Tile::kThreads, kRolled>(sK + kv_buf * BN * D, k, p.qkv_row_stride, n0, p.T, tid);
-    sm90::load_tile_async<BN, D, Tile::kThreads, kRolled>(sV + kv_buf * BN * D, k + int64_t(p.H) * D,
-                                                          p.qkv_row_stride, n0, p.T, tid);
+    sm90::load_tile_async<BN, D, Tile::kThreads>(sK + kv_buf * BN * D, k, p.qkv_row_stride, n0, p.T, tid);
+    sm90::load_tile_async<BN, D, Tile::kThreads>(sV + kv_buf * BN * D, k + int64_t(p.H) * D, p.qkv_row_stride, n0,
+                                                 p.T, tid);
+  };
+  // One K/V buffer (D = 128, TMA dQ): K and V by TMA through the Q map (the same boxes of
+  // 64 rows × 64 columns, 128-byte swizzle, at K's and V's columns of qkv; rows >= T
+  // arrive as zeros), completing on kv_full, whose phase takes three arrivals: each
+  // warpgroup's first thread for the warpgroup's 64 rows of V (only its dPᵀ reads them),
+  // thread 0 for K (both warpgroups' dQ reads all of it). One thread issues what took all
+  // 256 threads' cp.async and a wait with a barrier.
+  __shared__ alignas(8) uint64_t kv_full;
+  auto issue_v_rows = [&](int it, int half) {
+    const int bh = item_bh(it), n0 = item_n(it) * BN + half * 64;
+    sm90::mbar_arrive_expect_tx(&kv_full, 64 * D * sizeof(bf16));
+#pragma unroll
+    for (int c = 0; c < D / 64; ++c)
+      sm90::tma_load_3d(sV + c * BN * 64 + half * 64 * 64, &maps.q, &kv_full, (2 * p.H + bh % p.H) * D + c * 64, n0,
+                        bh / p.H);
+  };
+  auto issue_k = [&](int it) {
+    const int bh = item_bh(it), n0 = item_n(it) * BN;
+    sm90::mbar_arrive_expect_tx(&kv_full, BN * D * sizeof(bf16));
+#pragma unroll
+    for (int half = 0; half < BN / 64; ++half)
+#pragma unroll
+      for (int c = 0; c < D / 64; ++c)
+        sm90::tma_load_3d(sK + c * BN * 64 + half * 64 * 64, &maps.q, &kv_full, (p.H + bh % p.H) * D + c * 64,
+                          n0 + half * 64, bh / p.H);
+  };
+  auto issue_kv = [&](int it) {  // (by the three threads)
+    if (tid % 128 == 0) issue_v_rows(it, wg);
+    if (tid == 0) issue_k(it);
   };
   // Q, dO, LSE and D of query tile m of item it into buffer buf, by TMA from thread 0,
   // completing on q_full[buf]. Q and dO rows >= T arrive as zeros (outside the tensor);
@@ -284,10 +313,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   if (tid == 0) {
     sm90::mbar_init(&q_full[0], 1);
     sm90::mbar_init(&q_full[1], 1);
+    if (kKvBufs == 1) sm90::mbar_init(&kv_full, 3);
     sm90::fence_mbar_init();
   }
   __syncthreads();
-  if (kKvBufs == 2) load_kv(item, 0);  // (one buffer: at the item's first step)
+  if constexpr (kKvBufs == 2) load_kv(item, 0);
+  else issue_kv(item);
   cp_async_commit();
   if (tid == 0) {
     const int bh = item_bh(item);
@@ -312,10 +343,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // else nothing. So an item's first step waits for all groups: the next item's K and V
   // load during the whole of this item.
   int step = 0;  // steps done by this block: the Q buffer is its parity
-  // kEarlyKv (one K/V buffer, causal): the next item's K and V load during this item's
-  // last step, each once its last reader is done with it (below), rather than at the next
-  // item's first step in front of its matmuls.
-  constexpr bool kEarlyKv = kKvBufs == 1 && kCausal;
+  // kEarlyKv (one K/V buffer): the next item's K and V load during this item's last
+  // step, each once its last reader is done with it (below), rather than at the next
+  // item's first step in front of its matmuls. kv_phase: the parity of the items this
+  // block has begun (kv_full's phase).
+  constexpr bool kEarlyKv = kKvBufs == 1;
+  int kv_phase = 0;
   // The current item's key tile, (batch·head), batch and head, worked out once an item,
   // not at every step: the grouped numbering and the head take integer divisions by
   // run-time values.
@@ -414,15 +447,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       }
     }
     if constexpr (kKvBufs == 1) {
-      // One K/V buffer: the item's K and V load here, free now, and are waited for; with
-      // kEarlyKv only the block's first item's (the others' were issued at the last step
-      // of the item before and waited for above).
-      if (first_step && (!kEarlyKv || step == 0)) {
-        load_kv(item, 0);
-        cp_async_commit();
-        cp_async_wait<0>();
-        sm90::fence_proxy_async();
-        __syncthreads();
+      // One K/V buffer: the item's K and V have landed (issued at the last step of the
+      // item before, or before the loop; without kEarlyKv here, the buffer free now).
+      if (first_step) {
+        if (!kEarlyKv && step > 0) issue_kv(item);
+        sm90::mbar_wait_spin(&kv_full, kv_phase);
       }
     }
     if constexpr (kOwner) {
@@ -536,11 +565,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       issue_dv();
       sm90::wgmma_commit();
       sm90::wgmma_wait<1>();  // dPᵀ done; dV may still run
-      if (load_next_kv) {  // this warpgroup's V rows: read for the last time
-        sm90::load_rows_async<BN, 64, D, 128, /*kRolled=*/true>(sV, wg * 64, k_src(next_item) + int64_t(p.H) * D,
-                                                                 p.qkv_row_stride, item_n(next_item) * BN, p.T, tid % 128);
-        cp_async_commit();
-      }
+      if (load_next_kv && tid % 128 == 0) issue_v_rows(next_item, wg);  // this warpgroup's V rows: read for the last time
     } else {
       sm90::wgmma_wait<0>();
     }
@@ -618,9 +643,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       sm90::wgmma_wait<1>();  // dQ
       if (load_next_kv) {  // K, once both warpgroups' dQ has read all of it
         sm90::named_sync(1, Tile::kThreads);
-        sm90::load_tile_async<BN, D, Tile::kThreads, /*kRolled=*/true>(sK, k_src(next_item), p.qkv_row_stride,
-                                                                       item_n(next_item) * BN, p.T, tid);
-        cp_async_commit();
+        if (tid == 0) issue_k(next_item);
       }
     } else {
       sm90::wgmma_wait<kPreissueS ? 1 : 0>();  // dV, dK and dQ (the next Sᵀ may still run)
@@ -718,6 +741,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       ++ordinal;
     }
     if (item >= items) break;
+    kv_phase ^= 1;
 #pragma unroll
     for (int dt = 0; dt < Tile::kDTiles; ++dt)
 #pragma unroll
@@ -819,15 +843,17 @@ void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream
   const int64_t units = owner ? int64_t(p.B) * p.H : int64_t((p.T + Tile::kBlockN - 1) / Tile::kBlockN) * p.B * p.H;
   const int64_t grid = max_blocks > 0 ? std::min<int64_t>(units, max_blocks) : units;
   const bool flat = dq == DqMode::flat;
-  launch_bwd_preprocess<kHeadDim>(p, /*zero_dq_accum=*/!owner && !flat, stream);
+  // The accumulator: (B·H, T, D) floats, or, flat, BM·D floats a (batch·head, query tile),
+  // the last tile's rows past T too (zeroed by the preprocess; owner mode needs none).
+  const int64_t tiles = int64_t(p.B) * p.H * ((p.T + Tile::kBlockM - 1) / Tile::kBlockM);
+  const int64_t accum_floats = flat ? tiles * Tile::kBlockM * kHeadDim : int64_t(p.B) * p.H * p.T * kHeadDim;
+  launch_bwd_preprocess<kHeadDim>(p, /*zero_floats=*/owner ? 0 : accum_floats, stream);
   CUDA_CHECK(cudaMemsetAsync(p.item_counter, 0, sizeof(int), stream));
   if (owner) {
     launch_main<Tile, kCausal, /*kOwner=*/true, /*kTmaDq=*/true>(p, grid, stream);
     return;  // dQ is written in bf16 by the kernel: no postprocess
   }
-  if (flat) {  // the accumulator: BM·D floats a (batch·head, query tile), the last tile's rows past T too
-    const int64_t tiles = int64_t(p.B) * p.H * ((p.T + Tile::kBlockM - 1) / Tile::kBlockM);
-    CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, size_t(tiles) * Tile::kBlockM * kHeadDim * sizeof(float), stream));
+  if (flat) {
     launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/true>(p, grid, stream);
     flash_bwd_flat_dq_postprocess_kernel<Tile><<<unsigned(tiles), 256, 0, stream>>>(p);
     CUDA_CHECK_LAUNCH();

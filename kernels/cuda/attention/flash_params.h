@@ -87,10 +87,11 @@ template <int kHeadDim, bool kCausal>
 void launch_bwd_sm80(const FlashParams& p, bool deterministic, int tile, cudaStream_t stream);
 
 // The backward's first and last kernels, the same on both paths (flash_bwd_sm80.cu):
-// D = rowsum(dO ∘ O) into p.delta (and, when asked, zeroing of the dQ accumulator);
+// D = rowsum(dO ∘ O) into p.delta, and zeroing of the dQ accumulator's first
+// zero_floats floats (a multiple of 4; 0: none);
 // dQ accumulator · scale → bf16 into the Q slot of p.dqkv.
 template <int kHeadDim>
-void launch_bwd_preprocess(const FlashParams& p, bool zero_dq_accum, cudaStream_t stream);
+void launch_bwd_preprocess(const FlashParams& p, int64_t zero_floats, cudaStream_t stream);
 template <int kHeadDim>
 void launch_bwd_postprocess(const FlashParams& p, cudaStream_t stream);
 
