@@ -19,14 +19,18 @@ namespace flashgpt::cuda::attn {
 enum class DqMode { atomic, tma, owner, flat };
 
 // The mode for `requested` (the variable's value: auto, atomic, tma, owner or flat; null
-// or empty = auto; anything else is an InputError) at head dim D. auto: flat at D = 64,
-// tma at D = 128, every shape and mask. Flat against tma on an H200 (BENCHMARKS.md,
+// or empty = auto; anything else is an InputError) at head dim D, with or without a
+// causal mask. auto: flat at D = 64, and at D = 128 under a causal mask; tma at D = 128
+// without one. At D = 128 (BENCHMARKS.md, "Thirty-fourth session", calls 3 and 4, two
+// sweeps, backward TFLOP/s, flat against tma, with the preprocess zeroing for both): causal
+// 1K +3.0% and +3.7%, 2K to 8K +0.2% to +1.1%, 16K -1.6% and +3.3%; full masks 2K to 16K
+// -0.3% to -1.5% in both, 1K -2.6% and +3.7%. Flat against tma on an H200 (BENCHMARKS.md,
 // "Thirty-second session", calls 1-3, backward, interleaved): at D = 64 1 x 12 x 65,536
 // causal 32.85-33.03 ms against 33.07-33.54 in three calls (with the L2 policy it now
 // has, 32.54-32.90), the long step 638.6-642.8 ms against 644.0-644.7 in two; the sweep's
 // ten D = 64 shapes +1.4% on average (-2% to +3.6%, one run), GPT-2's shape and step
 // level; at D = 128 level under a causal mask and 1.6-5% behind without one at 1K, 2K and
-// 8K in the sweep.
+// 8K in the sweep (tma then zeroed its accumulator in the preprocess, flat by a memset).
 // Measured on an H200 (BENCHMARKS.md): tma beat atomic on every shape measured (tenth
 // session); without a mask tma beat owner at every shape, by 9-37% (twentieth session,
 // call 2). Under a causal mask owner won while tma's items ran key tile major over every
@@ -38,7 +42,7 @@ enum class DqMode { atomic, tma, owner, flat };
 // 16 x 32 x 1K 259-261 against 256-258, 8 x 32 x 2K 347-351 against 306, 4 x 32 x 4K
 // 425-429 against 330-332; D = 128 16 x 16 x 1K 280-282 against 274-275, 8 x 16 x 2K
 // 377-381 against 320-322. Owner mode stays, on request.
-inline DqMode choose_dq_mode(const char* requested, int D) {
+inline DqMode choose_dq_mode(const char* requested, int D, bool causal) {
   const std::string v = requested && *requested ? requested : "auto";
   if (v != "auto" && v != "atomic" && v != "tma" && v != "owner" && v != "flat")
     fail_input("FLASHGPT_ATTENTION_BWD_DQ must be auto, atomic, tma, owner or flat, got '", v, "'");
@@ -46,7 +50,7 @@ inline DqMode choose_dq_mode(const char* requested, int D) {
   if (v == "tma") return DqMode::tma;
   if (v == "owner") return DqMode::owner;
   if (v == "flat") return DqMode::flat;
-  return D == 64 ? DqMode::flat : DqMode::tma;
+  return D == 64 || causal ? DqMode::flat : DqMode::tma;
 }
 
 // In tma and atomic modes an item is one key tile of one (batch, head) pair, and the
