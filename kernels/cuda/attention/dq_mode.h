@@ -24,7 +24,7 @@ enum class DqMode { atomic, tma, owner, flat };
 // without one. At D = 128 (BENCHMARKS.md, "Thirty-fourth session", calls 3 and 4, two
 // sweeps, backward TFLOP/s, flat against tma, with the preprocess zeroing for both): causal
 // 1K +3.0% and +3.7%, 2K to 8K +0.2% to +1.1%, 16K -1.6% and +3.3%; full masks 2K to 16K
-// -0.3% to -1.5% in both, 1K -2.6% and +3.7%. Flat against tma on an H200 (BENCHMARKS.md,
+// -0.3% to -1.5% in both, 1K -2.6% and +3.8%. Flat against tma on an H200 (BENCHMARKS.md,
 // "Thirty-second session", calls 1-3, backward, interleaved): at D = 64 1 x 12 x 65,536
 // causal 32.85-33.03 ms against 33.07-33.54 in three calls (with the L2 policy it now
 // has, 32.54-32.90), the long step 638.6-642.8 ms against 644.0-644.7 in two; the sweep's
