@@ -3,6 +3,7 @@
 // gradients; these check which mode each request and shape gets. The GPU is an H200's
 // (132 SMs, one backward block per SM).
 #include <gtest/gtest.h>
+#include <utility>
 #include "kernels/cuda/attention/dq_mode.h"
 #include "src/errors.h"
 
@@ -10,7 +11,9 @@ namespace flashgpt {
 namespace {
 
 using cuda::attn::choose_dq_mode;
+using cuda::attn::backward_workspace_bytes;
 using cuda::attn::choose_head_group;
+using cuda::attn::dq_accum_floats;
 using cuda::attn::DqMode;
 constexpr int64_t kSms = 132;
 
@@ -35,6 +38,22 @@ TEST(DqMode, ARequestedModeIsTaken) {
   EXPECT_EQ(choose_dq_mode("flat", 64, kCausal), DqMode::flat);
   EXPECT_EQ(choose_dq_mode("tma", 128, kCausal), DqMode::tma);
   EXPECT_EQ(choose_dq_mode("flat", 128, kCausal), DqMode::flat);
+}
+
+// The workspace: the (B, H, T, D) fp32 accumulator with T in whole 128-row tiles, then 16
+// bytes for the work counter; flat mode's accumulator (whole tiles of BM rows: 128 at
+// D = 64, 64 at D = 128) fits in it at every T.
+TEST(DqMode, TheWorkspaceHoldsWholeQueryTilesAndTheCounter) {
+  EXPECT_EQ(dq_accum_floats(2, 1, 3, 64), 2 * 3 * 128 * 64);
+  EXPECT_EQ(dq_accum_floats(1, 128, 1, 128), 128 * 128);
+  EXPECT_EQ(dq_accum_floats(1, 129, 1, 64), 256 * 64);
+  EXPECT_EQ(backward_workspace_bytes(1, 129, 2, 64), 2 * 256 * 64 * 4 + 16);
+  for (int64_t T : {1, 17, 63, 64, 65, 127, 128, 129, 1023, 4100, 65537})
+    for (auto [D, BM] : {std::pair<int64_t, int64_t>{64, 128}, {128, 64}}) {
+      const int64_t B = 2, H = 3, flat = B * H * ((T + BM - 1) / BM) * BM * D;
+      EXPECT_LE(flat, dq_accum_floats(B, T, H, D)) << "T=" << T << " D=" << D;
+      EXPECT_GE(dq_accum_floats(B, T, H, D), B * H * T * D);
+    }
 }
 
 TEST(DqMode, AnUnknownRequestIsAnInputError) {

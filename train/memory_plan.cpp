@@ -5,6 +5,7 @@
 #include "train/data_parallel.h"
 #include <algorithm>
 #include <cstdio>
+#include "kernels/cuda/attention/dq_mode.h"
 #include "layers/gpt2.h"
 #include "src/errors.h"
 #include "train/backend.h"
@@ -99,11 +100,10 @@ MemoryPlan plan_memory(const Config& c, const PlanTarget& target) {
   const int64_t N = int64_t(p.B) * p.T, C = c.model.n_embd, H = c.model.n_head;
   const bool naive = c.model.attention == "naive";
   if (cuda) {
-    // flash_attention.cu: the fp32 dQ accumulator of the bf16 FlashAttention backward
-    // (T rounded up to the sm90 backward's 128-row query tiles), and 16 bytes for its
-    // work counter.
+    // The bf16 FlashAttention backward's workspace: its fp32 dQ accumulator and work
+    // counter (dq_mode.h, which flash_attention.cu sizes it by).
     if (!naive && target.dtype == DType::bf16)
-      add("op scratch", "attention dQ accumulator (fp32)", size_t(p.B) * size_t((p.T + 127) / 128 * 128) * size_t(C) * 4 + 16);
+      add("op scratch", "attention dQ accumulator (fp32)", size_t(cuda::attn::backward_workspace_bytes(p.B, p.T, H, C / H)));
     add("op scratch", naive ? "reductions, token sort, naive dP (largest)" : "reductions, token sort (largest)",
         cuda_scratch_bytes(N, C, H, p.T, target.dtype, naive));
     add("workspace", "cuBLASLt workspace", kCublasWorkspaceBytes);

@@ -53,6 +53,16 @@ inline DqMode choose_dq_mode(const char* requested, int D, bool causal) {
   return D == 64 || causal ? DqMode::flat : DqMode::tma;
 }
 
+// The fp32 dQ accumulator's floats: (B, H, T, D), with T rounded up to whole query tiles
+// of the sm90 backward (128 rows; flat mode's accumulator holds whole tiles), and the
+// backward's workspace: the accumulator, then 16 bytes for the sm90 backward's work
+// counter (so that the size stays a multiple of 16). flash_attention.cu sizes and lays
+// out the workspace by them, and the memory plan (train/memory_plan.cpp) counts it.
+inline int64_t dq_accum_floats(int64_t B, int64_t T, int64_t H, int64_t D) { return B * H * ((T + 127) / 128 * 128) * D; }
+inline int64_t backward_workspace_bytes(int64_t B, int64_t T, int64_t H, int64_t D) {
+  return dq_accum_floats(B, T, H, D) * int64_t(sizeof(float)) + 16;
+}
+
 // In tma and atomic modes an item is one key tile of one (batch, head) pair, and the
 // blocks claim items in order: groups of `group` pairs one after the other, key tile
 // major within a group (every pair's first key tile, then every pair's second, ...;

@@ -15,12 +15,14 @@
 //       next item's K and V (persistent, the default), or one block per item (grid).
 //       FLASHGPT_ATTENTION_BWD_BLOCKS=N caps the persistent grid at N blocks (tests use
 //       it to give each block many items on small problems).
-//   FLASHGPT_ATTENTION_BWD_DQ=auto|atomic|tma|owner  the sm90 backward's dQ: per-thread
-//       fp32 atomics into a zeroed accumulator, converted to bf16 by a last pass (atomic);
-//       the same accumulator, each query tile's partial staged in shared memory and added
-//       by the TMA unit (tma); or one block per (batch, head) walking its key tiles in
-//       order, which stores the first contribution and adds the middle ones through the
-//       TMA tile and writes the last in bf16 (owner). auto: tma (dq_mode.h).
+//   FLASHGPT_ATTENTION_BWD_DQ=auto|atomic|tma|flat|owner  the sm90 backward's dQ:
+//       per-thread fp32 atomics into a zeroed accumulator, converted to bf16 by a last
+//       pass (atomic); the same accumulator, each query tile's partial staged in shared
+//       memory and added by the TMA unit (tma); as tma with the tile and the accumulator
+//       in register order, one bulk add a tile (flat); or one block per (batch, head)
+//       walking its key tiles in order, which stores the first contribution and adds the
+//       middle ones through the TMA tile and writes the last in bf16 (owner). auto: flat,
+//       but tma at D = 128 without a mask (dq_mode.h).
 //   FLASHGPT_ATTENTION_BWD_HEAD_GROUP=auto|all|N  tma and atomic modes: the items in
 //       groups of N (batch, head) pairs, key tile major within each (dq_mode.h).
 //   FLASHGPT_ATTENTION_FWD_TILE, FLASHGPT_ATTENTION_BWD_TILE = 0|1  tuning knobs: the
@@ -177,16 +179,8 @@ FlashParams make_params(int B, int T, int H, int D) {
 
 }  // namespace
 
-// The fp32 dQ accumulator's elements: (B, H, T, D), with T rounded up to whole query
-// tiles of the sm90 backward (128 rows; flat mode's accumulator holds whole tiles).
-static size_t dq_accum_elements(int B, int T, int H, int D) {
-  return size_t(B) * H * ((size_t(T) + 127) / 128 * 128) * D;
-}
-
 size_t flash_attention_workspace_bytes(int B, int T, int H, int D) {
-  // The fp32 dQ accumulator, then the sm90 backward's work counter (16 bytes, so that
-  // the size stays a multiple of 16).
-  return dq_accum_elements(B, T, H, D) * sizeof(float) + 16;
+  return size_t(attn::backward_workspace_bytes(B, T, H, D));  // (dq_mode.h)
 }
 
 void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
@@ -256,7 +250,7 @@ void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaS
   p.dqkv = a.dqkv.as<__nv_bfloat16>();
   p.delta = a.delta.as<float>();
   p.dq_accum = static_cast<float*>(workspace);
-  if (workspace) p.item_counter = reinterpret_cast<int*>(p.dq_accum + dq_accum_elements(a.B, a.T, a.H, a.D));
+  if (workspace) p.item_counter = reinterpret_cast<int*>(p.dq_accum + attn::dq_accum_floats(a.B, a.T, a.H, a.D));
   const int bwd_tile = attn::sm80_tile(tile_choice("FLASHGPT_ATTENTION_BWD_TILE"));
   const Path path = choose_path(Pass::backward);
   // Every dQ mode of the sm90 backward adds with float atomics: the deterministic mode runs the sm80 kernels.
