@@ -30,7 +30,8 @@ enum class DqMode { atomic, tma, owner, flat };
 // has, 32.54-32.90), the long step 638.6-642.8 ms against 644.0-644.7 in two; the sweep's
 // ten D = 64 shapes +1.4% on average (-2% to +3.6%, one run), GPT-2's shape and step
 // level; at D = 128 level under a causal mask and 1.6-5% behind without one at 1K, 2K and
-// 8K in the sweep (tma then zeroed its accumulator in the preprocess, flat by a memset).
+// 8K in the sweep (with the D = 128 kernels before the thirty-fourth session's K and V by
+// TMA, and both accumulators zeroed by a memset).
 // Measured on an H200 (BENCHMARKS.md): tma beat atomic on every shape measured (tenth
 // session); without a mask tma beat owner at every shape, by 9-37% (twentieth session,
 // call 2). Under a causal mask owner won while tma's items ran key tile major over every
