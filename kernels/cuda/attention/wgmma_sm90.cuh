@@ -32,32 +32,22 @@ __device__ __forceinline__ int tile_offset(int row, int col) {
   return (col >> 6) * (kRows * 64) + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
 }
 
-// Copies rows [first, first + kRows) of a wgmma-layout tile of kTileRows rows from rows
-// row0 + first.. of a (T, row_stride) bf16 matrix (rows >= T become zeros), with kThreads
-// threads (tid: 0..kThreads - 1): part of a tile, loaded by the warps that are done with it.
-template <int kTileRows, int kRows, int kCols, int kThreads, bool kRolled = false>
-__device__ __forceinline__ void load_rows_async(bf16* tile, int first, const bf16* src, int64_t row_stride,
+// Copies rows [row0, row0 + kRows) x kCols of a (T, row_stride) bf16 matrix into a
+// wgmma-layout tile with kThreads threads (tid: 0..kThreads - 1); rows >= T become zeros.
+template <int kRows, int kCols, int kThreads>
+__device__ __forceinline__ void load_tile_async(bf16* tile, const bf16* src, int64_t row_stride,
                                                 int row0, int T, int tid) {
   constexpr int kChunksPerRow = kCols / 8;
   constexpr int kChunks = kRows * kChunksPerRow;
   static_assert(kChunks % kThreads == 0, "every thread copies the same number of chunks");
-#pragma unroll(kRolled ? 1 : kChunks / kThreads)
+#pragma unroll
   for (int it = 0; it < kChunks / kThreads; ++it) {
     const int i = tid + it * kThreads;
-    const int r = first + i / kChunksPerRow, c = (i % kChunksPerRow) * 8;
+    const int r = i / kChunksPerRow, c = (i % kChunksPerRow) * 8;
     const bool in_range = row0 + r < T;
     const bf16* g = src + int64_t(in_range ? row0 + r : 0) * row_stride + c;
-    cp_async_16(smem_u32(tile + tile_offset<kTileRows>(r, c)), g, in_range);
+    cp_async_16(smem_u32(tile + tile_offset<kRows>(r, c)), g, in_range);
   }
-}
-
-// Copies rows [row0, row0 + kRows) x kCols of a (T, row_stride) bf16 matrix into a
-// wgmma-layout tile; rows >= T become zeros. kRolled: a loop, not unrolled (fewer live
-// registers where the caller has few to spare).
-template <int kRows, int kCols, int kThreads, bool kRolled = false>
-__device__ __forceinline__ void load_tile_async(bf16* tile, const bf16* src, int64_t row_stride,
-                                                int row0, int T, int tid) {
-  load_rows_async<kRows, kRows, kCols, kThreads, kRolled>(tile, 0, src, row_stride, row0, T, tid);
 }
 
 // 8 rows of 128 bytes: one swizzle atom, the stride-dimension offset of every descriptor here.
@@ -255,6 +245,7 @@ __device__ __forceinline__ uint32_t opaque(uint32_t x) {
 #if FLASHGPT_HAS_WGMMA
 template <int N>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint64_t b, int accumulate) {
+  static_assert(N == 64 || N == 128 || N == 176, "wgmma_ss: N = 64, 128 or 176");
   if constexpr (N == 64) wgmma_ss_n64(d, a, b, accumulate);
   else if constexpr (N == 128) wgmma_ss_n128(d, a, b, accumulate);
   else wgmma_ss_n176(d, a, b, accumulate);
