@@ -144,10 +144,11 @@ template <> struct Sm90BwdConfig<128> { using Tile = Sm90BwdTile<128, /*kBlockM=
 
 // The TMA descriptors of one launch (kernel parameters, __grid_constant__): the loads of
 // each query tile (Q from qkv, dO: boxes of 64 columns × kBlockM rows, 128-byte swizzle;
-// LSE and D as flat (B·H·T) fp32 arrays, boxes of kLseBox), and the TMA dQ's fp32
-// accumulator (else unused).
+// LSE and D as flat (B·H·T) fp32 arrays, boxes of kLseBox), the TMA dQ's fp32
+// accumulator (else unused), and the stores of dK and dV at D = 64 (dqkv, boxes of 64
+// columns × 64 rows).
 struct Sm90BwdMaps {
-  CUtensorMap q, dout, lse, delta, dq;
+  CUtensorMap q, dout, lse, delta, dq, dqkv;
 };
 
 #if FLASHGPT_HAS_WGMMA
@@ -345,6 +346,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // else nothing. So an item's first step waits for all groups: the next item's K and V
   // load during the whole of this item. (One K/V buffer: by TMA, on kv_full.)
   int step = 0;  // steps done by this block: the Q buffer is its parity
+  // kStageDkDv (D = 64): an item's dK and dV leave through shared memory, sdSt's room
+  // (free once both warpgroups' last dQ has read it), and a TMA store by each warpgroup's
+  // first thread, where each thread's own 4-byte global stores cost the backward 5-10% at
+  // T = 1024-2048 (BENCHMARKS.md, "Thirty-fifth session", call 1). At D = 128 dK and dV
+  // (64 KB) outgrow sdSt (16 KB).
+  constexpr bool kStageDkDv = D == 64;
+  static_assert(!kStageDkDv || 2 * BN * D <= BN * BM, "dK and dV of the key tile fit sdSt");
   // kEarlyKv (one K/V buffer): the next item's K and V load during this item's last
   // step, each once its last reader is done with it (below), rather than at the next
   // item's first step in front of its matmuls. kv_phase: the parity of the items this
@@ -430,6 +438,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // sdSt, and the cp.async writes are visible to the async proxy that wgmma reads through.
     if (first_step) cp_async_wait<0>();
     sm90::mbar_wait_spin(&q_full[buf], (step >> 1) & 1);
+    // kStageDkDv: the TMA has read the item before's dK and dV out of sdSt, which this
+    // step's dSᵀ overwrites.
+    if (kStageDkDv && first_step && tid % 128 == 0) sm90::bulk_wait_read<0>();
     sm90::fence_proxy_async();
     __syncthreads();
     if constexpr (kOwner) {
@@ -720,6 +731,30 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 
     // The item's last step: dK·scale and dV → bf16 into the K and V slots of dqkv
     // (B,T,3,H,D), and the accumulators start again for the next item.
+    if constexpr (kStageDkDv) {
+      // Warpgroup wg's keys through sdSt: its dK, then its dV, each D/64 boxes of 64 rows
+      // × 64 columns (sm90::stage_accumulator_bf16), once both warpgroups' dQ (which read
+      // all of dSᵀ) is done; keys >= T are not stored. The next item's first step waits
+      // for the TMA to have read them.
+      __syncthreads();
+      // (Laundered: hoisted out of the loop, the address spilled.)
+      const uint32_t dk_addr = sm90::opaque(smem_u32(sdSt) + wg * (2 * 64 * D * 2));
+      sm90::stage_accumulator_bf16(dk_addr, 64 * 128, warp % 4, lane, dk, p.scale, p.scale);
+      sm90::stage_accumulator_bf16(dk_addr + 64 * D * 2, 64 * 128, warp % 4, lane, dv, 1.f, 1.f);
+      sm90::fence_proxy_async();
+      sm90::named_sync(2 + wg, 128);
+      if (tid % 128 == 0) {
+        const int key0 = n0 + wg * 64;
+        const bf16* dk_tile = sdSt + wg * 2 * 64 * D;
+        const bf16* dv_tile = dk_tile + 64 * D;
+#pragma unroll
+        for (int c = 0; c < D / 64; ++c) {
+          sm90::tma_store_3d(&maps.dqkv, dk_tile + c * 64 * 64, (p.H + cur_h) * D + c * 64, key0, cur_b);
+          sm90::tma_store_3d(&maps.dqkv, dv_tile + c * 64 * 64, (2 * p.H + cur_h) * D + c * 64, key0, cur_b);
+        }
+        sm90::bulk_commit();
+      }
+    } else {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int key = n0 + warp_key0 + g + 8 * half;
@@ -732,6 +767,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
             pack_bf16(dk[dt][2 * half] * p.scale, dk[dt][2 * half + 1] * p.scale);
         *reinterpret_cast<uint32_t*>(dv_dst + dt * 8) = pack_bf16(dv[dt][2 * half], dv[dt][2 * half + 1]);
       }
+    }
     }
     if (kOwner && n_block + 1 < n_blocks) {
       ++item;  // the unit's next key tile
@@ -752,6 +788,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     m = start_m_of(n_block);
   }
   if constexpr (kPreissueS) sm90::wgmma_wait<0>();  // the Sᵀ issued after the last step
+  if (kStageDkDv && tid % 128 == 0) sm90::bulk_wait_read<0>();  // the shared memory stays until the TMA has read it
   if constexpr (kTmaDq) {  // the last tile, and shared memory stays until it is read
     sm90::fence_proxy_async();
     __syncthreads();
@@ -774,6 +811,7 @@ void launch_main(const FlashParams& p, int64_t grid, cudaStream_t stream) {
   Sm90BwdMaps maps{};
   maps.q = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, BM, "qkv");
   maps.dout = bf16_rows_tensor_map(p.dout, p.o_row_stride, p.T, p.B, BM, "dout");
+  if constexpr (D == 64) maps.dqkv = bf16_rows_tensor_map(p.dqkv, p.qkv_row_stride, p.T, p.B, 64, "dqkv");
   {
     // Flat (B·H·T): the box at the 16-byte boundary at or before element bh·T + m·BM, so
     // no alignment is asked of T. The two outer dimensions are 1 (their strides only have

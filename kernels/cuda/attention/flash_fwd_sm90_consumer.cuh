@@ -57,7 +57,7 @@ struct Sm90FwdConsumer {
   using Scores = float[1][Tile::kNTiles][4];
 
   const FlashParams& p;
-  const int lane, m0, warp_row0;
+  const int lane, m0, wg_row0, warp_row0;  // wg_row0: this warpgroup's first query row
   const uint32_t q_base;  // this warpgroup's 64 query rows: 64 rows × 128 bytes into column block 0
   float o[1][Tile::kDTiles][4];
   float row_max[1][2] = {{-INFINITY, -INFINITY}}, row_sum[1][2] = {{0.f, 0.f}};
@@ -66,7 +66,7 @@ struct Sm90FwdConsumer {
   // wg: this warpgroup's index among the consumers (rows 64·wg..); warp: its warp index in
   // the warpgroup; sQ: the block's Q tile ([D/64][kQRows][64]).
   __device__ Sm90FwdConsumer(const FlashParams& params, int m0_, int wg, int warp, int lane_, const bf16* sQ)
-      : p(params), lane(lane_), m0(m0_), warp_row0(m0_ + wg * 64 + warp * 16),
+      : p(params), lane(lane_), m0(m0_), wg_row0(m0_ + wg * 64), warp_row0(m0_ + wg * 64 + warp * 16),
         q_base(smem_u32(sQ) + wg * 64 * 128) {
 #pragma unroll
     for (int dt = 0; dt < Tile::kDTiles; ++dt)
@@ -126,8 +126,29 @@ struct Sm90FwdConsumer {
     sm90::fence_accumulators(o[0]);
   }
 
+  // O / l → bf16 (B,T,H,D) and LSE → (B,H,T) by each thread's own global stores (the
+  // three-consumer persistent kernel's epilogue; the others stage_output).
   __device__ __forceinline__ void store(int b, int h) {
     store_output<Tile>(p, o, row_max, row_sum, b, h, warp_row0, lane);
+  }
+  // The epilogue's first half: O / l → bf16 into this warpgroup's 64 rows of a staging
+  // tile in shared memory (sm90::stage_accumulator_bf16: D/64 column blocks of 64 rows,
+  // `block_stride` elements apart, as a TMA box), which a TMA store then writes to
+  // (B,T,H,D) (the kernel's store_output_tma); LSE → (B,H,T), rows < T. Through shared
+  // memory and one TMA store, where each thread's own 4-byte global stores (store) cost
+  // the forward 6-20% at T = 1024-2048 (BENCHMARKS.md, "Thirty-fifth session", call 1).
+  __device__ __forceinline__ void stage_output(uint32_t stage, int block_stride, int b, int h) {
+    const int g = lane >> 2, t = lane & 3;
+    float inv[2], sum[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      sum[half] = quad_sum(row_sum[0][half]);
+      inv[half] = sum[half] > 0.f ? 1.f / sum[half] : 0.f;
+      const int row = warp_row0 + g + 8 * half;
+      if (t == 0 && row < p.T) p.lse[(int64_t(b) * p.H + h) * p.T + row] = row_max[0][half] * p.scale + logf(sum[half]);
+    }
+    sm90::stage_accumulator_bf16(stage, block_stride * uint32_t(sizeof(bf16)), (warp_row0 - wg_row0) / 16, lane, o[0],
+                                 inv[0], inv[1]);
   }
 };
 #endif

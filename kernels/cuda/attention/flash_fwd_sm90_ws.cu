@@ -96,7 +96,40 @@ struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
   static_assert(kBlocksPerSm * (kSmemBytes + kStaticSmemBytes + 1024) <= 228 * 1024, "the shared memory");
 };
 
+// The persistent kernel's output stages (Sm90FwdConsumer::stage_output), after its K/V
+// rings: 64 rows × D of bf16 a consumer (the grid kernel stages each consumer's O in its
+// rows of the Q tile, free by then). Not with three consumers (160 registers a thread):
+// staged, their persistent kernel spilled 28 bytes, so it keeps each thread's own global
+// stores (Sm90FwdConsumer::store).
+template <class Tile>
+constexpr bool persistent_stages_output() { return Tile::kConsumers < 3; }
+template <class Tile>
+constexpr size_t persistent_smem_bytes() {
+  return Tile::kSmemBytes +
+         (persistent_stages_output<Tile>() ? size_t(Tile::kConsumers) * 64 * Tile::kHeadDim * sizeof(bf16) : 0);
+}
+
 #if FLASHGPT_HAS_WGMMA
+// The epilogue's second half, after Sm90FwdConsumer::stage_output: once every thread of
+// consumer cw has written its O rows to the stage (D/64 column blocks of 64 × 64, 
+// block_stride elements apart), the consumer's first thread (issuer) stores them to rows
+// row0.. of (B,T,H,D) by TMA (rows past T are not written) and commits them as one bulk
+// group; the stage may be written again once that group has been read
+// (sm90::bulk_wait_read). Named barriers kStoreBarrier + cw: 1.. are the consumers' turns.
+constexpr int kStoreBarrier = 4;
+template <int D>
+__device__ __forceinline__ void store_output_tma(const CUtensorMap* o_map, const bf16* stage, int block_stride,
+                                                 int cw, bool issuer, int h, int row0, int b) {
+  sm90::fence_proxy_async();  // this thread's shared-memory writes, before the TMA reads them
+  sm90::named_sync(kStoreBarrier + cw, 128);
+  if (issuer) {
+#pragma unroll
+    for (int c = 0; c < D / kTmaBoxCols; ++c)
+      sm90::tma_store_3d(o_map, stage + c * block_stride, h * D + c * kTmaBoxCols, row0, b);
+    sm90::bulk_commit();
+  }
+}
+
 // The K/V rings' barriers, by one thread before the block's first barrier: "full"
 // completed by the producer's arrival and the TMA bytes, "empty" by every consumer thread.
 template <int S>
@@ -114,7 +147,8 @@ __device__ __forceinline__ void init_kv_barriers(uint64_t (&k_full)[S], uint64_t
 
 template <class Tile, bool kCausal>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
-    flash_fwd_sm90_ws_kernel(const __grid_constant__ CUtensorMap qkv_map, const FlashParams p) {
+    flash_fwd_sm90_ws_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap o_map,
+                             const FlashParams p) {
 #if FLASHGPT_HAS_WGMMA
   constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN, S = Tile::kStages;
   static_assert(Tile::kQBufs == 1, "a block per query tile holds one Q tile");
@@ -206,7 +240,14 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   sm90::mbar_wait(&v_full[(n_blocks - 1) % S], parity(n_blocks - 1));
   c.finish_overlapped(v_base(n_blocks - 1));
   sm90::mbar_arrive(&v_empty[(n_blocks - 1) % S]);
-  c.store(b, h);
+  // The output through this consumer's rows of the Q tile, which its last QKᵀ has read
+  // (the other consumers read only theirs); the block's shared memory stays until the TMA
+  // has read them.
+  bf16* stage = sQ + cw * 64 * kTmaBoxCols;
+  const bool issuer = tid % 128 == 0;
+  c.stage_output(smem_u32(stage), QR * kTmaBoxCols, b, h);
+  store_output_tma<D>(&o_map, stage, QR * kTmaBoxCols, cw, issuer, h, m0 + cw * 64, b);
+  if (issuer) sm90::bulk_wait_read<0>();
 #else
   static_assert(Tile::kMTiles == 1 && Tile::kNTiles > 0 && Tile::kDTiles > 0 && Tile::kQBufs > 0, "tile shape");
   __trap();  // never launched: the dispatcher checks that sm_90a code was built
@@ -231,7 +272,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
 template <class Tile, bool kCausal>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     flash_fwd_sm90_ws_persistent_kernel(const __grid_constant__ CUtensorMap kv_map,
-                                        const __grid_constant__ CUtensorMap q_map, const FlashParams p) {
+                                        const __grid_constant__ CUtensorMap q_map,
+                                        const __grid_constant__ CUtensorMap o_map, const FlashParams p) {
 #if FLASHGPT_HAS_WGMMA
   constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN, S = Tile::kStages;
   constexpr int QR = Tile::kQRows, kConsumers = Tile::kConsumers;
@@ -243,9 +285,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   bf16* sQ = reinterpret_cast<bf16*>(smem);  // [QB][D/64][QR][64], consumer w's rows 64w..
   bf16* sK = sQ + QB * QR * D;               // [S][D/64][BN][64]
   bf16* sV = sK + S * BN * D;                // [S][D/64][BN][64]
+  bf16* sO = sV + S * BN * D;                // [kConsumers][D/64][64][64]: the output stages, if any
   __shared__ alignas(8) uint64_t q_full[QB][kConsumers], q_empty[QB][kConsumers], k_full[S], k_empty[S], v_full[S],
       v_empty[S];
-  static_assert(Tile::kSmemBytes + sizeof(q_full) * 2 + sizeof(k_full) * 4 + 1024 <= 228 * 1024, "the shared memory");
+  static_assert(persistent_smem_bytes<Tile>() + sizeof(q_full) * 2 + sizeof(k_full) * 4 + 1024 <= 228 * 1024,
+                "the shared memory");
   constexpr int kConsumerThreads = 128 * kConsumers;
   constexpr uint32_t kQPartBytes = 64u * D * sizeof(bf16);
 
@@ -355,9 +399,21 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     c.finish_overlapped(v_base(last));
     sm90::mbar_arrive(&v_empty[last % S]);
     const Coords cd = coords(t);
-    c.store(cd.b, cd.h);
+    if constexpr (persistent_stages_output<Tile>()) {
+      // The output through the consumer's stage, once the TMA has read its previous tile's.
+      bf16* stage = sO + cw * 64 * D;
+      const bool issuer = tid % 128 == 0;
+      if (issuer) sm90::bulk_wait_read<0>();
+      sm90::named_sync(kStoreBarrier + cw, 128);
+      c.stage_output(smem_u32(stage), 64 * kTmaBoxCols, cd.b, cd.h);
+      store_output_tma<D>(&o_map, stage, 64 * kTmaBoxCols, cw, issuer, cd.h, cd.m_block * BM + cw * 64, cd.b);
+    } else {
+      c.store(cd.b, cd.h);
+    }
     kv0 += n_blocks;
   }
+  // The shared memory stays until the TMA has read the last stage.
+  if (persistent_stages_output<Tile>() && tid % 128 == 0) sm90::bulk_wait_read<0>();
 #else
   static_assert(Tile::kMTiles == 1 && Tile::kNTiles > 0 && Tile::kDTiles > 0 && Tile::kQBufs > 0, "tile shape");
   __trap();  // never launched: the dispatcher checks that sm_90a code was built
@@ -371,8 +427,9 @@ void launch_grid(const FlashParams& p, cudaStream_t stream) {
   static const bool opted_in = opt_in_dynamic_smem(kernel, Tile::kSmemBytes);  // once
   (void)opted_in;
   const CUtensorMap map = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, Tile::kBlockN, "qkv");
+  const CUtensorMap o_map = bf16_rows_tensor_map(p.out, p.o_row_stride, p.T, p.B, 64, "out");
   const dim3 grid((p.T + Tile::kBlockM - 1) / Tile::kBlockM, p.H, p.B);
-  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(map, p);
+  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(map, o_map, p);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -381,10 +438,11 @@ void launch_grid(const FlashParams& p, cudaStream_t stream) {
 template <class Tile, bool kCausal>
 void launch_persistent(const FlashParams& p, int persistent_blocks, bool exact_blocks, cudaStream_t stream) {
   auto pk = flash_fwd_sm90_ws_persistent_kernel<Tile, kCausal>;
-  static const bool pk_opted_in = opt_in_dynamic_smem(pk, Tile::kSmemBytes);  // once
+  static const bool pk_opted_in = opt_in_dynamic_smem(pk, persistent_smem_bytes<Tile>());  // once
   (void)pk_opted_in;
   const CUtensorMap map = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, Tile::kBlockN, "qkv");
   const CUtensorMap q_map = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, 64, "qkv");
+  const CUtensorMap o_map = bf16_rows_tensor_map(p.out, p.o_row_stride, p.T, p.B, 64, "out");
   const int64_t heads = int64_t(p.B) * p.H, tiles = (p.T + Tile::kBlockM - 1) / Tile::kBlockM * heads;
   // The balanced grid, kept for the last shape asked (the model takes O(tiles) a try).
   struct Grid { int T; int64_t heads; int max_blocks, blocks; };
@@ -393,7 +451,7 @@ void launch_persistent(const FlashParams& p, int persistent_blocks, bool exact_b
     last = Grid{p.T, heads, persistent_blocks,
                 persistent_forward_grid(persistent_blocks, heads, p.T, Tile::kBlockM, Tile::kBlockN, kCausal)};
   const int64_t blocks = exact_blocks ? std::min<int64_t>(tiles, persistent_blocks) : last.blocks;
-  pk<<<unsigned(blocks), Tile::kThreads, Tile::kSmemBytes, stream>>>(map, q_map, p);
+  pk<<<unsigned(blocks), Tile::kThreads, persistent_smem_bytes<Tile>(), stream>>>(map, q_map, o_map, p);
   CUDA_CHECK_LAUNCH();
 }
 
