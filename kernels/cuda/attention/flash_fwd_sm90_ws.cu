@@ -96,13 +96,14 @@ struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
   static_assert(kBlocksPerSm * (kSmemBytes + kStaticSmemBytes + 1024) <= 228 * 1024, "the shared memory");
 };
 
-// The persistent kernel's output stages (Sm90FwdConsumer::stage_output), after its K/V
-// rings: 64 rows × D of bf16 a consumer (the grid kernel stages each consumer's O in its
-// rows of the Q tile, free by then). Not with three consumers (160 registers a thread):
-// staged, their persistent kernel spilled 28 bytes, so it keeps each thread's own global
-// stores (Sm90FwdConsumer::store).
+// The persistent kernel's output stages (Sm90FwdConsumer::stage_output) at D = 128, after
+// its K/V rings: 64 rows × D of bf16 a consumer (the grid kernel stages each consumer's O
+// in its rows of the Q tile, free by then). At D = 64 its consumers keep their own global
+// stores (Sm90FwdConsumer::store): staged, the two-consumer kernel ran 5% slower at
+// 16 × 32 × 1K causal (0.238 against 0.227 ms) where D = 128 gained 7-12% at 1K, and the
+// three-consumer one spilled 28 bytes (BENCHMARKS.md, "Thirty-fifth session", call 2).
 template <class Tile>
-constexpr bool persistent_stages_output() { return Tile::kConsumers < 3; }
+constexpr bool persistent_stages_output() { return Tile::kHeadDim == 128; }
 template <class Tile>
 constexpr size_t persistent_smem_bytes() {
   return Tile::kSmemBytes +
