@@ -15,6 +15,7 @@ using cuda::attn::backward_workspace_bytes;
 using cuda::attn::choose_head_group;
 using cuda::attn::dq_accum_floats;
 using cuda::attn::DqMode;
+using cuda::attn::flat_stages_dk_dv;
 constexpr int64_t kSms = 132;
 
 constexpr bool kCausal = true, kFull = false;
@@ -29,6 +30,24 @@ TEST(DqMode, AutoTakesFlatButAtHeadDim128WithoutAMask) {
     EXPECT_EQ(choose_dq_mode(v, 128, kCausal), DqMode::flat);
     EXPECT_EQ(choose_dq_mode(v, 128, kFull), DqMode::tma);
   }
+}
+
+TEST(DqMode, FlatStagesDkDvAtHeadDim64UpTo2KOr4KUnderACausalMask) {
+  for (int T : {1, 1023, 1024, 2048}) {
+    EXPECT_TRUE(flat_stages_dk_dv(64, T, kCausal)) << T;
+    EXPECT_TRUE(flat_stages_dk_dv(64, T, kFull)) << T;
+  }
+  for (int T : {2049, 4096}) {
+    EXPECT_TRUE(flat_stages_dk_dv(64, T, kCausal)) << T;
+    EXPECT_FALSE(flat_stages_dk_dv(64, T, kFull)) << T;
+  }
+  for (int T : {4097, 4100, 8192, 65536}) {
+    EXPECT_FALSE(flat_stages_dk_dv(64, T, kCausal)) << T;
+    EXPECT_FALSE(flat_stages_dk_dv(64, T, kFull)) << T;
+  }
+  // At D = 128 dK and dV do not fit the room the kernel has for them.
+  for (int T : {1, 1024, 4096})
+    for (bool causal : {kCausal, kFull}) EXPECT_FALSE(flat_stages_dk_dv(128, T, causal)) << T;
 }
 
 TEST(DqMode, ARequestedModeIsTaken) {

@@ -170,7 +170,9 @@ __device__ __forceinline__ void st_shared_v4_f32(uint32_t addr, const float (&x)
 // key tiles of a (batch, head) and so is the only writer of its dQ: TMA stores, then
 // adds, then the partial read back. kFlatDq (with kTmaDq, not kOwner): the tile and the
 // accumulator in register order (dq_tile.h's flat tile), one bulk reduce-add a tile.
-template <class Tile, bool kCausal, bool kOwner, bool kTmaDq, bool kFlatDq>
+// kStageDkDv (D = 64): each item's dK and dV leave through shared memory and a TMA store
+// (below; dq_mode.h's flat_stages_dk_dv says where).
+template <class Tile, bool kCausal, bool kOwner, bool kTmaDq, bool kFlatDq, bool kStageDkDv>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     flash_bwd_sm90_kernel(const __grid_constant__ Sm90BwdMaps maps, const FlashParams p) {
 #if FLASHGPT_HAS_WGMMA
@@ -346,12 +348,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // else nothing. So an item's first step waits for all groups: the next item's K and V
   // load during the whole of this item. (One K/V buffer: by TMA, on kv_full.)
   int step = 0;  // steps done by this block: the Q buffer is its parity
-  // kStageDkDv (D = 64): an item's dK and dV leave through shared memory, sdSt's room
-  // (free once both warpgroups' last dQ has read it), and a TMA store by each warpgroup's
-  // first thread, where each thread's own 4-byte global stores cost the backward 5-10% at
+  // kStageDkDv: an item's dK and dV leave through shared memory, sdSt's room (free once
+  // both warpgroups' last dQ has read it), and a TMA store by each warpgroup's first
+  // thread, where each thread's own 4-byte global stores cost the backward 5-10% at
   // T = 1024-2048 (BENCHMARKS.md, "Thirty-fifth session", call 1). At D = 128 dK and dV
   // (64 KB) outgrow sdSt (16 KB).
-  constexpr bool kStageDkDv = D == 64;
   static_assert(!kStageDkDv || 2 * BN * D <= BN * BM, "dK and dV of the key tile fit sdSt");
   // kEarlyKv (one K/V buffer): the next item's K and V load during this item's last
   // step, each once its last reader is done with it (below), rather than at the next
@@ -801,9 +802,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #endif
 }
 
-template <class Tile, bool kCausal, bool kOwner, bool kTmaDq, bool kFlatDq = false>
+template <class Tile, bool kCausal, bool kOwner, bool kTmaDq, bool kFlatDq = false, bool kStageDkDv = false>
 void launch_main(const FlashParams& p, int64_t grid, cudaStream_t stream) {
-  auto kernel = flash_bwd_sm90_kernel<Tile, kCausal, kOwner, kTmaDq, kFlatDq>;
+  auto kernel = flash_bwd_sm90_kernel<Tile, kCausal, kOwner, kTmaDq, kFlatDq, kStageDkDv>;
   constexpr size_t smem = Tile::smem_bytes(kOwner, kTmaDq);
   static const bool opted_in = opt_in_dynamic_smem(kernel, smem);  // once
   (void)opted_in;
@@ -811,7 +812,7 @@ void launch_main(const FlashParams& p, int64_t grid, cudaStream_t stream) {
   Sm90BwdMaps maps{};
   maps.q = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, BM, "qkv");
   maps.dout = bf16_rows_tensor_map(p.dout, p.o_row_stride, p.T, p.B, BM, "dout");
-  if constexpr (D == 64) maps.dqkv = bf16_rows_tensor_map(p.dqkv, p.qkv_row_stride, p.T, p.B, 64, "dqkv");
+  if constexpr (kStageDkDv) maps.dqkv = bf16_rows_tensor_map(p.dqkv, p.qkv_row_stride, p.T, p.B, 64, "dqkv");
   {
     // Flat (B·H·T): the box at the 16-byte boundary at or before element bh·T + m·BM, so
     // no alignment is asked of T. The two outer dimensions are 1 (their strides only have
@@ -891,7 +892,11 @@ void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream
     return;  // dQ is written in bf16 by the kernel: no postprocess
   }
   if (flat) {
-    launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/true>(p, grid, stream);
+    // (At D = 128 both branches launch the one kernel: flat_stages_dk_dv is false there.)
+    if (flat_stages_dk_dv(kHeadDim, p.T, kCausal))
+      launch_main<Tile, kCausal, false, true, /*kFlatDq=*/true, /*kStageDkDv=*/kHeadDim == 64>(p, grid, stream);
+    else
+      launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/true>(p, grid, stream);
     flash_bwd_flat_dq_postprocess_kernel<Tile><<<unsigned(tiles), 256, 0, stream>>>(p);
     CUDA_CHECK_LAUNCH();
     return;
