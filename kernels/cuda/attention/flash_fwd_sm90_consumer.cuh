@@ -127,7 +127,7 @@ struct Sm90FwdConsumer {
   }
 
   // O / l → bf16 (B,T,H,D) and LSE → (B,H,T) by each thread's own global stores (the
-  // three-consumer persistent kernel's epilogue; the others stage_output).
+  // D = 64 persistent kernels' epilogue; the others stage_output).
   __device__ __forceinline__ void store(int b, int h) {
     store_output<Tile>(p, o, row_max, row_sum, b, h, warp_row0, lane);
   }

@@ -112,7 +112,7 @@ constexpr size_t persistent_smem_bytes() {
 
 #if FLASHGPT_HAS_WGMMA
 // The epilogue's second half, after Sm90FwdConsumer::stage_output: once every thread of
-// consumer cw has written its O rows to the stage (D/64 column blocks of 64 × 64, 
+// consumer cw has written its O rows to the stage (D/64 column blocks of 64 × 64,
 // block_stride elements apart), the consumer's first thread (issuer) stores them to rows
 // row0.. of (B,T,H,D) by TMA (rows past T are not written) and commits them as one bulk
 // group; the stage may be written again once that group has been read
