@@ -60,6 +60,9 @@
 //             and those without one (causal query tiles 0 and 1, or one key tile) come
 //             first in a unit, after the last item of the previous unit, whose steps
 //             write no tile either.
+// At an item's end dK·scale and dV → bf16 into dqkv: each thread's own 4-byte stores, or
+// (kStageDkDv: flat mode at D = 64 up to T = 2048, 4096 causal, dq_mode.h) through dSᵀ's
+// room in shared memory and one TMA store a tensor from each warpgroup's first thread.
 // At D = 64 dV and dK are issued together once dSᵀ is ready; at D = 128 (TMA dQ) dV goes
 // before dPᵀ is waited for and dK behind dQ, so that they run under the dSᵀ arithmetic and
 // under dQ's trip to shared memory (kSpreadDkDv; +2-4% at T >= 4K).

@@ -15,7 +15,9 @@
 //     softmax of j under it), with no block-wide barrier. They take turns (named barriers
 //     1.., "ping-pong" with two, round robin with three): a consumer issues its matmuls,
 //     and once its QKᵀ is done hands the turn to the next, so that the others' softmax
-//     runs while one's matmuls hold the tensor cores.
+//     runs while one's matmuls hold the tensor cores. A consumer's output (O / l, bf16)
+//     goes by stmatrix into a stage in shared memory and from there by one TMA store
+//     (store_output_tma), but in the D = 64 persistent kernels (their own global stores).
 // A block per query tile (the grid), or for the two-consumer 128-key tile and (causal) the
 // three-consumer one, one block an SM walking the tiles (the persistent kernel below;
 // auto's at short sequences, tile_choice.h).
