@@ -15,6 +15,7 @@
 // sm80 path applies per warp unchanged.
 #pragma once
 #include <cstdint>
+#include "kernels/cuda/attention/bf16_stage.h"
 #include "kernels/cuda/attention/sm80_primitives.cuh"
 
 // wgmma exists only in the sm_90a target; other targets compile a stub.
@@ -85,27 +86,24 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4
 }
 // A warp's 16 rows of an m64nN fp32 wgmma accumulator (acc[j][i]: row 16·warp + lane/4
 // (+ 8 for i ≥ 2), columns 8j + 2(lane%4) + i%2), rows lane/4 times scale_lo and rows
-// lane/4 + 8 times scale_hi, → bf16 into a 64-row tile in shared memory at `tile`: N/64
-// column blocks of 64 rows × 128 bytes, `block_bytes` apart, 1024-byte aligned, in the
-// 128-byte swizzle of a TMA box (row r's 16-byte chunk c at c ^ (r % 8)), ready for a
-// TMA store. One stmatrix writes two 8-column tiles: lane l gives the address of row
-// l % 8 (+ 8 for l & 8) of tile l / 16; the eight lanes of a matrix write eight rows whose
-// chunks the swizzle spreads over the 32 banks. (Row 16·warp + (l & 15) has swizzle l % 8,
-// and tile parity l / 16 is the low bit of the chunk, which pairs of tiles (an even chunk)
-// leave alone: chunk ^ swizzle = pair's chunk ^ ((l / 16) ^ (l % 8)).)
+// lane/4 + 8 times scale_hi, → bf16 into a 64-row stage in shared memory at `tile`, laid
+// out as a TMA store reads it (bf16_stage.h: N/64 column blocks of 64 rows × 128 bytes,
+// `block_bytes` apart, 1024-byte aligned, 128-byte swizzle). One stmatrix writes two
+// 8-column tiles; the eight lanes of a matrix write eight rows whose chunks the swizzle
+// spreads over the 32 banks (tests/test_bf16_stage.cpp checks both).
 template <int kTiles>
 __device__ __forceinline__ void stage_accumulator_bf16(uint32_t tile, uint32_t block_bytes, int warp, int lane,
                                                        const float (&acc)[kTiles][4], float scale_lo,
                                                        float scale_hi) {
   static_assert(kTiles % 8 == 0, "whole 64-column blocks");
-  const uint32_t lane_addr = tile + (16 * warp + (lane & 15)) * 128 + (((lane >> 4) ^ (lane & 7)) << 4);
+  const uint32_t lane_addr = tile + bf16_stage::lane_offset(warp, lane);
 #pragma unroll
   for (int j = 0; j < kTiles; j += 2) {
     const uint32_t r[4] = {pack_bf16(acc[j][0] * scale_lo, acc[j][1] * scale_lo),
                            pack_bf16(acc[j][2] * scale_hi, acc[j][3] * scale_hi),
                            pack_bf16(acc[j + 1][0] * scale_lo, acc[j + 1][1] * scale_lo),
                            pack_bf16(acc[j + 1][2] * scale_hi, acc[j + 1][3] * scale_hi)};
-    stmatrix_x4((lane_addr + (j / 8) * block_bytes) ^ ((j % 8) << 4), r);
+    stmatrix_x4(bf16_stage::pair_address(lane_addr, j, block_bytes), r);
   }
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
