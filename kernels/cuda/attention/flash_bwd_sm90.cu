@@ -351,11 +351,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // else nothing. So an item's first step waits for all groups: the next item's K and V
   // load during the whole of this item. (One K/V buffer: by TMA, on kv_full.)
   int step = 0;  // steps done by this block: the Q buffer is its parity
-  // kStageDkDv: an item's dK and dV leave through shared memory, sdSt's room (free once
-  // both warpgroups' last dQ has read it), and a TMA store by each warpgroup's first
-  // thread, where each thread's own 4-byte global stores cost the backward 5-10% at
-  // T = 1024-2048 (BENCHMARKS.md, "Thirty-fifth session", call 1). At D = 128 dK and dV
-  // (64 KB) outgrow sdSt (16 KB).
+  // kStageDkDv stages an item's dK and dV in sdSt's room (the item's end, below), which
+  // holds both only at D = 64 (at D = 128 they take 64 KB, sdSt 16 KB).
   static_assert(!kStageDkDv || 2 * BN * D <= BN * BM, "dK and dV of the key tile fit sdSt");
   // kEarlyKv (one K/V buffer): the next item's K and V load during this item's last
   // step, each once its last reader is done with it (below), rather than at the next
@@ -895,9 +892,10 @@ void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream
     return;  // dQ is written in bf16 by the kernel: no postprocess
   }
   if (flat) {
-    // (At D = 128 both branches launch the one kernel: flat_stages_dk_dv is false there.)
+    // (flat_stages_dk_dv is false at D = 128, whose kernel has no staged variant.)
     if (flat_stages_dk_dv(kHeadDim, p.T, kCausal))
-      launch_main<Tile, kCausal, false, true, /*kFlatDq=*/true, /*kStageDkDv=*/kHeadDim == 64>(p, grid, stream);
+      launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/true, /*kStageDkDv=*/kHeadDim == 64>(
+          p, grid, stream);
     else
       launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/true>(p, grid, stream);
     flash_bwd_flat_dq_postprocess_kernel<Tile><<<unsigned(tiles), 256, 0, stream>>>(p);
