@@ -15,7 +15,7 @@ using cuda::attn::backward_workspace_bytes;
 using cuda::attn::choose_head_group;
 using cuda::attn::dq_accum_floats;
 using cuda::attn::DqMode;
-using cuda::attn::flat_stages_dk_dv;
+using cuda::attn::stages_dk_dv;
 constexpr int64_t kSms = 132;
 
 constexpr bool kCausal = true, kFull = false;
@@ -33,21 +33,33 @@ TEST(DqMode, AutoTakesFlatButAtHeadDim128WithoutAMask) {
 }
 
 TEST(DqMode, FlatStagesDkDvAtHeadDim64UpTo2KOr4KUnderACausalMask) {
+  using cuda::attn::DqMode;
   for (int T : {1, 1023, 1024, 2048}) {
-    EXPECT_TRUE(flat_stages_dk_dv(64, T, kCausal)) << T;
-    EXPECT_TRUE(flat_stages_dk_dv(64, T, kFull)) << T;
+    EXPECT_TRUE(stages_dk_dv(DqMode::flat, 64, T, kCausal)) << T;
+    EXPECT_TRUE(stages_dk_dv(DqMode::flat, 64, T, kFull)) << T;
   }
   for (int T : {2049, 4096}) {
-    EXPECT_TRUE(flat_stages_dk_dv(64, T, kCausal)) << T;
-    EXPECT_FALSE(flat_stages_dk_dv(64, T, kFull)) << T;
+    EXPECT_TRUE(stages_dk_dv(DqMode::flat, 64, T, kCausal)) << T;
+    EXPECT_FALSE(stages_dk_dv(DqMode::flat, 64, T, kFull)) << T;
   }
   for (int T : {4097, 4100, 8192, 65536}) {
-    EXPECT_FALSE(flat_stages_dk_dv(64, T, kCausal)) << T;
-    EXPECT_FALSE(flat_stages_dk_dv(64, T, kFull)) << T;
+    EXPECT_FALSE(stages_dk_dv(DqMode::flat, 64, T, kCausal)) << T;
+    EXPECT_FALSE(stages_dk_dv(DqMode::flat, 64, T, kFull)) << T;
   }
-  // At D = 128 dK and dV do not fit the room the kernel has for them.
-  for (int T : {1, 1024, 4096})
-    for (bool causal : {kCausal, kFull}) EXPECT_FALSE(flat_stages_dk_dv(128, T, causal)) << T;
+  // The other modes at D = 64 have no staged kernel.
+  for (DqMode mode : {DqMode::tma, DqMode::atomic, DqMode::owner})
+    for (bool causal : {kCausal, kFull}) EXPECT_FALSE(stages_dk_dv(mode, 64, 1024, causal));
+}
+
+TEST(DqMode, TmaAndFlatStageDkDvAtHeadDim128WithoutAMaskOrUpTo4KUnderOne) {
+  using cuda::attn::DqMode;
+  for (DqMode mode : {DqMode::tma, DqMode::flat}) {
+    for (int T : {1, 1024, 4096, 4100, 16384, 65536}) EXPECT_TRUE(stages_dk_dv(mode, 128, T, kFull)) << T;
+    for (int T : {1, 1023, 2048, 4096}) EXPECT_TRUE(stages_dk_dv(mode, 128, T, kCausal)) << T;
+    for (int T : {4097, 4100, 8192, 65536}) EXPECT_FALSE(stages_dk_dv(mode, 128, T, kCausal)) << T;
+  }
+  for (DqMode mode : {DqMode::atomic, DqMode::owner})
+    for (bool causal : {kCausal, kFull}) EXPECT_FALSE(stages_dk_dv(mode, 128, 1024, causal));
 }
 
 TEST(DqMode, ARequestedModeIsTaken) {

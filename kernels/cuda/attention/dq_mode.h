@@ -54,18 +54,30 @@ inline DqMode choose_dq_mode(const char* requested, int D, bool causal) {
   return D == 64 || causal ? DqMode::flat : DqMode::tma;
 }
 
-// Whether the sm90 backward's flat mode at head dim D stores each key tile's dK and dV
-// through shared memory and a TMA store (flash_bwd_sm90.cu, kStageDkDv) rather than each
-// thread's own 4-byte global stores: at D = 64 up to T = 2048, and under a causal mask up
-// to 4096. Measured on an H200 (BENCHMARKS.md, "Thirty-fifth session", call 3, backward
-// TFLOP/s, staged against not in the same sweep): GPT-2's shape (64 x 12 x 1K) 0.835 ms
-// against 0.894, 16 x 32 x 1K full 404.0 against 389.8, 8 x 32 x 2K causal 387.2 against
-// 373.7, full 452.3 against 449.7, 4 x 32 x 4K causal 453.1 against 447.8; behind from
-// 4K full (482.8 against 488.3) and 8K (full 503.2 against 513.7, 16K full 490.3 against
-// 509.0; T = 65,536 causal 33.18 and 32.89 ms against 32.69 and 32.60), where an item's
-// one store is rare and the staged kernel's loop ran slower. (At D = 128 dK and dV
-// outgrow the room the kernel has for them.)
-inline bool flat_stages_dk_dv(int D, int T, bool causal) { return D == 64 && T <= (causal ? 4096 : 2048); }
+// Whether the sm90 backward in dQ mode `mode` at head dim D stores each key tile's dK and
+// dV through shared memory and a TMA store (flash_bwd_sm90.cu, kStageDkDv) rather than each
+// thread's own 4-byte global stores: at D = 64 in flat mode up to T = 2048, and under a
+// causal mask up to 4096; at D = 128 in tma and flat modes without a mask at every T, and
+// under one up to 4096. (Atomic and owner modes never: their kernels have no stage.)
+// Measured on an H200, staged against not:
+// - D = 64 ("Thirty-fifth session", call 3, backward TFLOP/s in the same sweep): GPT-2's
+//   shape (64 x 12 x 1K) 0.835 ms against 0.894, 16 x 32 x 1K full 404.0 against 389.8,
+//   8 x 32 x 2K causal 387.2 against 373.7, full 452.3 against 449.7, 4 x 32 x 4K causal
+//   453.1 against 447.8; behind from 4K full (482.8 against 488.3) and 8K (full 503.2
+//   against 513.7, 16K full 490.3 against 509.0; T = 65,536 causal 33.18 and 32.89 ms
+//   against 32.69 and 32.60), where an item's one store is rare and the staged kernel's
+//   loop ran slower.
+// - D = 128 ("Thirty-sixth session", call 2, backward ms, two interleaved rounds; causal
+//   in flat mode, full masks in tma mode, auto's): 16 x 16 x 1K causal 0.534-0.535
+//   against 0.574-0.576, full 0.786-0.788 against 0.826; 8 x 16 x 2K causal 0.835 against
+//   0.864, full 1.356-1.357 against 1.394; 4 x 16 x 4K causal 1.396-1.397 against
+//   1.422-1.423, full 2.499 against 2.534-2.535; 2 x 16 x 8K causal 2.553-2.556 against
+//   2.551-2.553, full 4.776-4.892 against 4.870-4.992; 1 x 16 x 16K causal 4.912-5.098
+//   against 4.811-5.026, full 9.929-9.941 against 9.992-10.0.
+inline bool stages_dk_dv(DqMode mode, int D, int T, bool causal) {
+  if (D == 64) return mode == DqMode::flat && T <= (causal ? 4096 : 2048);
+  return (mode == DqMode::flat || mode == DqMode::tma) && (!causal || T <= 4096);
+}
 
 // The fp32 dQ accumulator's floats: (B, H, T, D), with T rounded up to whole query tiles
 // of the sm90 backward (128 rows; flat mode's accumulator holds whole tiles), and the

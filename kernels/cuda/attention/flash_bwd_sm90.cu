@@ -61,8 +61,10 @@
 //             first in a unit, after the last item of the previous unit, whose steps
 //             write no tile either.
 // At an item's end dK·scale and dV → bf16 into dqkv: each thread's own 4-byte stores, or
-// (kStageDkDv: flat mode at D = 64 up to T = 2048, 4096 causal, dq_mode.h) through dSᵀ's
-// room in shared memory and one TMA store a tensor from each warpgroup's first thread.
+// (kStageDkDv, dq_mode.h's stages_dk_dv: at D = 64 flat mode up to T = 2048, 4096 causal;
+// at D = 128 tma and flat modes, causal up to T = 4096) through shared memory (D = 64:
+// dSᵀ's room; D = 128: the step's Q and dO buffers and a dQ slot) and one TMA store a
+// tensor from each warpgroup's first thread.
 // At D = 64 dV and dK are issued together once dSᵀ is ready; at D = 128 (TMA dQ) dV goes
 // before dPᵀ is waited for and dK behind dQ, so that they run under the dSᵀ arithmetic and
 // under dQ's trip to shared memory (kSpreadDkDv; +2-4% at T >= 4K).
@@ -148,8 +150,8 @@ template <> struct Sm90BwdConfig<128> { using Tile = Sm90BwdTile<128, /*kBlockM=
 // The TMA descriptors of one launch (kernel parameters, __grid_constant__): the loads of
 // each query tile (Q from qkv, dO: boxes of 64 columns × kBlockM rows, 128-byte swizzle;
 // LSE and D as flat (B·H·T) fp32 arrays, boxes of kLseBox), the TMA dQ's fp32
-// accumulator (else unused), and the stores of dK and dV at D = 64 (dqkv, boxes of 64
-// columns × 64 rows).
+// accumulator (else unused), and the staged stores of dK and dV (dqkv, boxes of 64
+// columns × 64 rows; else unused).
 struct Sm90BwdMaps {
   CUtensorMap q, dout, lse, delta, dq, dqkv;
 };
@@ -173,8 +175,8 @@ __device__ __forceinline__ void st_shared_v4_f32(uint32_t addr, const float (&x)
 // key tiles of a (batch, head) and so is the only writer of its dQ: TMA stores, then
 // adds, then the partial read back. kFlatDq (with kTmaDq, not kOwner): the tile and the
 // accumulator in register order (dq_tile.h's flat tile), one bulk reduce-add a tile.
-// kStageDkDv (D = 64): each item's dK and dV leave through shared memory and a TMA store
-// (below; dq_mode.h's flat_stages_dk_dv says where).
+// kStageDkDv (D = 64 flat mode; D = 128 tma and flat): each item's dK and dV leave through
+// shared memory and a TMA store (below; dq_mode.h's stages_dk_dv says where).
 template <class Tile, bool kCausal, bool kOwner, bool kTmaDq, bool kFlatDq, bool kStageDkDv>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     flash_bwd_sm90_kernel(const __grid_constant__ Sm90BwdMaps maps, const FlashParams p) {
@@ -351,9 +353,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // else nothing. So an item's first step waits for all groups: the next item's K and V
   // load during the whole of this item. (One K/V buffer: by TMA, on kv_full.)
   int step = 0;  // steps done by this block: the Q buffer is its parity
-  // kStageDkDv stages an item's dK and dV in sdSt's room (the item's end, below), which
-  // holds both only at D = 64 (at D = 128 they take 64 KB, sdSt 16 KB).
-  static_assert(!kStageDkDv || 2 * BN * D <= BN * BM, "dK and dV of the key tile fit sdSt");
+  // kStageDkDv stages an item's dK and dV (the item's end, below): at D = 64 in sdSt's
+  // room, which holds both; at D = 128 (64 KB, sdSt 16 KB) warpgroup 0's in the step's Q
+  // and dO buffers and warpgroup 1's in the dQ slot that the TMA has finished reading.
+  static_assert(!kStageDkDv || (D == 64 ? 2 * BN * D <= BN * BM : kDqBufs == 2 && !kOwner),
+                "dK and dV of the key tile fit the stage");
   // kEarlyKv (one K/V buffer): the next item's K and V load during this item's last
   // step, each once its last reader is done with it (below), rather than at the next
   // item's first step in front of its matmuls. kv_phase: the parity of the items this
@@ -439,8 +443,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // sdSt, and the cp.async writes are visible to the async proxy that wgmma reads through.
     if (first_step) cp_async_wait<0>();
     sm90::mbar_wait_spin(&q_full[buf], (step >> 1) & 1);
-    // kStageDkDv: the TMA has read the item before's dK and dV out of sdSt, which this
-    // step's dSᵀ overwrites.
+    // kStageDkDv: the TMA has read the item before's dK and dV out of their stage, which
+    // this step overwrites (D = 64: sdSt, by its dSᵀ; D = 128: thread 0's Q and dO
+    // buffers, by the TMA loads it issues below, and kDqThread's dQ slot, by this step's
+    // dQ tile).
     if (kStageDkDv && first_step && tid % 128 == 0) sm90::bulk_wait_read<0>();
     sm90::fence_proxy_async();
     __syncthreads();
@@ -733,21 +739,31 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // The item's last step: dK·scale and dV → bf16 into the K and V slots of dqkv
     // (B,T,3,H,D), and the accumulators start again for the next item.
     if constexpr (kStageDkDv) {
-      // Warpgroup wg's keys through sdSt: its dK, then its dV, each D/64 boxes of 64 rows
-      // × 64 columns (sm90::stage_accumulator_bf16), once both warpgroups' dQ (which read
-      // all of dSᵀ) is done; keys >= T are not stored. The next item's first step waits
-      // for the TMA to have read them.
+      // Warpgroup wg's keys: its dK and its dV, each D/64 boxes of 64 rows × 64 columns
+      // (sm90::stage_accumulator_bf16), once both warpgroups are done with the step (its
+      // dQ read all of dSᵀ and K, its dK and dV all of Q and dO); keys >= T are not stored.
+      // D = 64: both warpgroups in sdSt (32 KB). D = 128 (64 KB): warpgroup 0 in this
+      // step's Q and dO buffers, whose next load thread 0 issues at the next step, and
+      // warpgroup 1 (whose first thread is kDqThread) in the dQ slot of the step before,
+      // once the reduce-add that kDqThread issued at this step's start has read it (this
+      // step's dQ tile waits in the other slot). The next item's first step waits for the
+      // TMA to have read them.
+      if (D == 128 && tid == kDqThread) sm90::bulk_wait_read<0>();
       __syncthreads();
+      bf16* dk_tile = sdSt + wg * 2 * 64 * D;
+      bf16* dv_tile = dk_tile + 64 * D;
+      if constexpr (D == 128) {
+        dk_tile = wg == 0 ? sQ + buf * BM * D : reinterpret_cast<bf16*>(sDq + dq_slot(buf ^ 1) * BM * D);
+        dv_tile = wg == 0 ? sdO + buf * BM * D : dk_tile + 64 * D;
+      }
       // (Laundered: hoisted out of the loop, the address spilled.)
-      const uint32_t dk_addr = sm90::opaque(smem_u32(sdSt) + wg * (2 * 64 * D * 2));
+      const uint32_t dk_addr = sm90::opaque(smem_u32(dk_tile)), dv_addr = sm90::opaque(smem_u32(dv_tile));
       sm90::stage_accumulator_bf16(dk_addr, 64 * 128, warp % 4, lane, dk, p.scale, p.scale);
-      sm90::stage_accumulator_bf16(dk_addr + 64 * D * 2, 64 * 128, warp % 4, lane, dv, 1.f, 1.f);
+      sm90::stage_accumulator_bf16(dv_addr, 64 * 128, warp % 4, lane, dv, 1.f, 1.f);
       sm90::fence_proxy_async();
       sm90::named_sync(2 + wg, 128);
       if (tid % 128 == 0) {
         const int key0 = n0 + wg * 64;
-        const bf16* dk_tile = sdSt + wg * 2 * 64 * D;
-        const bf16* dv_tile = dk_tile + 64 * D;
 #pragma unroll
         for (int c = 0; c < D / 64; ++c) {
           sm90::tma_store_3d(&maps.dqkv, dk_tile + c * 64 * 64, (p.H + cur_h) * D + c * 64, key0, cur_b);
@@ -892,17 +908,19 @@ void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream
     return;  // dQ is written in bf16 by the kernel: no postprocess
   }
   if (flat) {
-    // (flat_stages_dk_dv is false at D = 128, whose kernel has no staged variant.)
-    if (flat_stages_dk_dv(kHeadDim, p.T, kCausal))
-      launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/true, /*kStageDkDv=*/kHeadDim == 64>(
-          p, grid, stream);
+    if (stages_dk_dv(dq, kHeadDim, p.T, kCausal))
+      launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/true, /*kStageDkDv=*/true>(p, grid,
+                                                                                                        stream);
     else
       launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/true>(p, grid, stream);
     flash_bwd_flat_dq_postprocess_kernel<Tile><<<unsigned(tiles), 256, 0, stream>>>(p);
     CUDA_CHECK_LAUNCH();
     return;
   }
-  if (dq == DqMode::tma) launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true>(p, grid, stream);
+  if (dq == DqMode::tma && stages_dk_dv(dq, kHeadDim, p.T, kCausal))  // (D = 128 only)
+    launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/false, /*kStageDkDv=*/kHeadDim == 128>(
+        p, grid, stream);
+  else if (dq == DqMode::tma) launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true>(p, grid, stream);
   else launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/false>(p, grid, stream);
   launch_bwd_postprocess<kHeadDim>(p, stream);
 }
