@@ -20,16 +20,12 @@ constexpr int64_t kSms = 132;
 
 constexpr bool kCausal = true, kFull = false;
 
-TEST(DqMode, AutoTakesFlatButAtHeadDim128WithoutAMask) {
+TEST(DqMode, AutoTakesFlat) {
   // With the items in head groups, tma beat owner at every shape where owner used to be
   // auto's choice (causal masks whose pairs fill the last wave), and without a mask; flat
-  // beat tma at D = 64, and at D = 128 under a causal mask, not without one.
-  for (const char* v : {static_cast<const char*>(nullptr), "", "auto"}) {
-    EXPECT_EQ(choose_dq_mode(v, 64, kCausal), DqMode::flat);
-    EXPECT_EQ(choose_dq_mode(v, 64, kFull), DqMode::flat);
-    EXPECT_EQ(choose_dq_mode(v, 128, kCausal), DqMode::flat);
-    EXPECT_EQ(choose_dq_mode(v, 128, kFull), DqMode::tma);
-  }
+  // beat tma at D = 64, at D = 128 under a causal mask, and with dK and dV staged at
+  // D = 128 without one.
+  for (const char* v : {static_cast<const char*>(nullptr), "", "auto"}) EXPECT_EQ(choose_dq_mode(v), DqMode::flat);
 }
 
 TEST(DqMode, FlatStagesDkDvAtHeadDim64UpTo2KOr4KUnderACausalMask) {
@@ -63,12 +59,10 @@ TEST(DqMode, TmaAndFlatStageDkDvAtHeadDim128WithoutAMaskOrUpTo4KUnderOne) {
 }
 
 TEST(DqMode, ARequestedModeIsTaken) {
-  EXPECT_EQ(choose_dq_mode("atomic", 64, kCausal), DqMode::atomic);
-  EXPECT_EQ(choose_dq_mode("tma", 64, kCausal), DqMode::tma);
-  EXPECT_EQ(choose_dq_mode("owner", 64, kCausal), DqMode::owner);
-  EXPECT_EQ(choose_dq_mode("flat", 64, kCausal), DqMode::flat);
-  EXPECT_EQ(choose_dq_mode("tma", 128, kCausal), DqMode::tma);
-  EXPECT_EQ(choose_dq_mode("flat", 128, kCausal), DqMode::flat);
+  EXPECT_EQ(choose_dq_mode("atomic"), DqMode::atomic);
+  EXPECT_EQ(choose_dq_mode("tma"), DqMode::tma);
+  EXPECT_EQ(choose_dq_mode("owner"), DqMode::owner);
+  EXPECT_EQ(choose_dq_mode("flat"), DqMode::flat);
 }
 
 // The workspace: the (B, H, T, D) fp32 accumulator with T in whole 128-row tiles, then 16
@@ -89,7 +83,7 @@ TEST(DqMode, TheWorkspaceHoldsWholeQueryTilesAndTheCounter) {
 
 TEST(DqMode, AnUnknownRequestIsAnInputError) {
   for (const char* bad : {"owners", "TMA", "atomics", " auto", "flats"})
-    EXPECT_THROW(choose_dq_mode(bad, 64, kCausal), InputError) << bad;
+    EXPECT_THROW(choose_dq_mode(bad), InputError) << bad;
 }
 
 constexpr int64_t kL2 = 50 << 20;  // an H200's L2: 50 MiB

@@ -259,7 +259,7 @@ void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaS
     static const int l2_bytes = current_device_attribute(cudaDevAttrL2CacheSize);
     p.bwd_head_group = int(attn::choose_head_group(std::getenv("FLASHGPT_ATTENTION_BWD_HEAD_GROUP"), int64_t(a.B) * a.H,
                                                    a.T, a.D, a.causal, l2_bytes, device_sm_count()));
-    const attn::DqMode dq = attn::choose_dq_mode(std::getenv("FLASHGPT_ATTENTION_BWD_DQ"), a.D, a.causal);
+    const attn::DqMode dq = attn::choose_dq_mode(std::getenv("FLASHGPT_ATTENTION_BWD_DQ"));
     if (a.D == 64)
       a.causal ? attn::launch_bwd_sm90<64, /*kCausal=*/true>(p, max_blocks, dq, stream)
                : attn::launch_bwd_sm90<64, /*kCausal=*/false>(p, max_blocks, dq, stream);

@@ -41,7 +41,7 @@
 //     flat:   as tma, the tile in register order (dq_tile.h's flat tile: 8 st.shared.v4
 //             a thread, not 32 scalar stores) and added by one bulk reduce-add (L2
 //             evict_last) to an accumulator in the same order, B·H·m_blocks tiles of
-//             BM·D floats; its postprocess (below) puts the rows in place. auto's at D = 64.
+//             BM·D floats; its postprocess (below) puts the rows in place. auto's choice.
 //     atomic: per-thread 8-byte red.global.add.v2.f32 (every warp's registers stay held
 //             until the atomics drain: ~20% of the stall samples in ncu; 3-22% slower
 //             than tma on an H200)
