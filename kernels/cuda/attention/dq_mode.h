@@ -19,19 +19,22 @@ namespace flashgpt::cuda::attn {
 enum class DqMode { atomic, tma, owner, flat };
 
 // The mode for `requested` (the variable's value: auto, atomic, tma, owner or flat; null
-// or empty = auto; anything else is an InputError) at head dim D, with or without a
-// causal mask. auto: flat at D = 64, and at D = 128 under a causal mask; tma at D = 128
-// without one. At D = 128 (BENCHMARKS.md, "Thirty-fourth session", calls 3 and 4, two
-// sweeps, backward TFLOP/s, flat against tma, with the preprocess zeroing for both): causal
-// 1K +3.0% and +3.7%, 2K to 8K +0.2% to +1.1%, 16K -1.6% and +3.3%; full masks 2K to 16K
-// -0.3% to -1.5% in both, 1K -2.6% and +3.8%. Flat against tma on an H200 (BENCHMARKS.md,
+// or empty = auto; anything else is an InputError). auto: flat, at both head dims and
+// with or without a mask. With dK and dV staged in both modes (stages_dk_dv below), flat
+// ran ahead of tma at D = 128 without a mask, where tma had been auto's choice
+// (BENCHMARKS.md, "Thirty-sixth session", call 4, backward ms, two interleaved rounds, one
+// binary): 16 x 16 x 1K 0.776-0.777 against 0.781-0.784, 8 x 16 x 2K 1.341-1.345 against
+// 1.347-1.350, 4 x 16 x 4K 2.477-2.484 against 2.484-2.488, 2 x 16 x 8K 4.720-4.751
+// against 4.773-4.777, 1 x 16 x 16K 9.737-9.795 against 9.757-9.794. Before that staging,
+// at D = 128 (BENCHMARKS.md, "Thirty-fourth session", calls 3 and 4, two sweeps, backward
+// TFLOP/s, flat against tma, with the preprocess zeroing for both): causal 1K +3.0% and
+// +3.7%, 2K to 8K +0.2% to +1.1%, 16K -1.6% and +3.3%; full masks 2K to 16K -0.3% to -1.5%
+// in both, 1K -2.6% and +3.8%. Flat against tma on an H200 (BENCHMARKS.md,
 // "Thirty-second session", calls 1-3, backward, interleaved): at D = 64 1 x 12 x 65,536
 // causal 32.85-33.03 ms against 33.07-33.54 in three calls (with the L2 policy it now
 // has, 32.54-32.90), the long step 638.6-642.8 ms against 644.0-644.7 in two; the sweep's
 // ten D = 64 shapes +1.4% on average (-2% to +3.6%, one run), GPT-2's shape and step
-// level; at D = 128 level under a causal mask and 1.6-5% behind without one at 1K, 2K and
-// 8K in the sweep (with the D = 128 kernels before the thirty-fourth session's K and V by
-// TMA, and both accumulators zeroed by a memset).
+// level.
 // Measured on an H200 (BENCHMARKS.md): tma beat atomic on every shape measured (tenth
 // session); without a mask tma beat owner at every shape, by 9-37% (twentieth session,
 // call 2). Under a causal mask owner won while tma's items ran key tile major over every
@@ -43,15 +46,14 @@ enum class DqMode { atomic, tma, owner, flat };
 // 16 x 32 x 1K 259-261 against 256-258, 8 x 32 x 2K 347-351 against 306, 4 x 32 x 4K
 // 425-429 against 330-332; D = 128 16 x 16 x 1K 280-282 against 274-275, 8 x 16 x 2K
 // 377-381 against 320-322. Owner mode stays, on request.
-inline DqMode choose_dq_mode(const char* requested, int D, bool causal) {
+inline DqMode choose_dq_mode(const char* requested) {
   const std::string v = requested && *requested ? requested : "auto";
   if (v != "auto" && v != "atomic" && v != "tma" && v != "owner" && v != "flat")
     fail_input("FLASHGPT_ATTENTION_BWD_DQ must be auto, atomic, tma, owner or flat, got '", v, "'");
   if (v == "atomic") return DqMode::atomic;
   if (v == "tma") return DqMode::tma;
   if (v == "owner") return DqMode::owner;
-  if (v == "flat") return DqMode::flat;
-  return D == 64 || causal ? DqMode::flat : DqMode::tma;
+  return DqMode::flat;  // flat, or auto
 }
 
 // Whether the sm90 backward in dQ mode `mode` at head dim D stores each key tile's dK and
