@@ -1,6 +1,6 @@
 // The bf16 output stage of the Hopper attention kernels' staged epilogues
 // (sm90::stage_accumulator_bf16 in wgmma_sm90.cuh: the sm90ws forward's O, the sm90
-// backward's dK and dV at D = 64): 64 rows of a wgmma accumulator in shared memory as a
+// backward's dK and dV): 64 rows of a wgmma accumulator in shared memory as a
 // TMA store reads them, column blocks of 64 rows × 64 bf16 (128-byte rows) `block_bytes`
 // apart, each row's 16-byte chunk c at c ^ (row % 8) (the TMA's 128-byte swizzle; the
 // stage 1024-byte aligned). And where each lane's stmatrix writes there. Host and device,

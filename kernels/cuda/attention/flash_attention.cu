@@ -21,8 +21,8 @@
 //       memory and added by the TMA unit (tma); as tma with the tile and the accumulator
 //       in register order, one bulk add a tile (flat); or one block per (batch, head)
 //       walking its key tiles in order, which stores the first contribution and adds the
-//       middle ones through the TMA tile and writes the last in bf16 (owner). auto: flat,
-//       but tma at D = 128 without a mask (dq_mode.h).
+//       middle ones through the TMA tile and writes the last in bf16 (owner). auto: flat
+//       (dq_mode.h).
 //   FLASHGPT_ATTENTION_BWD_HEAD_GROUP=auto|all|N  tma and atomic modes: the items in
 //       groups of N (batch, head) pairs, key tile major within each (dq_mode.h).
 //   FLASHGPT_ATTENTION_FWD_TILE, FLASHGPT_ATTENTION_BWD_TILE = 0|1  tuning knobs: the
