@@ -91,7 +91,7 @@ inline int64_t backward_workspace_bytes(int64_t B, int64_t T, int64_t H, int64_t
   return dq_accum_floats(B, T, H, D) * int64_t(sizeof(float)) + 16;
 }
 
-// In tma and atomic modes an item is one key tile of one (batch, head) pair, and the
+// In tma, flat and atomic modes an item is one key tile of one (batch, head) pair, and the
 // blocks claim items in order: groups of `group` pairs one after the other, key tile
 // major within a group (every pair's first key tile, then every pair's second, ...;
 // causal masks: the longest items first). A group's Q and dO (bf16) and dQ accumulator

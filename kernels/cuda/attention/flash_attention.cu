@@ -23,7 +23,7 @@
 //       walking its key tiles in order, which stores the first contribution and adds the
 //       middle ones through the TMA tile and writes the last in bf16 (owner). auto: flat
 //       (dq_mode.h).
-//   FLASHGPT_ATTENTION_BWD_HEAD_GROUP=auto|all|N  tma and atomic modes: the items in
+//   FLASHGPT_ATTENTION_BWD_HEAD_GROUP=auto|all|N  tma, flat and atomic modes: the items in
 //       groups of N (batch, head) pairs, key tile major within each (dq_mode.h).
 //   FLASHGPT_ATTENTION_FWD_TILE, FLASHGPT_ATTENTION_BWD_TILE = 0|1  tuning knobs: the
 //       tile shape of each sm80 kernel (flash_fwd_sm80.cu, flash_bwd_sm80.cu); 0 is the

@@ -5,7 +5,7 @@
 // and postprocess (dQ → bf16) are the sm80 kernels.
 //
 // Work items are (K/V tile, batch·head) pairs; an item walks the query tiles that see its
-// keys upwards, or (D = 128, causal, tma and atomic modes) downwards. A block loops over
+// keys upwards, or (D = 128, causal, every mode but owner) downwards. A block loops over
 // items that it claims from a counter (persistent: one block per SM; or a block per item),
 // with K and V double-buffered so that the next item's tiles load during this one (kernel
 // comment).
@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const int wg = warp / 4, g = lane >> 2, t = lane & 3;
   const int warp_key0 = wg * 64 + (warp % 4) * 16;  // this warp's first key within the tile
 
-  // Work items: one per (key tile, batch·head). The tma and atomic modes number them in
+  // Work items: one per (key tile, batch·head). The tma, flat and atomic modes number them in
   // groups of p.bwd_head_group (batch·head)s (dq_mode.h's choose_head_group: as many as
   // keep their Q, dO and dQ rows in the L2), key tile major within a group, so that under
   // a causal mask the items with the most query tiles come first. Block x
