@@ -36,20 +36,24 @@ TEST(TileChoice, Sm80TakesTheRequestedTileAndTileZeroWhenUnset) {
   EXPECT_EQ(sm80_tile(1), 1);
 }
 
-TEST(TileChoice, Sm90wsTakesOneConsumerAtHeadDim64UpTo1024WithoutAMask) {
+TEST(TileChoice, Sm90wsTakesOneConsumerAtHeadDim64BelowT1024WithoutAMask) {
   using cuda::attn::FwdSchedule;
   using cuda::attn::kSm90WsOneConsumer;
-  for (int T : {1, 17, 512, 1023, 1024}) {
+  for (int T : {1, 17, 512, 1023}) {
     EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, /*causal=*/false), kSm90WsOneConsumer) << T;
+    EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, false, FwdSchedule::grid), kSm90WsOneConsumer) << T;
+  }
+  // From T = 1024 on without a mask: three consumers (the threshold itself included).
+  for (auto schedule : {FwdSchedule::automatic, FwdSchedule::grid, FwdSchedule::persistent})
+    EXPECT_EQ(sm90ws_forward_tile(-1, 64, 1024, false, schedule), 1);
+  for (int T : {1, 17, 512, 1023, 1024}) {
     // Causal: tile 0, persistent (GPT-2 124M's training step: T = 1024); with the schedule
-    // held to a block per tile, the one-consumer tile as before.
+    // held to a block per tile, the one-consumer tile.
     EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, /*causal=*/true), 0) << T;
     EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, true, FwdSchedule::persistent), 0) << T;
     EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, true, FwdSchedule::grid), kSm90WsOneConsumer) << T;
-    EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, false, FwdSchedule::grid), kSm90WsOneConsumer) << T;
   }
   EXPECT_NE(sm90ws_forward_tile(-1, 64, 1025, true, FwdSchedule::grid), kSm90WsOneConsumer);  // the threshold is inclusive
-  EXPECT_NE(sm90ws_forward_tile(-1, 64, 1025, false), kSm90WsOneConsumer);
 }
 
 TEST(TileChoice, Sm90wsTakesThreeConsumersAtHeadDim64UnlessCausalAndShort) {
@@ -57,7 +61,7 @@ TEST(TileChoice, Sm90wsTakesThreeConsumersAtHeadDim64UnlessCausalAndShort) {
   EXPECT_EQ(sm90ws_forward_tile(-1, 64, 2047, true), 0);
   EXPECT_EQ(sm90ws_forward_tile(-1, 64, 2048, true), 1);   // the threshold itself
   EXPECT_EQ(sm90ws_forward_tile(-1, 64, 65536, true), 1);  // the long-context step
-  for (int T : {1025, 2048, 16384}) EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, /*causal=*/false), 1) << T;
+  for (int T : {1024, 1025, 2048, 16384}) EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, /*causal=*/false), 1) << T;
 }
 
 // At D = 128: 128-key tiles under a causal mask and up to T = 8191 without one; 176-key
@@ -84,14 +88,18 @@ TEST(TileChoice, Sm90wsRunsPersistentAtShortSequences) {
   EXPECT_EQ(unset, FwdSchedule::automatic);
   EXPECT_EQ(cuda::attn::parse_forward_schedule(""), FwdSchedule::automatic);
   for (bool causal : {true, false}) {
-    // D = 128: auto's tile is 0; persistent up to T = 2048, inclusive.
-    for (int T : {1, 1024, 2048}) {
+    // D = 128: auto's tile is 0; persistent up to T = 2048 under a causal mask and up to
+    // 4096 without one, inclusive.
+    const int last = causal ? 2048 : 4096;
+    for (int T : {1, 1024, 2048, 4096}) {
+      if (T > last) continue;
       EXPECT_EQ(sm90ws_forward_tile(-1, 128, T, causal), 0) << T;
       EXPECT_TRUE(sm90ws_forward_persistent(unset, 0, 128, T, causal)) << T;
     }
-    EXPECT_FALSE(sm90ws_forward_persistent(unset, 0, 128, 2049, causal));
+    EXPECT_FALSE(sm90ws_forward_persistent(unset, 0, 128, last + 1, causal));
     EXPECT_FALSE(sm90ws_forward_persistent(unset, 0, 128, 65536, causal));
   }
+  EXPECT_FALSE(sm90ws_forward_persistent(unset, 0, 128, 4096, /*causal=*/true));
   // D = 64: causal up to T = 8192 (tile 0 up to 1K, tile 1 from 2K: see the tile rule),
   // nothing else.
   for (int T : {1, 1024, 2048, 4096, 8192}) {

@@ -54,7 +54,13 @@ inline FwdSchedule parse_forward_schedule(const char* value) {
 // 22%). Under a causal mask up to T = 1024 tile 0 persistent beats it in turn
 // ("Twenty-fifth session", call 5: 16 x 32 x 1K 297.3-299.5 against 283.0-285.8, GPT-2's
 // shape 268.7-271.6 against 252.3-255.2), so tile 0 is taken there unless the schedule is
-// grid; without a mask it does not (358.5-361.1 against 382.9-387.1).
+// grid; without a mask it does not (358.5-361.1 against 382.9-387.1). Since the staged
+// epilogues (the grid kernels' O through shared memory and TMA stores, "Thirty-fifth
+// session") three consumers beat one at T = 1024 without a mask ("Thirty-sixth session",
+// call 5, two rounds: 16 x 32 x 1K 391.0-391.3 TFLOP/s against 385.0-386.4; two
+// consumers, grid 351.7-351.8, persistent 369.8-372.1), so one consumer is auto's only
+// below T = 1024 there (not measured since) and, with a causal mask, under the grid
+// schedule (causal 1K, one against tile 0 persistent: 288.3-288.5 against 304.7-305.5).
 // At D = 128 tile 1 (176-key tiles, two stages; FlashAttention-3's tile without a mask)
 // beats tile 0 without a mask from T = 8192 on ("Thirty-third session", call 2, two
 // rounds: 8K 690.8-691.3 TFLOP/s against 679.0-680.4, 16K 708.3-710.6 against
@@ -63,8 +69,9 @@ inline FwdSchedule parse_forward_schedule(const char* value) {
 inline int sm90ws_forward_tile(int requested, int D, int T, bool causal, FwdSchedule schedule = FwdSchedule::automatic) {
   if (requested >= 0) return requested;
   if (D == 128) return !causal && T >= 8192 ? 1 : 0;
-  if (T <= 1024) return causal && schedule != FwdSchedule::grid ? 0 : kSm90WsOneConsumer;
-  return !causal || T >= 2048 ? 1 : 0;
+  if (!causal) return T < 1024 ? kSm90WsOneConsumer : 1;
+  if (T <= 1024) return schedule != FwdSchedule::grid ? 0 : kSm90WsOneConsumer;
+  return T >= 2048 ? 1 : 0;
 }
 
 // The consumer warpgroups and the key-tile size of the sm90ws forward's `tile` at head dim
@@ -84,8 +91,8 @@ constexpr bool sm90ws_has_persistent_kernel(int consumers, int block_n, bool cau
 }
 
 // Whether the sm90ws forward runs `tile` persistent: never a tile without a persistent
-// kernel (above). auto: persistent up to T = 2048 at D = 128 and, under a causal mask, up
-// to T = 8192 at D = 64, where a block per tile, alone on its SM, pays its tile's first
+// kernel (above). auto: persistent at D = 128 up to T = 2048 under a causal mask and up to
+// 4096 without one, and under a causal mask up to T = 8192 at D = 64, where a block per tile, alone on its SM, pays its tile's first
 // loads and its epilogue in the open (cuDNN's forward is persistent there). Measured on an
 // H200 against a block per tile:
 //   D = 128 ("Twenty-fifth session", call 5, three rounds): 1K causal 387.5-390.0 TFLOP/s
@@ -93,6 +100,10 @@ constexpr bool sm90ws_has_persistent_kernel(int consumers, int block_n, bool cau
 //   against 482.0-483.9, full 610.7-612.2 against 600.2-602.6; from 4K on behind, with the
 //   rounds balanced too (persistent_forward_grid; "Twenty-sixth session", call 1): causal
 //   4K 555-563 against 572-574, 8K 601-604 against 627-633, 16K 636-639 against 698-699.
+//   Since the D = 128 persistent kernel's staged O ("Thirty-fifth session"), at 4K without
+//   a mask ("Thirty-sixth session", call 5, two rounds): 676.2-677.2 against 671.6-674.0
+//   (at 1K and 2K persistent stays ahead: 591.1-591.2 against 543.9-545.9, 648.4-651.5
+//   against 624.8-625.3).
 //   D = 64, causal, three consumers (tile 1; "Twenty-sixth session", call 1): 2K 378-387
 //   against 353-355, 4K 433-441 against 413-418, 8K 482 against 476-480; level at 16K
 //   (506-509 against 509-513) and behind at 65,536 (503-528 against 523-540). Up to 1K,
@@ -102,7 +113,7 @@ inline bool sm90ws_forward_persistent(FwdSchedule schedule, int tile, int D, int
       schedule == FwdSchedule::grid)
     return false;
   if (schedule == FwdSchedule::persistent) return true;
-  return D == 128 ? T <= 2048 : causal && T <= 8192;
+  return D == 128 ? T <= (causal ? 2048 : 4096) : causal && T <= 8192;
 }
 
 // The persistent forward's rounds (flash_fwd_sm90_ws.cu, tile_of): with G blocks, round r
