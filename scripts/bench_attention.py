@@ -23,15 +23,15 @@ block per query tile even with /persist; three consumers at D = 64; "/ft0" its f
 kernels ignore them); "/grid" runs the sm90
 backward with one block per work item (FLASHGPT_ATTENTION_BWD_SCHEDULE=grid) instead of
 the persistent default; "/atomic", "/tma", "/owner" and "/flat" force its dQ mode (FLASHGPT_ATTENTION_BWD_DQ);
-"/allheads" gives its tma and atomic modes one group of every (batch, head) pair, key tile
+"/allheads" gives its tma, flat and atomic modes one group of every (batch, head) pair, key tile
 major (FLASHGPT_ATTENTION_BWD_HEAD_GROUP=all, the order before the L2-sized groups).
 "/c1" runs the sm90ws forward with one consumer warpgroup and two blocks an SM
 (FLASHGPT_ATTENTION_FWD_CONSUMERS=1) at every shape; auto takes it at D = 64 without a mask
-up to T = 1024.
+below T = 1024.
 "/persist" and "/fgrid" run the sm90ws forward's two-consumer tiles (and its three-consumer
 tile under a causal mask) persistent or a block per query tile
-(FLASHGPT_ATTENTION_FWD_SCHEDULE); auto takes persistent up to T = 2048 at D = 128 and
-with a causal mask up to T = 8192 at D = 64 (up to T = 1024 its tile 0, not /c1's).
+(FLASHGPT_ATTENTION_FWD_SCHEDULE); auto takes persistent at D = 128 up to T = 2048 under a
+causal mask and 4096 without one, and with a causal mask up to T = 8192 at D = 64 (up to T = 1024 its tile 0, not /c1's).
 --flashgpt may be given more than once, as LABEL=BINARY: every binary runs every path,
 so two builds (before and after a change) are compared in the same run.
 The /FA2 and /cuDNN columns divide the best of our columns by FA2 and by cuDNN. Below the

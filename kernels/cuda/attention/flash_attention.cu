@@ -31,16 +31,16 @@
 //       warpgroups with 128-key tiles, 1 at D = 128 176-key tiles and at D = 64 three
 //       consumers for 192 query rows a block (flash_fwd_sm90_ws.cu); unset, the
 //       measured choice of sm90ws_forward_tile in tile_choice.h (at D = 64: one
-//       consumer and two blocks an SM up to T = 1024 without a mask, tile 0 with a causal
-//       mask, then three consumers unless causal with T < 2048; at D = 128 tile 1 without
+//       consumer and two blocks an SM below T = 1024 without a mask, tile 0 with a causal
+//       mask up to T = 1024, then three consumers unless causal with T < 2048; at D = 128 tile 1 without
 //       a mask from T = 8192). The other Hopper kernels ignore them.
 //   FLASHGPT_ATTENTION_FWD_CONSUMERS=1  the sm90ws forward with one consumer warpgroup
 //       (64 query rows) and two blocks an SM at every shape, whatever FWD_TILE says.
 //   FLASHGPT_ATTENTION_FWD_SCHEDULE=auto|grid|persistent  the sm90ws forward's two- and
 //       (causal) three-consumer tiles as a block per query tile (grid) or one block an SM
 //       walking the tiles (persistent, on as many SMs as balance its rounds); auto:
-//       persistent up to T = 2048 at D = 128 and, with a causal mask, up to T = 8192 at
-//       D = 64 (tile_choice.h). FLASHGPT_ATTENTION_FWD_BLOCKS=N (tests) runs the
+//       persistent at D = 128 up to T = 2048 (causal) or 4096 (full) and, with a causal
+//       mask, up to T = 8192 at D = 64 (tile_choice.h). FLASHGPT_ATTENTION_FWD_BLOCKS=N (tests) runs the
 //       persistent kernel on exactly N blocks.
 #include "kernels/cuda/attention/flash_attention.h"
 
