@@ -750,9 +750,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       // TMA to have read them.
       if (D == 128 && tid == kDqThread) sm90::bulk_wait_read<0>();
       __syncthreads();
-      bf16* dk_tile = sdSt + wg * 2 * 64 * D;
-      bf16* dv_tile = dk_tile + 64 * D;
-      if constexpr (D == 128) {
+      bf16 *dk_tile, *dv_tile;
+      if constexpr (D == 64) {
+        dk_tile = sdSt + wg * 2 * 64 * D;
+        dv_tile = dk_tile + 64 * D;
+      } else {
         dk_tile = wg == 0 ? sQ + buf * BM * D : reinterpret_cast<bf16*>(sDq + dq_slot(buf ^ 1) * BM * D);
         dv_tile = wg == 0 ? sdO + buf * BM * D : dk_tile + 64 * D;
       }

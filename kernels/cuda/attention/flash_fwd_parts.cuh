@@ -94,6 +94,14 @@ __device__ __forceinline__ void online_softmax(float (&s)[Tile::kMTiles][Tile::k
   rescale_output<Tile>(o, alpha);
 }
 
+// A finished row's epilogue terms, shared by every forward's epilogue (store_output below,
+// Sm90FwdConsumer::stage_output): O's scale, 1 / the row's softmax sum (0 for a row that
+// saw no key), and its natural-log LSE into (B,H,T), the convention the backward reads.
+__device__ __forceinline__ float inverse_row_sum(float sum) { return sum > 0.f ? 1.f / sum : 0.f; }
+__device__ __forceinline__ void store_row_lse(const FlashParams& p, int b, int h, int row, float row_max, float sum) {
+  p.lse[(int64_t(b) * p.H + h) * p.T + row] = row_max * p.scale + logf(sum);
+}
+
 // O / l → bf16 (B,T,H,D) and LSE → (B,H,T), rows < T only.
 template <class Tile>
 __device__ __forceinline__ void store_output(const FlashParams& p,
@@ -109,14 +117,13 @@ __device__ __forceinline__ void store_output(const FlashParams& p,
       const int row = warp_row0 + mt * 16 + g + 8 * half;
       const float sum = quad_sum(row_sum[mt][half]);
       if (row >= p.T) continue;
-      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      const float inv = inverse_row_sum(sum);
       bf16* dst = p.out + (int64_t(b) * p.T + row) * p.o_row_stride + h * Tile::kHeadDim + 2 * t;
 #pragma unroll
       for (int dt = 0; dt < Tile::kDTiles; ++dt)
         *reinterpret_cast<uint32_t*>(dst + dt * 8) =
             pack_bf16(o[mt][dt][2 * half] * inv, o[mt][dt][2 * half + 1] * inv);
-      if (t == 0)
-        p.lse[(int64_t(b) * p.H + h) * p.T + row] = row_max[mt][half] * p.scale + logf(sum);
+      if (t == 0) store_row_lse(p, b, h, row, row_max[mt][half], sum);
     }
 }
 

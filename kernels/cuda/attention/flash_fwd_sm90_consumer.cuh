@@ -143,9 +143,9 @@ struct Sm90FwdConsumer {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       sum[half] = quad_sum(row_sum[0][half]);
-      inv[half] = sum[half] > 0.f ? 1.f / sum[half] : 0.f;
+      inv[half] = inverse_row_sum(sum[half]);
       const int row = warp_row0 + g + 8 * half;
-      if (t == 0 && row < p.T) p.lse[(int64_t(b) * p.H + h) * p.T + row] = row_max[0][half] * p.scale + logf(sum[half]);
+      if (t == 0 && row < p.T) store_row_lse(p, b, h, row, row_max[0][half], sum[half]);
     }
     sm90::stage_accumulator_bf16(stage, block_stride * uint32_t(sizeof(bf16)), (warp_row0 - wg_row0) / 16, lane, o[0],
                                  inv[0], inv[1]);
