@@ -432,6 +432,12 @@ TEST_P(FlashAttentionVsReference, OutputsAndGradients) {
     for (const char* tile : {"0", "1"}) {
       ScopedEnv fwd_tile("FLASHGPT_ATTENTION_FWD_TILE", tile);
       check_against(pb, ref, naive, std::string("sm90ws tile ") + tile);
+      // A block per query tile, where auto would take the persistent kernel (a sequence's
+      // last block may hold fewer rows than consumers: its idle consumers leave at once).
+      {
+        ScopedEnv sched("FLASHGPT_ATTENTION_FWD_SCHEDULE", "grid");
+        check_against(pb, ref, naive, std::string("sm90ws tile ") + tile + " grid");
+      }
       // Tile 1's persistent kernel: three consumers under a causal mask only; none for
       // 176-key tiles.
       if (tile[0] == '1' && (c.D == 128 || !c.causal)) continue;
@@ -637,12 +643,14 @@ TEST(CudaFlashAttention, Sm90WsForwardIsBitwiseEqualToSm90) {
               << name << shape << ": LSE differs from sm90's";
         };
         expect_same(ws, "sm90ws");
+        expect_same(run("sm90ws", "0", "grid"), "sm90ws grid");
         expect_same(run("sm90ws", "0", "persistent"), "sm90ws persistent");
         expect_same(run("sm90ws", "0", "persistent", "3"), "sm90ws persistent on 3 blocks");
         if (D == 64) {  // three consumers, 192 rows a block: the extra key tiles a row meets
                         // under a causal mask are wholly masked (P = 0, O scaled by exactly 1);
                         // one consumer, 64 rows a block, the same 128-key tiles
           const DeviceRun ws3 = run("sm90ws", "1");
+          expect_same(run("sm90ws", "1", "grid"), "sm90ws tile 1 grid");
           if (causal) {  // (no three-consumer persistent kernel without a mask)
             expect_same(run("sm90ws", "1", "persistent"), "sm90ws tile 1 persistent");
             expect_same(run("sm90ws", "1", "persistent", "3"), "sm90ws tile 1 persistent on 3 blocks");

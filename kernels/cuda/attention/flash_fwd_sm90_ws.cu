@@ -166,7 +166,6 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   static_assert(sizeof(q_full) + sizeof(k_full) + sizeof(k_empty) + sizeof(v_full) + sizeof(v_empty) <=
                     Tile::kStaticSmemBytes,
                 "Tile::kStaticSmemBytes counts these barriers");
-  constexpr int kConsumerThreads = 128 * kConsumers;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp / 4;
   const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest (causal) tiles first
@@ -174,10 +173,14 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   const int m0 = m_block * BM;
   const int n_end = kCausal ? min(p.T, m0 + BM) : p.T;
   const int n_blocks = (n_end + BN - 1) / BN;
+  // The consumers with rows before T: all but in a sequence's last query tile, which may
+  // hold fewer than kBlockM rows (T = 1024 in 192-row blocks: 64). Those past T leave at
+  // once, and the K/V rings' "empty" barriers and the turns count only these.
+  const int busy = min(kConsumers, (p.T - m0 + 63) / 64);
 
   if (tid == 0) {
     sm90::mbar_init(&q_full, 1);
-    init_kv_barriers(k_full, k_empty, v_full, v_empty, kConsumerThreads);
+    init_kv_barriers(k_full, k_empty, v_full, v_empty, 128 * busy);
     sm90::fence_mbar_init();
   }
   __syncthreads();
@@ -211,28 +214,29 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   // ---- consumers
   sm90::setmaxnreg_inc<Tile::kConsumerRegs>();
   const int cw = wg - 1;  // rows 64·cw.. of the block
+  if (cw >= busy) return;  // every row past T
   Sm90FwdConsumer<Tile, kCausal> c(p, m0, cw, warp % 4, lane, sQ);
   auto v_base = [&](int nb) { return smem_u32(sV + (nb % S) * BN * D); };
   auto parity = [](int nb) { return uint32_t((nb / S) & 1); };
   sm90::mbar_wait(&q_full, 0);
   // Ping-pong: consumer cw issues its matmuls after named barrier 1 + cw and, once its QKᵀ
-  // is done, lets the next go (barrier 1 + (cw + 1) mod kConsumers: 2 − cw with two).
+  // is done, lets the next go (barrier 1 + (cw + 1) mod busy: 2 − cw with two).
   // Each barrier counts the 128 threads waiting and the 128 arriving. Consumer 0 starts;
   // the last consumer skips its last hand-over, so every barrier is completed as often
   // as it is waited on.
-  // One consumer (kConsumers = 1) takes no turns.
+  // One consumer (kConsumers = 1, or busy = 1) takes no turns.
   constexpr int kTurnThreads = 256;
-  if (kConsumers > 1 && cw == kConsumers - 1) sm90::named_arrive(1, kTurnThreads);
+  const bool turns = kConsumers > 1 && busy > 1;
+  if (turns && cw == busy - 1) sm90::named_arrive(1, kTurnThreads);
   // Key tile nb; kFirst (nb = 0: no previous P·V) at compile time, see step_overlapped.
   auto step = [&](int nb, auto is_first) {
     constexpr bool kFirst = decltype(is_first)::value;
     const int s = nb % S;
     sm90::mbar_wait(&k_full[s], parity(nb));
     if constexpr (!kFirst) sm90::mbar_wait(&v_full[(nb - 1) % S], parity(nb - 1));
-    if constexpr (kConsumers > 1) sm90::named_sync(1 + cw, kTurnThreads);
+    if (turns) sm90::named_sync(1 + cw, kTurnThreads);
     auto after_qk = [&] {  // S done: the next consumer's turn; K of tile nb read
-      if constexpr (kConsumers > 1)
-        if (cw != kConsumers - 1 || nb + 1 < n_blocks) sm90::named_arrive(cw + 1 < kConsumers ? cw + 2 : 1, kTurnThreads);
+      if (turns && (cw != busy - 1 || nb + 1 < n_blocks)) sm90::named_arrive(cw + 1 < busy ? cw + 2 : 1, kTurnThreads);
       sm90::mbar_arrive(&k_empty[s]);
     };
     auto after_pv = [&] { sm90::mbar_arrive(&v_empty[(nb - 1) % S]); };  // V of tile nb − 1 read
