@@ -173,9 +173,13 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   const int m0 = m_block * BM;
   const int n_end = kCausal ? min(p.T, m0 + BM) : p.T;
   const int n_blocks = (n_end + BN - 1) / BN;
-  // The consumers with rows before T: all but in a sequence's last query tile, which may
-  // hold fewer than kBlockM rows (T = 1024 in 192-row blocks: 64). Those past T leave at
-  // once, and the K/V rings' "empty" barriers and the turns count only these.
+  // The consumers with rows before T: all but in a sequence's last query tile when it
+  // holds fewer than kBlockM rows (T = 1024 in 192-row blocks: 64 rows, one consumer).
+  // The others leave at once; the K/V rings' "empty" barriers and the turns count only
+  // these. Against every consumer running the tile on rows past T (BENCHMARKS.md,
+  // "Thirty-seventh session", calls 3 and 4, same-call pairs): 16 x 32 x 1K at D = 64
+  // without a mask 412-413 TFLOP/s against 389, 2K +1.5%, 4K +2%; 16K level without a
+  // mask and 0.5-0.7% behind under a causal one.
   const int busy = min(kConsumers, (p.T - m0 + 63) / 64);
 
   if (tid == 0) {
@@ -215,8 +219,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   sm90::setmaxnreg_inc<Tile::kConsumerRegs>();
   const int cw = wg - 1;  // rows 64·cw.. of the block
   if (cw >= busy) return;  // every row past T
-  // The consumers' work, with kBusy of them taking turns (a compile-time count: with the
-  // count known only at run time, the loop ran 2-3% slower at 16K).
+  // The consumers' work, with kBusy of them taking turns: a compile-time count, so that the
+  // full blocks run the loop they ran before (with the count known only at run time the
+  // loop took 18 more instructions and 16K without a mask ran 2-3% slower: calls 1-3).
   auto consume = [&](auto busy_consumers) {
     constexpr int kBusy = decltype(busy_consumers)::value;
     Sm90FwdConsumer<Tile, kCausal> c(p, m0, cw, warp % 4, lane, sQ);
@@ -284,10 +289,14 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
 // (a tensor map with 64-row boxes), reloaded as soon as that consumer has issued its last
 // QKᵀ of the tile (q_empty), under its last softmax, P·V and epilogue; at D = 128 in two
 // buffers taken in turn (Tile::kQBufs), so that a tile's Q is loaded with its first K/V
-// tiles, while the tile before still runs. The consumers'
-// turns run on across tiles: one that has finished a tile starts the next one's first QKᵀ
-// while the other is in its epilogue. cuDNN's forward on Hopper is persistent too (132
-// blocks of 384 threads at these shapes: BENCHMARKS.md, "Twenty-fifth session", call 2).
+// tiles, while the tile before still runs. The consumers' turns run on across tiles: one
+// that has finished a tile starts the next one's first QKᵀ while the other is in its
+// epilogue. Unlike the grid kernel's, every consumer runs every tile, on rows past T too
+// (the last three-consumer tile at T = 2048 holds 128 rows): a branch around the matmuls
+// for a consumer without rows spilled 4 bytes at three consumers and, in a version that
+// had it at two as well, cost GPT-2's shape 7% (BENCHMARKS.md, "Thirty-seventh session",
+// call 1). cuDNN's forward on Hopper is persistent too (132 blocks of 384 threads at these
+// shapes: BENCHMARKS.md, "Twenty-fifth session", call 2).
 // Same arithmetic as the grid kernel, tile by tile: the same bits.
 template <class Tile, bool kCausal>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
