@@ -58,8 +58,10 @@ inline FwdSchedule parse_forward_schedule(const char* value) {
 // epilogues (the grid kernels' O through shared memory and TMA stores, "Thirty-fifth
 // session") three consumers beat one at T = 1024 without a mask ("Thirty-sixth session",
 // call 5, two rounds: 16 x 32 x 1K 391.0-391.3 TFLOP/s against 385.0-386.4; two
-// consumers, grid 351.7-351.8, persistent 369.8-372.1), so one consumer is auto's only
-// below T = 1024 there (not measured since) and, with a causal mask, under the grid
+// consumers, grid 351.7-351.8, persistent 369.8-372.1); with a sequence's last query tile
+// starting only its busy consumers ("Thirty-seventh session", call 3) three ran
+// 412.0-413.1 there against 389.2-389.4. So one consumer is auto's only below T = 1024 there (not measured
+// since; three may now win there too) and, with a causal mask, under the grid
 // schedule (causal 1K, one against tile 0 persistent: 288.3-288.5 against 304.7-305.5).
 // At D = 128 tile 1 (176-key tiles, two stages; FlashAttention-3's tile without a mask)
 // beats tile 0 without a mask from T = 8192 on ("Thirty-third session", call 2, two
