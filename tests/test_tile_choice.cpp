@@ -64,6 +64,35 @@ TEST(TileChoice, Sm90wsTakesThreeConsumersAtHeadDim64UnlessCausalAndShort) {
   for (int T : {1024, 1025, 2048, 16384}) EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, /*causal=*/false), 1) << T;
 }
 
+// The grid block's consumers with rows before T (64 rows each): every one but in a
+// sequence's short last query tile, never none.
+TEST(TileChoice, Sm90wsGridStartsOnlyTheConsumersWithRows) {
+  using cuda::attn::sm90ws_busy_consumers;
+  // Three consumers, 192 rows a block: the last block at T = 1024 starts at 960.
+  EXPECT_EQ(sm90ws_busy_consumers(1024, 960, 3), 1);
+  EXPECT_EQ(sm90ws_busy_consumers(1024, 768, 3), 3);
+  EXPECT_EQ(sm90ws_busy_consumers(2048, 1920, 3), 2);   // 128 rows
+  EXPECT_EQ(sm90ws_busy_consumers(4100, 4032, 3), 2);   // 68 rows: a partial second consumer
+  EXPECT_EQ(sm90ws_busy_consumers(1023, 960, 3), 1);    // 63 rows
+  EXPECT_EQ(sm90ws_busy_consumers(1, 0, 3), 1);
+  EXPECT_EQ(sm90ws_busy_consumers(113, 0, 3), 2);
+  EXPECT_EQ(sm90ws_busy_consumers(65536, 65472, 3), 1);
+  // Two consumers, 128 rows a block; one consumer is always busy.
+  EXPECT_EQ(sm90ws_busy_consumers(1025, 1024, 2), 1);
+  EXPECT_EQ(sm90ws_busy_consumers(1024, 896, 2), 2);
+  EXPECT_EQ(sm90ws_busy_consumers(17, 0, 1), 1);
+  // Every block of every T up to 1000 at each count: as many as the rows need, at most all.
+  for (int consumers : {1, 2, 3})
+    for (int T = 1; T <= 1000; ++T)
+      for (int m0 = 0; m0 < T; m0 += 64 * consumers) {
+        const int busy = sm90ws_busy_consumers(T, m0, consumers);
+        ASSERT_GE(busy, 1);
+        ASSERT_LE(busy, consumers);
+        ASSERT_LT(m0 + 64 * (busy - 1), T) << "a busy consumer with no rows";
+        if (busy < consumers) ASSERT_GE(m0 + 64 * busy, T) << "a consumer with rows left out";
+      }
+}
+
 // At D = 128: 128-key tiles under a causal mask and up to T = 8191 without one; 176-key
 // tiles (tile 1) without a mask from T = 8192.
 TEST(TileChoice, Sm90wsTakes176KeyTilesAtHeadDim128OnlyWithoutAMaskFrom8K) {

@@ -173,14 +173,14 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   const int m0 = m_block * BM;
   const int n_end = kCausal ? min(p.T, m0 + BM) : p.T;
   const int n_blocks = (n_end + BN - 1) / BN;
-  // The consumers with rows before T: all but in a sequence's last query tile when it
-  // holds fewer than kBlockM rows (T = 1024 in 192-row blocks: 64 rows, one consumer).
-  // The others leave at once; the K/V rings' "empty" barriers and the turns count only
-  // these. Against every consumer running the tile on rows past T (BENCHMARKS.md,
+  // The consumers with rows before T (tile_choice.h): all but in a sequence's last query
+  // tile when it holds fewer than kBlockM rows (T = 1024 in 192-row blocks: 64 rows, one
+  // consumer). The others leave at once; the K/V rings' "empty" barriers and the turns
+  // count only these. Against every consumer running the tile on rows past T (BENCHMARKS.md,
   // "Thirty-seventh session", calls 3 and 4, same-call pairs): 16 x 32 x 1K at D = 64
   // without a mask 412-413 TFLOP/s against 389, 2K +1.5%, 4K +2%; 16K level without a
   // mask and 0.5-0.7% behind under a causal one.
-  const int busy = min(kConsumers, (p.T - m0 + 63) / 64);
+  const int busy = sm90ws_busy_consumers(p.T, m0, kConsumers);
 
   if (tid == 0) {
     sm90::mbar_init(&q_full, 1);

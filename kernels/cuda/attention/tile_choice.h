@@ -92,6 +92,12 @@ constexpr bool sm90ws_has_persistent_kernel(int consumers, int block_n, bool cau
   return block_n <= 128 && (consumers == 2 || (consumers == 3 && causal));
 }
 
+// The consumers of an sm90ws grid block whose query tile starts at row m0 that have rows
+// before T (64 rows a consumer, `consumers` of them): all of them but in a sequence's last
+// query tile when it holds fewer rows (T = 1024 in 192-row blocks: m0 = 960, one). The
+// grid kernel starts only these (flash_fwd_sm90_ws.cu); constexpr, so device code calls it.
+constexpr int sm90ws_busy_consumers(int T, int m0, int consumers) { return std::min(consumers, (T - m0 + 63) / 64); }
+
 // Whether the sm90ws forward runs `tile` persistent: never a tile without a persistent
 // kernel (above). auto: persistent at D = 128 up to T = 2048 under a causal mask and up to
 // 4096 without one, and under a causal mask up to T = 8192 at D = 64, where a block per tile, alone on its SM, pays its tile's first
