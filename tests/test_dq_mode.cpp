@@ -29,7 +29,6 @@ TEST(DqMode, AutoTakesFlat) {
 }
 
 TEST(DqMode, FlatStagesDkDvAtHeadDim64UpTo2KOr4KUnderACausalMask) {
-  using cuda::attn::DqMode;
   for (int T : {1, 1023, 1024, 2048}) {
     EXPECT_TRUE(stages_dk_dv(DqMode::flat, 64, T, kCausal)) << T;
     EXPECT_TRUE(stages_dk_dv(DqMode::flat, 64, T, kFull)) << T;
@@ -48,7 +47,6 @@ TEST(DqMode, FlatStagesDkDvAtHeadDim64UpTo2KOr4KUnderACausalMask) {
 }
 
 TEST(DqMode, TmaAndFlatStageDkDvAtHeadDim128WithoutAMaskOrUpTo4KUnderOne) {
-  using cuda::attn::DqMode;
   for (DqMode mode : {DqMode::tma, DqMode::flat}) {
     for (int T : {1, 1024, 4096, 4100, 16384, 65536}) EXPECT_TRUE(stages_dk_dv(mode, 128, T, kFull)) << T;
     for (int T : {1, 1023, 2048, 4096}) EXPECT_TRUE(stages_dk_dv(mode, 128, T, kCausal)) << T;

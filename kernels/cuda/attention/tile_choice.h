@@ -60,9 +60,10 @@ inline FwdSchedule parse_forward_schedule(const char* value) {
 // call 5, two rounds: 16 x 32 x 1K 391.0-391.3 TFLOP/s against 385.0-386.4; two
 // consumers, grid 351.7-351.8, persistent 369.8-372.1); with a sequence's last query tile
 // starting only its busy consumers ("Thirty-seventh session", call 3) three ran
-// 412.0-413.1 there against 389.2-389.4. So one consumer is auto's only below T = 1024 there (not measured
-// since; three may now win there too) and, with a causal mask, under the grid
-// schedule (causal 1K, one against tile 0 persistent: 288.3-288.5 against 304.7-305.5).
+// 412.0-413.1 there against 389.2-389.4. So one consumer is auto's only below T = 1024
+// there (not measured since; three may now win there too) and, with a causal mask, under
+// the grid schedule (causal 1K, one against tile 0 persistent: 288.3-288.5 against
+// 304.7-305.5).
 // At D = 128 tile 1 (176-key tiles, two stages; FlashAttention-3's tile without a mask)
 // beats tile 0 without a mask from T = 8192 on ("Thirty-third session", call 2, two
 // rounds: 8K 690.8-691.3 TFLOP/s against 679.0-680.4, 16K 708.3-710.6 against
@@ -100,9 +101,9 @@ constexpr int sm90ws_busy_consumers(int T, int m0, int consumers) { return std::
 
 // Whether the sm90ws forward runs `tile` persistent: never a tile without a persistent
 // kernel (above). auto: persistent at D = 128 up to T = 2048 under a causal mask and up to
-// 4096 without one, and under a causal mask up to T = 8192 at D = 64, where a block per tile, alone on its SM, pays its tile's first
-// loads and its epilogue in the open (cuDNN's forward is persistent there). Measured on an
-// H200 against a block per tile:
+// 4096 without one, and under a causal mask up to T = 8192 at D = 64, where a block per
+// tile, alone on its SM, pays its tile's first loads and its epilogue in the open (cuDNN's
+// forward is persistent there). Measured on an H200 against a block per tile:
 //   D = 128 ("Twenty-fifth session", call 5, three rounds): 1K causal 387.5-390.0 TFLOP/s
 //   against 366.0-368.0, full 539.7-542.8 against 513.2-515.8; 2K causal 490.1-492.5
 //   against 482.0-483.9, full 610.7-612.2 against 600.2-602.6; from 4K on behind, with the
