@@ -3,6 +3,7 @@
 // check that every tile computes the right attention; these check what each setting and
 // shape gets.
 #include <gtest/gtest.h>
+#include <algorithm>
 #include <string>
 #include "kernels/cuda/attention/tile_choice.h"
 #include "src/errors.h"
@@ -91,6 +92,48 @@ TEST(TileChoice, Sm90wsGridStartsOnlyTheConsumersWithRows) {
         ASSERT_LT(m0 + 64 * (busy - 1), T) << "a busy consumer with no rows";
         if (busy < consumers) ASSERT_GE(m0 + 64 * busy, T) << "a consumer with rows left out";
       }
+}
+
+// Under a causal mask: each consumer of a block runs the key tiles up to the one holding
+// its last row's key, and no fewer; key tile nb's consumers are a suffix of the busy ones
+// that always holds the last. With 128 rows a block (two consumers) nobody skips.
+TEST(TileChoice, Sm90wsConsumersSkipOnlyKeyTilesAfterTheirRows) {
+  using cuda::attn::sm90ws_busy_consumers;
+  using cuda::attn::sm90ws_consumer_key_tiles;
+  using cuda::attn::sm90ws_first_consumer_of;
+  using cuda::attn::sm90ws_next_turn;
+  using cuda::attn::sm90ws_turn_offset;
+  constexpr int BN = 128;
+  // T = 2048, the block of rows 192..383: key tiles 0-2; consumer 0 (rows 192-255) needs
+  // two of them, key tile 2 (keys 256-383) is consumers 1 and 2's.
+  EXPECT_EQ(sm90ws_consumer_key_tiles(192, 0, BN, 3), 2);
+  EXPECT_EQ(sm90ws_consumer_key_tiles(192, 1, BN, 3), 3);
+  EXPECT_EQ(sm90ws_first_consumer_of(2, BN, 192), 1);
+  EXPECT_EQ(sm90ws_first_consumer_of(1, BN, 0), 2);  // rows 0-191: only rows 128.. see keys 128..
+  int skipped = 0;
+  for (int consumers : {2, 3})
+    for (int T = 1; T <= 3000; ++T)
+      for (int m0 = 0; m0 < T; m0 += 64 * consumers) {
+        const int n_blocks = (std::min(T, m0 + 64 * consumers) + BN - 1) / BN;
+        const int busy = sm90ws_busy_consumers(T, m0, consumers);
+        // (The persistent kernel runs every consumer, those without rows too: they skip nothing.)
+        for (int c = busy; c < consumers; ++c) ASSERT_EQ(sm90ws_consumer_key_tiles(m0, c, BN, n_blocks), n_blocks);
+        for (int c = 0; c < busy; ++c) {
+          const int mine = sm90ws_consumer_key_tiles(m0, c, BN, n_blocks);
+          const int last_row = std::min(m0 + 64 * c + 63, T - 1);
+          ASSERT_GE(mine, 1);
+          ASSERT_LE((mine - 1) * BN, last_row) << "a key tile that consumer " << c << " sees none of";
+          if (mine < n_blocks) ASSERT_GT(mine * BN, last_row) << "a key tile left out that consumer " << c << " sees";
+          if (c == busy - 1) ASSERT_EQ(mine, n_blocks) << "the last busy consumer runs every key tile";
+          if (consumers == 2) ASSERT_EQ(mine, n_blocks) << "128-row blocks skip nothing";
+          skipped += n_blocks - mine;
+          for (int nb = 0; nb < n_blocks; ++nb) {
+            ASSERT_EQ(c >= sm90ws_first_consumer_of(nb, BN, m0), nb < mine) << "T " << T << " m0 " << m0 << " nb " << nb;
+            ASSERT_EQ(sm90ws_next_turn(nb, BN, sm90ws_turn_offset(BN, m0)), 1 + sm90ws_first_consumer_of(nb + 1, BN, m0));
+          }
+        }
+      }
+  EXPECT_GT(skipped, 0);
 }
 
 // At D = 128: 128-key tiles under a causal mask and up to T = 8191 without one; 176-key

@@ -148,6 +148,23 @@ __device__ __forceinline__ void init_kv_barriers(uint64_t (&k_full)[S], uint64_t
 }
 #endif
 
+// Whether the consumers of `Tile` under this mask skip the key tiles they see none of
+// (tile_choice.h's sm90ws_consumer_key_tiles): blocks of more query rows than a key tile
+// holds, under a causal mask (three consumers). Elsewhere every consumer sees every key
+// tile of its block.
+template <class Tile, bool kCausal>
+constexpr bool skips_key_tiles() { return kCausal && Tile::kBlockM > Tile::kBlockN; }
+
+#if FLASHGPT_HAS_WGMMA
+// The producer's arrivals on a K or V "empty" barrier for the `skipping` consumers that
+// do not read this key tile (128 threads each), once it has issued the tile's load: by
+// then the barrier's previous phase has completed (the producer waited for it), so these
+// count in this tile's phase.
+__device__ __forceinline__ void arrive_for_skipping(uint64_t* empty, int skipping) {
+  if (skipping > 0) sm90::mbar_arrive(empty, 128u * uint32_t(skipping));
+}
+#endif
+
 template <class Tile, bool kCausal>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
     flash_fwd_sm90_ws_kernel(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap o_map,
@@ -181,6 +198,11 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   // without a mask 412-413 TFLOP/s against 389, 2K +1.5%, 4K +2%; 16K level without a
   // mask and 0.5-0.7% behind under a causal one.
   const int busy = sm90ws_busy_consumers(p.T, m0, kConsumers);
+  // kSkips: under a causal mask a block taller than its key tiles (three consumers) has
+  // consumers that see none of its last key tiles (tile_choice.h); each runs only its own
+  // (sm90ws_consumer_key_tiles), the turns pass over it, and the producer arrives on the
+  // K/V "empty" barriers in its place.
+  constexpr bool kSkips = skips_key_tiles<Tile, kCausal>();
 
   if (tid == 0) {
     sm90::mbar_init(&q_full, 1);
@@ -205,12 +227,15 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
     for (int nb = 0; nb < n_blocks; ++nb) {
       const int s = nb % S;
       const uint32_t parity = ((nb / S) & 1) ^ 1;  // the release of this buffer's previous tile
+      const int skipping = kSkips ? sm90ws_first_consumer_of(nb, BN, m0) : 0;
       sm90::mbar_wait(&k_empty[s], parity);
       sm90::mbar_arrive_expect_tx(&k_full[s], Tile::kTileBytes);
       load(sK + s * BN * D, &k_full[s], BN, (p.H + h) * D, nb * BN);
+      arrive_for_skipping(&k_empty[s], skipping);
       sm90::mbar_wait(&v_empty[s], parity);
       sm90::mbar_arrive_expect_tx(&v_full[s], Tile::kTileBytes);
       load(sV + s * BN * D, &v_full[s], BN, (2 * p.H + h) * D, nb * BN);
+      arrive_for_skipping(&v_empty[s], skipping);
     }
     return;
   }
@@ -225,16 +250,19 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   auto consume = [&](auto busy_consumers) {
     constexpr int kBusy = decltype(busy_consumers)::value;
     Sm90FwdConsumer<Tile, kCausal> c(p, m0, cw, warp % 4, lane, sQ);
+    const int mine = kSkips ? sm90ws_consumer_key_tiles(m0, cw, BN, n_blocks) : n_blocks;  // this consumer's key tiles
     auto v_base = [&](int nb) { return smem_u32(sV + (nb % S) * BN * D); };
     auto parity = [](int nb) { return uint32_t((nb / S) & 1); };
     sm90::mbar_wait(&q_full, 0);
     // Ping-pong: consumer cw issues its matmuls after named barrier 1 + cw and, once its
-    // QKᵀ is done, lets the next go (barrier 1 + (cw + 1) mod kBusy: 2 − cw with two).
+    // QKᵀ is done, lets the next go (barrier 1 + (cw + 1) mod kBusy: 2 − cw with two; with
+    // kSkips the last consumer hands the next key tile's turn to its first consumer).
     // Each barrier counts the 128 threads waiting and the 128 arriving. Consumer 0 starts;
     // the last consumer skips its last hand-over, so every barrier is completed as often
     // as it is waited on. One consumer takes no turns.
     constexpr int kTurnThreads = 256;
     if (kBusy > 1 && cw == kBusy - 1) sm90::named_arrive(1, kTurnThreads);
+    const int turn_offset = sm90ws_turn_offset(BN, m0);  // kSkips: key tile nb + 1's first turn
     // Key tile nb; kFirst (nb = 0: no previous P·V) at compile time, see step_overlapped.
     auto step = [&](int nb, auto is_first) {
       constexpr bool kFirst = decltype(is_first)::value;
@@ -244,7 +272,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
       if constexpr (kBusy > 1) sm90::named_sync(1 + cw, kTurnThreads);
       auto after_qk = [&] {  // S done: the next consumer's turn; K of tile nb read
         if constexpr (kBusy > 1)
-          if (cw != kBusy - 1 || nb + 1 < n_blocks) sm90::named_arrive(cw + 1 < kBusy ? cw + 2 : 1, kTurnThreads);
+          if (cw != kBusy - 1 || nb + 1 < mine)  // (the last consumer's own key tiles are all the block's)
+            sm90::named_arrive(cw + 1 < kBusy ? cw + 2 : kSkips ? sm90ws_next_turn(nb, BN, turn_offset) : 1, kTurnThreads);
         sm90::mbar_arrive(&k_empty[s]);
       };
       auto after_pv = [&] { sm90::mbar_arrive(&v_empty[(nb - 1) % S]); };  // V of tile nb − 1 read
@@ -252,10 +281,10 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
                                          after_pv);
     };
     step(0, std::true_type{});
-    for (int nb = 1; nb < n_blocks; ++nb) step(nb, std::false_type{});
-    sm90::mbar_wait(&v_full[(n_blocks - 1) % S], parity(n_blocks - 1));
-    c.finish_overlapped(v_base(n_blocks - 1));
-    sm90::mbar_arrive(&v_empty[(n_blocks - 1) % S]);
+    for (int nb = 1; nb < mine; ++nb) step(nb, std::false_type{});
+    sm90::mbar_wait(&v_full[(mine - 1) % S], parity(mine - 1));
+    c.finish_overlapped(v_base(mine - 1));
+    sm90::mbar_arrive(&v_empty[(mine - 1) % S]);
     // The output through this consumer's rows of the Q tile, which its last QKᵀ has read
     // (the other consumers read only theirs); the block's shared memory stays until the
     // TMA has read them.
@@ -291,7 +320,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
 // buffers taken in turn (Tile::kQBufs), so that a tile's Q is loaded with its first K/V
 // tiles, while the tile before still runs. The consumers' turns run on across tiles: one
 // that has finished a tile starts the next one's first QKᵀ while the other is in its
-// epilogue. Unlike the grid kernel's, every consumer runs every tile, on rows past T too
+// epilogue. Unlike the grid kernel's, every consumer runs every query tile (with kSkips
+// up to its own last key tile, as there), on rows past T too
 // (the last three-consumer tile at T = 2048 holds 128 rows): a branch around the matmuls
 // for a consumer without rows spilled 4 bytes at three consumers and, in a version that
 // had it at two as well, cost GPT-2's shape 7% (BENCHMARKS.md, "Thirty-seventh session",
@@ -321,6 +351,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
                 "the shared memory");
   constexpr int kConsumerThreads = 128 * kConsumers;
   constexpr uint32_t kQPartBytes = 64u * D * sizeof(bf16);
+  constexpr bool kSkips = skips_key_tiles<Tile, kCausal>();  // as in the grid kernel
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp / 4;
   const int m_blocks = (p.T + BM - 1) / BM, tiles = m_blocks * p.H * p.B;
@@ -365,9 +396,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       for (int nb = 0; nb < cd.n_blocks; ++nb, ++kv) {
         const int s = kv % S;
         const uint32_t parity = ((kv / S) & 1) ^ 1;  // the release of this buffer's previous tile
+        const int skipping = kSkips ? sm90ws_first_consumer_of(nb, BN, cd.m_block * BM) : 0;
         sm90::mbar_wait(&k_empty[s], parity);
         sm90::mbar_arrive_expect_tx(&k_full[s], Tile::kTileBytes);
         load_kv(sK + s * BN * D, &k_full[s], (p.H + cd.h) * D, nb * BN, cd.b);
+        arrive_for_skipping(&k_empty[s], skipping);
         if (nb == 0) {  // this tile's Q, each consumer's rows once it is done with the buffer's last tile
           const int qb = local % QB;
           bf16* q_dst = sQ + qb * QR * D;
@@ -384,6 +417,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         sm90::mbar_wait(&v_empty[s], parity);
         sm90::mbar_arrive_expect_tx(&v_full[s], Tile::kTileBytes);
         load_kv(sV + s * BN * D, &v_full[s], (2 * p.H + cd.h) * D, nb * BN, cd.b);
+        arrive_for_skipping(&v_empty[s], skipping);
       }
     }
     return;
@@ -401,9 +435,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   int kv0 = 0;  // the ring position of this tile's first K/V tile
   for (int local = 0, t = tile_of(0); t >= 0; t = tile_of(++local)) {
     const bool last_tile = tile_of(local + 1) < 0;
-    const int n_blocks = coords(t).n_blocks;
+    const int n_blocks = coords(t).n_blocks, m0 = coords(t).m_block * BM;
+    const int mine = kSkips ? sm90ws_consumer_key_tiles(m0, cw, BN, n_blocks) : n_blocks;  // this consumer's key tiles
+    const int turn_offset = sm90ws_turn_offset(BN, m0);  // kSkips: key tile nb + 1's first turn
     const int qb = local % QB;
-    Sm90FwdConsumer<Tile, kCausal> c(p, coords(t).m_block * BM, cw, warp % 4, lane, sQ + qb * QR * D);
+    Sm90FwdConsumer<Tile, kCausal> c(p, m0, cw, warp % 4, lane, sQ + qb * QR * D);
     sm90::mbar_wait(&q_full[qb][cw], uint32_t(local / QB) & 1);
     auto step = [&](int nb, auto is_first) {
       constexpr bool kFirst = decltype(is_first)::value;
@@ -413,17 +449,20 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       sm90::named_sync(1 + cw, kTurnThreads);
       auto after_qk = [&] {  // S done: the next consumer's turn; K of this tile (and, last, Q) read
         if (cw != kConsumers - 1 || nb + 1 < n_blocks || !last_tile)
-          sm90::named_arrive(cw + 1 < kConsumers ? cw + 2 : 1, kTurnThreads);
+          sm90::named_arrive(cw + 1 < kConsumers          ? cw + 2
+                             : kSkips && nb + 1 < n_blocks ? sm90ws_next_turn(nb, BN, turn_offset)
+                                                           : 1,
+                             kTurnThreads);
         sm90::mbar_arrive(&k_empty[s]);
-        if (nb + 1 == n_blocks) sm90::mbar_arrive(&q_empty[qb][cw]);
+        if (nb + 1 == mine) sm90::mbar_arrive(&q_empty[qb][cw]);
       };
       auto after_pv = [&] { sm90::mbar_arrive(&v_empty[(kv - 1) % S]); };  // V of the previous key tile read
       c.template step_overlapped<kFirst>(nb, smem_u32(sK + s * BN * D), v_base(kFirst ? kv : kv - 1), after_qk,
                                          after_pv);
     };
     step(0, std::true_type{});
-    for (int nb = 1; nb < n_blocks; ++nb) step(nb, std::false_type{});
-    const int last = kv0 + n_blocks - 1;
+    for (int nb = 1; nb < mine; ++nb) step(nb, std::false_type{});
+    const int last = kv0 + mine - 1;
     sm90::mbar_wait(&v_full[last % S], parity(last));
     c.finish_overlapped(v_base(last));
     sm90::mbar_arrive(&v_empty[last % S]);

@@ -99,6 +99,27 @@ constexpr bool sm90ws_has_persistent_kernel(int consumers, int block_n, bool cau
 // grid kernel starts only these (flash_fwd_sm90_ws.cu); constexpr, so device code calls it.
 constexpr int sm90ws_busy_consumers(int T, int m0, int consumers) { return std::min(consumers, (T - m0 + 63) / 64); }
 
+// Under a causal mask a block of more query rows than a key tile holds (three consumers,
+// 192 rows, against 128 keys) has key tiles that its first consumers see none of: consumer
+// c (rows m0 + 64c .. m0 + 64c + 63) sees the keys up to its last row, so it needs only
+// the block's first sm90ws_consumer_key_tiles key tiles, and key tile nb is needed by the
+// consumers from sm90ws_first_consumer_of(nb) on (the others' rows all come before its
+// first key). At T = 2048 these skip 10% of the three-consumer persistent kernel's
+// consumer steps, at 1024 25%. m0 and BN are multiples of 64. The kernels skip only where
+// the block is taller than its key tiles (flash_fwd_sm90_ws.cu); n_blocks: the block's key
+// tiles.
+constexpr int sm90ws_consumer_key_tiles(int m0, int c, int BN, int n_blocks) {
+  return std::min(n_blocks, (m0 + 64 * (c + 1) + BN - 1) / BN);
+}
+constexpr int sm90ws_first_consumer_of(int nb, int BN, int m0) { return std::max(0, (nb * BN - m0) / 64); }
+// The turns' view of it (flash_fwd_sm90_ws.cu): after key tile nb the last consumer
+// hands the turn to named barrier 1 + sm90ws_first_consumer_of(nb + 1, BN, m0), computed
+// as sm90ws_next_turn(nb, BN, sm90ws_turn_offset(BN, m0)) with the offset worked out once
+// a query tile (in the loop, the division by 64 and m0 kept live spilled 8 bytes in the
+// three-consumer grid kernel).
+constexpr int sm90ws_turn_offset(int BN, int m0) { return 1 + (BN - m0) / 64; }
+constexpr int sm90ws_next_turn(int nb, int BN, int turn_offset) { return std::max(1, BN / 64 * nb + turn_offset); }
+
 // Whether the sm90ws forward runs `tile` persistent: never a tile without a persistent
 // kernel (above). auto: persistent at D = 128 up to T = 2048 under a causal mask and up to
 // 4096 without one, and under a causal mask up to T = 8192 at D = 64, where a block per

@@ -29,6 +29,11 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(smem_u32(bar)) : "memory");
 }
+// `count` arrivals at once (one thread standing in for others that have nothing to do).
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar, uint32_t count) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(smem_u32(bar)), "r"(count)
+               : "memory");
+}
 // Waits until the phase of parity `parity` has completed. A pipeline bug would otherwise
 // hang the GPU: after 2^28 unsuccessful tries (seconds) the kernel traps instead. The
 // loop is inside the asm: as a C++ loop (each thread leaving it on its own) it made ptxas
