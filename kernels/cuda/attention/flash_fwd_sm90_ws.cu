@@ -163,6 +163,14 @@ constexpr bool skips_key_tiles() { return kCausal && Tile::kBlockM > Tile::kBloc
 __device__ __forceinline__ void arrive_for_skipping(uint64_t* empty, int skipping) {
   if (skipping > 0) sm90::mbar_arrive(empty, 128u * uint32_t(skipping));
 }
+// x as lane 0 of the warp has it: the compiler then treats it as the same in every lane
+// (CUTLASS makes its warp-group index warp-uniform the same way). The consumers' index
+// (cw) comes through it: with kSkips a consumer's key-tile count, the trip count of its
+// loop around the wgmmas, comes from cw, and computed from threadIdx alone (which the
+// compiler cannot tell is warp-uniform) that loop ran 4-12% slower (BENCHMARKS.md,
+// "Thirty-eighth session", call 1); through a shuffle of the count alone, the three-consumer
+// kernels spilled.
+__device__ __forceinline__ int warp_uniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
 #endif
 
 template <class Tile, bool kCausal>
@@ -242,7 +250,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
 
   // ---- consumers
   sm90::setmaxnreg_inc<Tile::kConsumerRegs>();
-  const int cw = wg - 1;  // rows 64·cw.. of the block
+  const int cw = warp_uniform(wg) - 1;  // rows 64·cw.. of the block
   if (cw >= busy) return;  // every row past T
   // The consumers' work, with kBusy of them taking turns: a compile-time count, so that the
   // full blocks run the loop they ran before (with the count known only at run time the
@@ -425,7 +433,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 
   // ---- consumers
   sm90::setmaxnreg_inc<Tile::kConsumerRegs>();
-  const int cw = wg - 1;  // rows 64·cw.. of each query tile
+  const int cw = warp_uniform(wg) - 1;  // rows 64·cw.. of each query tile
   auto v_base = [&](int kv) { return smem_u32(sV + (kv % S) * BN * D); };
   auto parity = [](int kv) { return uint32_t((kv / S) & 1); };
   // Turns as in the grid kernel, run on across the block's tiles (every consumer takes
