@@ -164,13 +164,21 @@ __device__ __forceinline__ void arrive_for_skipping(uint64_t* empty, int skippin
   if (skipping > 0) sm90::mbar_arrive(empty, 128u * uint32_t(skipping));
 }
 // x as lane 0 of the warp has it: the compiler then treats it as the same in every lane
-// (CUTLASS makes its warp-group index warp-uniform the same way). The consumers' index
-// (cw) comes through it: with kSkips a consumer's key-tile count, the trip count of its
-// loop around the wgmmas, comes from cw, and computed from threadIdx alone (which the
-// compiler cannot tell is warp-uniform) that loop ran 4-12% slower (BENCHMARKS.md,
-// "Thirty-eighth session", call 1); through a shuffle of the count alone, the three-consumer
-// kernels spilled.
+// (CUTLASS makes its warp-group index warp-uniform the same way).
 __device__ __forceinline__ int warp_uniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
+// A consumer's index among the consumers (rows 64·cw.. of the block), from its warpgroup
+// wg (1..). With three consumers through warp_uniform, so that the compiler knows every
+// branch on it is warp-uniform: with kSkips a consumer's key-tile count, the trip count of
+// its loop around the wgmmas, comes from cw, and computed from threadIdx alone that loop
+// ran 4-12% slower than before the skipping (the count alone through a shuffle spilled).
+// Measured on an H200 (BENCHMARKS.md, "Thirty-eighth session", calls 1-2; forward TFLOP/s,
+// D = 64, two rounds), the warp-uniform index alone (no skipping) took the three-consumer
+// kernels from 380-382 to 393 at 8 x 32 x 2K causal, 508-509 to 534-535 at 1 x 32 x 16K
+// causal and 511 to 532 at 4 x 32 x 4K full, and cost the two-consumer ones up to 5%
+// (4 x 16 x 4K D = 128 causal 587 to 560, 16 x 32 x 1K D = 64 causal 301-305 to 295), which
+// keep the plain index.
+template <int kConsumers>
+__device__ __forceinline__ int consumer_index(int wg) { return (kConsumers == 3 ? warp_uniform(wg) : wg) - 1; }
 #endif
 
 template <class Tile, bool kCausal>
@@ -250,7 +258,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
 
   // ---- consumers
   sm90::setmaxnreg_inc<Tile::kConsumerRegs>();
-  const int cw = warp_uniform(wg) - 1;  // rows 64·cw.. of the block
+  const int cw = consumer_index<kConsumers>(wg);  // rows 64·cw.. of the block
   if (cw >= busy) return;  // every row past T
   // The consumers' work, with kBusy of them taking turns: a compile-time count, so that the
   // full blocks run the loop they ran before (with the count known only at run time the
@@ -433,7 +441,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 
   // ---- consumers
   sm90::setmaxnreg_inc<Tile::kConsumerRegs>();
-  const int cw = warp_uniform(wg) - 1;  // rows 64·cw.. of each query tile
+  const int cw = consumer_index<kConsumers>(wg);  // rows 64·cw.. of each query tile
   auto v_base = [&](int kv) { return smem_u32(sV + (kv % S) * BN * D); };
   auto parity = [](int kv) { return uint32_t((kv / S) & 1); };
   // Turns as in the grid kernel, run on across the block's tiles (every consumer takes
