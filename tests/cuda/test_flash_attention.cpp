@@ -646,8 +646,8 @@ TEST(CudaFlashAttention, Sm90WsForwardIsBitwiseEqualToSm90) {
         expect_same(run("sm90ws", "0", "grid"), "sm90ws grid");
         expect_same(run("sm90ws", "0", "persistent"), "sm90ws persistent");
         expect_same(run("sm90ws", "0", "persistent", "3"), "sm90ws persistent on 3 blocks");
-        if (D == 64) {  // three consumers, 192 rows a block: the extra key tiles a row meets
-                        // under a causal mask are wholly masked (P = 0, O scaled by exactly 1);
+        if (D == 64) {  // three consumers, 192 rows a block: under a causal mask each consumer
+                        // skips the key tiles it sees none of, so its rows meet sm90's tiles;
                         // one consumer, 64 rows a block, the same 128-key tiles
           const DeviceRun ws3 = run("sm90ws", "1");
           if (causal) {  // (no three-consumer persistent kernel without a mask)

@@ -51,7 +51,11 @@ __device__ __forceinline__ void softmax_step(float (&s)[Tile::kMTiles][Tile::kNT
       // Exactly 1 when the max did not change (computed, old·c − new·c contracts to an
       // fma that leaves the product's rounding error, and exp2 of that is not always 1),
       // so that a key tile wholly masked for a row leaves its O, sum and LSE bit for bit
-      // as they were (the three-consumer forward's rows meet more such tiles than sm90's).
+      // as they were. (The three-consumer forward's rows met such tiles that sm90's do not
+      // until its consumers skipped the key tiles they see none of, thirty-eighth session;
+      // since, no row of the forwards compared bit for bit meets one, and the mutant
+      // without this test survives. Kept: removing it changes every compiled forward, and
+      // that was not measured.)
       alpha[mt][half] = mx == row_max[mt][half] ? 1.f : fast_exp2(row_max[mt][half] * scale_log2 - m_scaled);
       row_max[mt][half] = mx;
       // Per-thread partial row sum: alpha is the same for the 4 threads of a row, so the

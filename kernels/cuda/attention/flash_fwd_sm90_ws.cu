@@ -23,8 +23,8 @@
 // auto's at short sequences, tile_choice.h).
 // The arithmetic is the sm90 forward's (flash_fwd_sm90.cu); with 128-key tiles in the same
 // order too, at both head dims and with two or three consumers: the same bits
-// (CudaFlashAttention.Sm90WsForwardIsBitwiseEqualToSm90; a 192-row block's rows also meet
-// key tiles wholly masked for them, which leave O and the sums exactly as they were). The
+// (CudaFlashAttention.Sm90WsForwardIsBitwiseEqualToSm90; a 192-row block's consumers run
+// only the key tiles they see part of, as sm90's rows do). The
 // fastest forward on an H200 at every benchmarked shape (BENCHMARKS.md): auto's forward on
 // Hopper.
 #include <cuda.h>
