@@ -60,10 +60,16 @@ inline FwdSchedule parse_forward_schedule(const char* value) {
 // call 5, two rounds: 16 x 32 x 1K 391.0-391.3 TFLOP/s against 385.0-386.4; two
 // consumers, grid 351.7-351.8, persistent 369.8-372.1); with a sequence's last query tile
 // starting only its busy consumers ("Thirty-seventh session", call 3) three ran
-// 412.0-413.1 there against 389.2-389.4. So one consumer is auto's only below T = 1024
-// there (not measured since; three may now win there too) and, with a causal mask, under
-// the grid schedule (causal 1K, one against tile 0 persistent: 288.3-288.5 against
-// 304.7-305.5).
+// 412.0-413.1 there against 389.2-389.4, and with the three-consumer kernels' warp-uniform
+// consumer index ("Thirty-eighth session", call 6, two rounds) 32 x 32 x 512 342.8-344.3
+// against one consumer's 322.7-322.8, while at 64 x 32 x 256 one still wins (235.3-235.6
+// against 217.4; between 256 and 512 not measured). So one consumer is auto's only below
+// T = 512 there and, with a causal mask, under the grid schedule (causal 1K, one against
+// tile 0 persistent: 288.3-288.5 against 304.7-305.5). Three consumers under a causal mask
+// at T = 1024, since they skip the key tiles they see none of (call 6): 16 x 32 x 1K grid
+// 289.6-289.7 and persistent 293.6-293.7 against tile 0 persistent's 304.3-304.5, GPT-2's
+// shape 295.3-297.4 against 306.8-307.0; at 32 x 32 x 512 persistent 220.9-221.8 against
+// 227.0-228.2: tile 0 stays.
 // At D = 128 tile 1 (176-key tiles, two stages; FlashAttention-3's tile without a mask)
 // beats tile 0 without a mask from T = 8192 on ("Thirty-third session", call 2, two
 // rounds: 8K 690.8-691.3 TFLOP/s against 679.0-680.4, 16K 708.3-710.6 against
@@ -72,7 +78,7 @@ inline FwdSchedule parse_forward_schedule(const char* value) {
 inline int sm90ws_forward_tile(int requested, int D, int T, bool causal, FwdSchedule schedule = FwdSchedule::automatic) {
   if (requested >= 0) return requested;
   if (D == 128) return !causal && T >= 8192 ? 1 : 0;
-  if (!causal) return T < 1024 ? kSm90WsOneConsumer : 1;
+  if (!causal) return T < 512 ? kSm90WsOneConsumer : 1;
   if (T <= 1024) return schedule != FwdSchedule::grid ? 0 : kSm90WsOneConsumer;
   return T >= 2048 ? 1 : 0;
 }
