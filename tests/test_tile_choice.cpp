@@ -37,16 +37,16 @@ TEST(TileChoice, Sm80TakesTheRequestedTileAndTileZeroWhenUnset) {
   EXPECT_EQ(sm80_tile(1), 1);
 }
 
-TEST(TileChoice, Sm90wsTakesOneConsumerAtHeadDim64BelowT512WithoutAMask) {
+TEST(TileChoice, Sm90wsTakesOneConsumerAtHeadDim64BelowT320WithoutAMask) {
   using cuda::attn::FwdSchedule;
   using cuda::attn::kSm90WsOneConsumer;
-  for (int T : {1, 17, 256, 511}) {
+  for (int T : {1, 17, 256, 319}) {
     EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, /*causal=*/false), kSm90WsOneConsumer) << T;
     EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, false, FwdSchedule::grid), kSm90WsOneConsumer) << T;
   }
-  // From T = 512 on without a mask: three consumers (the threshold itself included).
+  // From T = 320 on without a mask: three consumers (the threshold itself included).
   for (auto schedule : {FwdSchedule::automatic, FwdSchedule::grid, FwdSchedule::persistent})
-    for (int T : {512, 1023, 1024}) EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, false, schedule), 1) << T;
+    for (int T : {320, 384, 512, 1023, 1024}) EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, false, schedule), 1) << T;
   for (int T : {1, 17, 512, 1023, 1024}) {
     // Causal: tile 0, persistent (GPT-2 124M's training step: T = 1024); with the schedule
     // held to a block per tile, the one-consumer tile.

@@ -31,7 +31,7 @@
 //       warpgroups with 128-key tiles, 1 at D = 128 176-key tiles and at D = 64 three
 //       consumers for 192 query rows a block (flash_fwd_sm90_ws.cu); unset, the
 //       measured choice of sm90ws_forward_tile in tile_choice.h (at D = 64: one
-//       consumer and two blocks an SM below T = 512 without a mask, tile 0 with a causal
+//       consumer and two blocks an SM below T = 320 without a mask, tile 0 with a causal
 //       mask up to T = 1024, then three consumers unless causal with T < 2048; at D = 128 tile 1 without
 //       a mask from T = 8192). The other Hopper kernels ignore them.
 //   FLASHGPT_ATTENTION_FWD_CONSUMERS=1  the sm90ws forward with one consumer warpgroup

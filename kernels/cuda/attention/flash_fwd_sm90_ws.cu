@@ -52,7 +52,7 @@ namespace {
 // consumers (ptxas held the consumers to 168 and 128 registers, see mbar_wait), and those
 // tiles ran their two matmuls one at a time (the overlap is 8-21% faster at D = 128, -1
 // to +7% with three consumers).
-// kConsumers = 1 (tile kSm90WsOneConsumer: auto's at D = 64 without a mask below T = 512
+// kConsumers = 1 (tile kSm90WsOneConsumer: auto's at D = 64 without a mask below T = 320
 // (with a causal mask tile 0 persistent is faster there), anywhere with
 // FLASHGPT_ATTENTION_FWD_CONSUMERS=1): 64 query rows a block and two blocks an SM
 // (registers 24 / 232, two K/V stages, 64-key tiles at D = 128), so that one block's

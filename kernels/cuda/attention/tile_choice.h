@@ -63,8 +63,11 @@ inline FwdSchedule parse_forward_schedule(const char* value) {
 // 412.0-413.1 there against 389.2-389.4, and with the three-consumer kernels' warp-uniform
 // consumer index ("Thirty-eighth session", call 6, two rounds) 32 x 32 x 512 342.8-344.3
 // against one consumer's 322.7-322.8, while at 64 x 32 x 256 one still wins (235.3-235.6
-// against 217.4; between 256 and 512 not measured). So one consumer is auto's only below
-// T = 512 there and, with a causal mask, under the grid schedule (causal 1K, one against
+// against 217.4); in between (call 7, two rounds) 48 x 32 x 320 level (237.0 against
+// 236.9-237.0), 40 x 32 x 384 three ahead by 11% (317.8-318.0 against 285.6-285.8: two
+// full 192-row blocks), 36 x 32 x 448 one ahead by 0.4% (277.5-277.7 against 276.5; the
+// last block holds 64 rows). So one consumer is auto's only below T = 320 there (257-319
+// not measured) and, with a causal mask, under the grid schedule (causal 1K, one against
 // tile 0 persistent: 288.3-288.5 against 304.7-305.5). Three consumers under a causal mask
 // at T = 1024, since they skip the key tiles they see none of (call 6): 16 x 32 x 1K grid
 // 289.6-289.7 and persistent 293.6-293.7 against tile 0 persistent's 304.3-304.5, GPT-2's
@@ -78,7 +81,7 @@ inline FwdSchedule parse_forward_schedule(const char* value) {
 inline int sm90ws_forward_tile(int requested, int D, int T, bool causal, FwdSchedule schedule = FwdSchedule::automatic) {
   if (requested >= 0) return requested;
   if (D == 128) return !causal && T >= 8192 ? 1 : 0;
-  if (!causal) return T < 512 ? kSm90WsOneConsumer : 1;
+  if (!causal) return T < 320 ? kSm90WsOneConsumer : 1;
   if (T <= 1024) return schedule != FwdSchedule::grid ? 0 : kSm90WsOneConsumer;
   return T >= 2048 ? 1 : 0;
 }
