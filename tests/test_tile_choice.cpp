@@ -128,8 +128,10 @@ TEST(TileChoice, Sm90wsConsumersSkipOnlyKeyTilesAfterTheirRows) {
           if (consumers == 2) ASSERT_EQ(mine, n_blocks) << "128-row blocks skip nothing";
           skipped += n_blocks - mine;
           for (int nb = 0; nb < n_blocks; ++nb) {
-            ASSERT_EQ(c >= sm90ws_first_consumer_of(nb, BN, m0), nb < mine) << "T " << T << " m0 " << m0 << " nb " << nb;
-            ASSERT_EQ(sm90ws_next_turn(nb, BN, sm90ws_turn_offset(BN, m0)), 1 + sm90ws_first_consumer_of(nb + 1, BN, m0));
+            ASSERT_EQ(c >= sm90ws_first_consumer_of(nb, BN, m0), nb < mine)
+                << "T " << T << " m0 " << m0 << " nb " << nb;
+            ASSERT_EQ(sm90ws_next_turn(nb, BN, sm90ws_turn_offset(BN, m0)),
+                      1 + sm90ws_first_consumer_of(nb + 1, BN, m0));
           }
         }
       }

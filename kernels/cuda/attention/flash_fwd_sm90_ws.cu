@@ -288,8 +288,10 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
       if constexpr (kBusy > 1) sm90::named_sync(1 + cw, kTurnThreads);
       auto after_qk = [&] {  // S done: the next consumer's turn; K of tile nb read
         if constexpr (kBusy > 1)
-          if (cw != kBusy - 1 || nb + 1 < mine)  // (the last consumer's own key tiles are all the block's)
-            sm90::named_arrive(cw + 1 < kBusy ? cw + 2 : kSkips ? sm90ws_next_turn(nb, BN, turn_offset) : 1, kTurnThreads);
+          if (cw != kBusy - 1 || nb + 1 < mine) {  // (the last consumer's key tiles are all the block's)
+            const int next = cw + 1 < kBusy ? cw + 2 : kSkips ? sm90ws_next_turn(nb, BN, turn_offset) : 1;
+            sm90::named_arrive(next, kTurnThreads);
+          }
         sm90::mbar_arrive(&k_empty[s]);
       };
       auto after_pv = [&] { sm90::mbar_arrive(&v_empty[(nb - 1) % S]); };  // V of tile nb − 1 read
