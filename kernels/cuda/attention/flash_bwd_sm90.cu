@@ -202,12 +202,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   float* sAcc = sDq;  // owner: [BM][kAccStride], in the dQ tiles' room
   __shared__ int sItem[2];  // items ahead, by ordinal parity (static: no base register)
 
-  // The warp index, at D = 128 through a shuffle from lane 0, so that the compiler knows it
-  // (and so wg, the warpgroup) is the same in every lane of the warp, as CUTLASS does; on an
+  // The warp index, at D = 128 through sm90::warp_uniform, so that the compiler knows it
+  // (and so wg, the warpgroup) is the same in every lane of the warp; on an
   // H200 that ran the D = 128 backward 0.9% faster at 4 x 16 x 4K full and 0.5-1.1% at
   // 8 x 16 x 2K causal (two rounds) and level within noise at 1K and 16K, and the D = 64 one
   // 0.4-0.5% slower at 16K (BENCHMARKS.md, "Thirty-eighth session", call 3).
-  const int tid = threadIdx.x, lane = tid & 31, warp = D == 128 ? __shfl_sync(0xffffffffu, tid >> 5, 0) : tid >> 5;
+  const int tid = threadIdx.x, lane = tid & 31, warp = D == 128 ? sm90::warp_uniform(tid >> 5) : tid >> 5;
   const int wg = warp / 4, g = lane >> 2, t = lane & 3;
   const int warp_key0 = wg * 64 + (warp % 4) * 16;  // this warp's first key within the tile
 

@@ -163,11 +163,8 @@ constexpr bool skips_key_tiles() { return kCausal && Tile::kBlockM > Tile::kBloc
 __device__ __forceinline__ void arrive_for_skipping(uint64_t* empty, int skipping) {
   if (skipping > 0) sm90::mbar_arrive(empty, 128u * uint32_t(skipping));
 }
-// x as lane 0 of the warp has it: the compiler then treats it as the same in every lane
-// (CUTLASS makes its warp-group index warp-uniform the same way).
-__device__ __forceinline__ int warp_uniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
 // A consumer's index among the consumers (rows 64·cw.. of the block), from its warpgroup
-// wg (1..). With three consumers through warp_uniform, so that the compiler knows every
+// wg (1..). With three consumers through sm90::warp_uniform, so that the compiler knows every
 // branch on it is warp-uniform: with kSkips a consumer's key-tile count, the trip count of
 // its loop around the wgmmas, comes from cw, and computed from threadIdx alone that loop
 // ran 4-12% slower than before the skipping (the count alone through a shuffle spilled).
@@ -178,7 +175,7 @@ __device__ __forceinline__ int warp_uniform(int x) { return __shfl_sync(0xffffff
 // (4 x 16 x 4K D = 128 causal 587 to 560, 16 x 32 x 1K D = 64 causal 301-305 to 295), which
 // keep the plain index.
 template <int kConsumers>
-__device__ __forceinline__ int consumer_index(int wg) { return (kConsumers == 3 ? warp_uniform(wg) : wg) - 1; }
+__device__ __forceinline__ int consumer_index(int wg) { return (kConsumers == 3 ? sm90::warp_uniform(wg) : wg) - 1; }
 #endif
 
 template <class Tile, bool kCausal>

@@ -264,6 +264,11 @@ __device__ __forceinline__ uint32_t opaque(uint32_t x) {
   asm volatile("" : "+r"(x));
   return x;
 }
+// x as lane 0 of the warp has it: the compiler then treats it as the same in every lane
+// (CUTLASS makes its warp-group index warp-uniform the same way), so that branches on it,
+// around wgmmas too, are known to be warp-uniform. The sm90ws forward's three-consumer
+// index and the D = 128 backward's warp index come through it.
+__device__ __forceinline__ int warp_uniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
 
 #if FLASHGPT_HAS_WGMMA
 template <int N>
