@@ -494,7 +494,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // (On warp_uniform(cw): a branch around wgmmas that the compiler cannot tell is
     // warp-uniform makes ptxas serialise them, C7520.)
     if constexpr (kHalfDiag) {
-      const bool half = sm90::warp_uniform(cw) == 0;  // rows m0 .. m0 + 63: half of the diagonal, the tile's last
+      const bool half = warp_uniform(cw) == 0;  // rows m0 .. m0 + 63: half of the diagonal, the tile's last
       if (mine > 1) {
         step(0, std::true_type{}, Full{});
         for (int nb = 1; nb < mine - 1; ++nb) step(nb, std::false_type{}, Full{});
