@@ -41,13 +41,12 @@ struct Sm90FwdTileShape {
 namespace sm90 {
 // O += P·V for the V tile at v_base ([D/64][BN][64]), P as bf16 A fragments, issued and
 // committed: k-step kk is keys 16kk.. = 16 rows of 128 bytes; the d dimension spans D/64
-// column blocks, BN·128 bytes apart (the leading-dimension offset, N-major). kKeys < BN:
-// the tile's first kKeys keys only.
-template <int D, int BN, int kKeys = BN>
+// column blocks, BN·128 bytes apart (the leading-dimension offset, N-major).
+template <int D, int BN>
 __device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&a)[BN / 16][4], uint32_t v_base) {
   const uint64_t desc_v = make_desc(v_base, BN * 128, kSwizzleAtom);
 #pragma unroll
-  for (int kk = 0; kk < kKeys / 16; ++kk) wgmma_rs_tb<D>(o, a[kk], desc_advance(desc_v, kk * 16 * 128));
+  for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_tb<D>(o, a[kk], desc_advance(desc_v, kk * 16 * 128));
   wgmma_commit();
 }
 }  // namespace sm90
@@ -75,17 +74,10 @@ struct Sm90FwdConsumer {
       for (int i = 0; i < 4; ++i) o[0][dt][i] = 0.f;
   }
 
-  // S = Q·Kᵀ; kHalf: the key tile's first 64 keys only (its other columns of s are left
-  // as they were: the causal mask sets them, see step_overlapped).
-  template <bool kHalf = false>
   __device__ __forceinline__ void issue_qk(Scores& s, uint32_t k_base) {
-    if constexpr (kHalf)
-      sm90::issue_abt<D, Tile::kQRows, BN, 64>(reinterpret_cast<float(&)[8][4]>(s[0][0]), q_base, k_base);
-    else
-      sm90::issue_abt<D, Tile::kQRows, BN>(s[0], q_base, k_base);
+    sm90::issue_abt<D, Tile::kQRows, BN>(s[0], q_base, k_base);  // S = Q·Kᵀ
   }
-  template <bool kHalf = false>
-  __device__ __forceinline__ void issue_pv(uint32_t v_base) { sm90::issue_pv<D, BN, kHalf ? 64 : BN>(o[0], a, v_base); }
+  __device__ __forceinline__ void issue_pv(uint32_t v_base) { sm90::issue_pv<D, BN>(o[0], a, v_base); }
   // Masks tile nb's scores and runs its softmax step: P in s, O's factor in alpha.
   __device__ __forceinline__ void softmax(Scores& s, float (&alpha)[1][2], int nb) {
     const int n0 = nb * BN;
@@ -107,17 +99,13 @@ struct Sm90FwdConsumer {
   // the kernel (C7520, "compiler-inserted WG.AR in divergent path"; 0.54-0.93x of this
   // one), and the peeled first step made this one 1-7% faster (BENCHMARKS.md,
   // "Seventeenth session").
-  // kHalf: tile nb is the diagonal tile of a query tile as tall as it, and this warpgroup
-  // has the tile's first 64 rows, which see only its first 64 keys: S for those alone (the
-  // causal mask turns the rest, left unset, into -inf), and finish_overlapped<true> adds
-  // P·V for them alone. The same bits: the other keys' P is 0.
-  template <bool kFirst, bool kHalf = false, class AfterQk, class AfterPv>
+  template <bool kFirst, class AfterQk, class AfterPv>
   __device__ __forceinline__ void step_overlapped(int nb, uint32_t k_base, uint32_t v_prev_base,
                                                   AfterQk after_qk, AfterPv after_pv) {
     Scores s;
     float alpha[1][2];
     sm90::wgmma_fence();  // a and o were last written by ordinary instructions
-    issue_qk<kHalf>(s, k_base);
+    issue_qk(s, k_base);
     if constexpr (!kFirst) issue_pv(v_prev_base);
     if constexpr (!kFirst) sm90::wgmma_wait<1>();  // S_nb done; P_{nb−1}·V_{nb−1} may still run
     else sm90::wgmma_wait<0>();
@@ -130,11 +118,10 @@ struct Sm90FwdConsumer {
     rescale_output<Tile>(o, alpha);
     keep_p(s);
   }
-  // The last tile's P·V after step_overlapped (kHalf: after step_overlapped<..., true>).
-  template <bool kHalf = false>
+  // The last tile's P·V after step_overlapped.
   __device__ __forceinline__ void finish_overlapped(uint32_t v_last_base) {
     sm90::wgmma_fence();
-    issue_pv<kHalf>(v_last_base);
+    issue_pv(v_last_base);
     sm90::wgmma_wait<0>();
     sm90::fence_accumulators(o[0]);
   }

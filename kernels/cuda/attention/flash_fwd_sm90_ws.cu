@@ -154,18 +154,6 @@ __device__ __forceinline__ void init_kv_barriers(uint64_t (&k_full)[S], uint64_t
 // tile of its block.
 template <class Tile, bool kCausal>
 constexpr bool skips_key_tiles() { return kCausal && Tile::kBlockM > Tile::kBlockN; }
-// Whether the persistent kernel's consumer 0 runs the diagonal key tile at half width
-// (Sm90FwdConsumer's kHalf): under a causal mask a query tile as tall as its key tiles
-// (two consumers, 128 rows and keys) ends on its diagonal tile, whose last 64 keys its
-// first 64 rows see none of. At D = 64 only: an experiment written in the thirty-eighth
-// session, not measured. ptxas serialised the wgmmas (C7511, "insufficient register
-// resources for the wgmma pipeline") of the D = 128 persistent kernel with it, and of the
-// D = 64 grid kernel (with the grid's own loop instantiated per busy count), so those
-// keep the full diagonal.
-template <class Tile, bool kCausal>
-constexpr bool halves_diagonal() {
-  return kCausal && Tile::kHeadDim == 64 && Tile::kBlockM == Tile::kBlockN && Tile::kConsumers == 2;
-}
 
 #if FLASHGPT_HAS_WGMMA
 // The producer's arrivals on a K or V "empty" barrier for the `skipping` consumers that
@@ -379,7 +367,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   constexpr int kConsumerThreads = 128 * kConsumers;
   constexpr uint32_t kQPartBytes = 64u * D * sizeof(bf16);
   constexpr bool kSkips = skips_key_tiles<Tile, kCausal>();  // as in the grid kernel
-  constexpr bool kHalfDiag = halves_diagonal<Tile, kCausal>();
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp / 4;
   const int m_blocks = (p.T + BM - 1) / BM, tiles = m_blocks * p.H * p.B;
@@ -469,9 +456,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const int qb = local % QB;
     Sm90FwdConsumer<Tile, kCausal> c(p, m0, cw, warp % 4, lane, sQ + qb * QR * D);
     sm90::mbar_wait(&q_full[qb][cw], uint32_t(local / QB) & 1);
-    // kHalf: consumer 0's diagonal tile at half width (kHalfDiag).
-    auto step = [&](int nb, auto is_first, auto half) {
-      constexpr bool kFirst = decltype(is_first)::value, kHalf = decltype(half)::value;
+    auto step = [&](int nb, auto is_first) {
+      constexpr bool kFirst = decltype(is_first)::value;
       const int kv = kv0 + nb, s = kv % S;
       sm90::mbar_wait(&k_full[s], parity(kv));
       if constexpr (!kFirst) sm90::mbar_wait(&v_full[(kv - 1) % S], parity(kv - 1));
@@ -486,34 +472,14 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         if (nb + 1 == mine) sm90::mbar_arrive(&q_empty[qb][cw]);
       };
       auto after_pv = [&] { sm90::mbar_arrive(&v_empty[(kv - 1) % S]); };  // V of the previous key tile read
-      c.template step_overlapped<kFirst, kHalf>(nb, smem_u32(sK + s * BN * D), v_base(kFirst ? kv : kv - 1),
-                                                after_qk, after_pv);
+      c.template step_overlapped<kFirst>(nb, smem_u32(sK + s * BN * D), v_base(kFirst ? kv : kv - 1), after_qk,
+                                         after_pv);
     };
-    using Full = std::false_type;
+    step(0, std::true_type{});
+    for (int nb = 1; nb < mine; ++nb) step(nb, std::false_type{});
     const int last = kv0 + mine - 1;
-    // (On warp_uniform(cw): a branch around wgmmas that the compiler cannot tell is
-    // warp-uniform makes ptxas serialise them, C7520.)
-    if constexpr (kHalfDiag) {
-      const bool half = warp_uniform(cw) == 0;  // rows m0 .. m0 + 63: half of the diagonal, the tile's last
-      if (mine > 1) {
-        step(0, std::true_type{}, Full{});
-        for (int nb = 1; nb < mine - 1; ++nb) step(nb, std::false_type{}, Full{});
-        if (half) step(mine - 1, std::false_type{}, std::true_type{});
-        else step(mine - 1, std::false_type{}, Full{});
-      } else if (half) {
-        step(0, std::true_type{}, std::true_type{});
-      } else {
-        step(0, std::true_type{}, Full{});
-      }
-      sm90::mbar_wait(&v_full[last % S], parity(last));
-      if (half) c.template finish_overlapped<true>(v_base(last));
-      else c.finish_overlapped(v_base(last));
-    } else {
-      step(0, std::true_type{}, Full{});
-      for (int nb = 1; nb < mine; ++nb) step(nb, std::false_type{}, Full{});
-      sm90::mbar_wait(&v_full[last % S], parity(last));
-      c.finish_overlapped(v_base(last));
-    }
+    sm90::mbar_wait(&v_full[last % S], parity(last));
+    c.finish_overlapped(v_base(last));
     sm90::mbar_arrive(&v_empty[last % S]);
     const Coords cd = coords(t);
     if constexpr (persistent_stages_output<Tile>()) {

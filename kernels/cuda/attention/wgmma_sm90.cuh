@@ -286,16 +286,15 @@ __device__ __forceinline__ void wgmma_rs_tb(float (&d)[N / 8][4], const uint32_t
 // acc = A·Bᵀ over D columns for one warpgroup, issued and committed: A's 64 rows at a_base
 // (column block 0 of a [D/64][kRowsA][64] tile) and B's kRowsB rows at b_base ([D/64]
 // [kRowsB][64]), both K-major and 128-byte swizzled; k-step kk is 16 columns = 32 bytes
-// into column block kk/4. The forward's S = Q·Kᵀ and the backward's Sᵀ = K·Qᵀ. kN < kRowsB:
-// only B's first kN rows (acc holds kN columns).
-template <int D, int kRowsA, int kRowsB, int kN = kRowsB>
-__device__ __forceinline__ void issue_abt(float (&acc)[kN / 8][4], uint32_t a_base, uint32_t b_base) {
+// into column block kk/4. The forward's S = Q·Kᵀ and the backward's Sᵀ = K·Qᵀ.
+template <int D, int kRowsA, int kRowsB>
+__device__ __forceinline__ void issue_abt(float (&acc)[kRowsB / 8][4], uint32_t a_base, uint32_t b_base) {
   const uint64_t desc_a = make_desc(a_base, 16, kSwizzleAtom), desc_b = make_desc(b_base, 16, kSwizzleAtom);
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     const uint32_t col_bytes = (kk & 3) * 32;
-    wgmma_ss<kN>(acc, desc_advance(desc_a, (kk >> 2) * kRowsA * 128 + col_bytes),
-                 desc_advance(desc_b, (kk >> 2) * kRowsB * 128 + col_bytes), /*accumulate=*/kk > 0);
+    wgmma_ss<kRowsB>(acc, desc_advance(desc_a, (kk >> 2) * kRowsA * 128 + col_bytes),
+                     desc_advance(desc_b, (kk >> 2) * kRowsB * 128 + col_bytes), /*accumulate=*/kk > 0);
   }
   wgmma_commit();
 }
