@@ -57,21 +57,34 @@ struct Sm90FwdConsumer {
   using Scores = float[1][Tile::kNTiles][4];
 
   const FlashParams& p;
-  const int lane, m0, wg_row0, warp_row0;  // wg_row0: this warpgroup's first query row
-  const uint32_t q_base;  // this warpgroup's 64 query rows: 64 rows × 128 bytes into column block 0
+  const int lane, wg, warp;
+  int m0, wg_row0, warp_row0;  // the query tile's first row; wg_row0: this warpgroup's first
+  uint32_t q_base;  // this warpgroup's 64 query rows: 64 rows × 128 bytes into column block 0
   float o[1][Tile::kDTiles][4];
-  float row_max[1][2] = {{-INFINITY, -INFINITY}}, row_sum[1][2] = {{0.f, 0.f}};
+  float row_max[1][2], row_sum[1][2];  // set by begin_tile
   uint32_t a[BN / 16][4];  // P of the last tile, bf16 A fragments
 
   // wg: this warpgroup's index among the consumers (rows 64·wg..); warp: its warp index in
   // the warpgroup; sQ: the block's Q tile ([D/64][kQRows][64]).
-  __device__ Sm90FwdConsumer(const FlashParams& params, int m0_, int wg, int warp, int lane_, const bf16* sQ)
-      : p(params), lane(lane_), m0(m0_), wg_row0(m0_ + wg * 64), warp_row0(m0_ + wg * 64 + warp * 16),
-        q_base(smem_u32(sQ) + wg * 64 * 128) {
+  __device__ Sm90FwdConsumer(const FlashParams& params, int m0_, int wg_, int warp_, int lane_, const bf16* sQ)
+      : p(params), lane(lane_), wg(wg_), warp(warp_) {
+    begin_tile(m0_, sQ);
+  }
+  // A fresh query tile: rows m0_.., Q in sQ; O and the row statistics zero.
+  __device__ __forceinline__ void begin_tile(int m0_, const bf16* sQ) {
+    m0 = m0_;
+    wg_row0 = m0_ + wg * 64;
+    warp_row0 = wg_row0 + warp * 16;
+    q_base = smem_u32(sQ) + wg * 64 * 128;
 #pragma unroll
     for (int dt = 0; dt < Tile::kDTiles; ++dt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) o[0][dt][i] = 0.f;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      row_max[0][half] = -INFINITY;
+      row_sum[0][half] = 0.f;
+    }
   }
 
   __device__ __forceinline__ void issue_qk(Scores& s, uint32_t k_base) {
@@ -115,6 +128,33 @@ struct Sm90FwdConsumer {
     sm90::wgmma_wait<0>();  // P_{nb−1}·V_{nb−1} done: O and a are free
     sm90::fence_accumulators(o[0]);
     if constexpr (!kFirst) after_pv();
+    rescale_output<Tile>(o, alpha);
+    keep_p(s);
+  }
+  // From one query tile to the next in a persistent kernel: this tile's last P·V and the
+  // next tile's first QKᵀ (its Q in sQ_next, K at k_base) issued together. Once the P·V is
+  // done, `after_pv` (V released, the turn handed on) and `epilogue` (this tile's output,
+  // from O and the row statistics) run while the tensor cores do the QKᵀ; then the consumer
+  // moves to rows m0_next.. (begin_tile) and runs that QKᵀ's softmax as
+  // step_overlapped<true> does (the same arithmetic), after `after_qk` (K released).
+  template <class AfterPv, class Epilogue, class AfterQk>
+  __device__ __forceinline__ void step_across(uint32_t v_last_base, int m0_next, const bf16* sQ_next,
+                                              uint32_t k_base, AfterPv after_pv, Epilogue epilogue,
+                                              AfterQk after_qk) {
+    Scores s;
+    float alpha[1][2];
+    sm90::wgmma_fence();
+    issue_pv(v_last_base);
+    sm90::issue_abt<D, Tile::kQRows, BN>(s[0], smem_u32(sQ_next) + wg * 64 * 128, k_base);
+    sm90::wgmma_wait<1>();  // the P·V done; the QKᵀ may still run
+    sm90::fence_accumulators(o[0]);
+    after_pv();
+    epilogue();
+    begin_tile(m0_next, sQ_next);
+    sm90::wgmma_wait<0>();
+    sm90::fence_accumulators(s[0]);
+    after_qk();
+    softmax(s, alpha, 0);
     rescale_output<Tile>(o, alpha);
     keep_p(s);
   }

@@ -367,6 +367,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   constexpr int kConsumerThreads = 128 * kConsumers;
   constexpr uint32_t kQPartBytes = 64u * D * sizeof(bf16);
   constexpr bool kSkips = skips_key_tiles<Tile, kCausal>();  // as in the grid kernel
+  // A tile's last P·V issued with the next tile's first QKᵀ (Sm90FwdConsumer::step_across),
+  // where the epilogue is the consumers' own global stores (D = 64).
+  constexpr bool kAcross = !persistent_stages_output<Tile>();
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp / 4;
   const int m_blocks = (p.T + BM - 1) / BM, tiles = m_blocks * p.H * p.B;
@@ -447,41 +450,52 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // as many steps a tile); the last consumer skips only its very last hand-over.
   constexpr int kTurnThreads = 256;
   if (cw == kConsumers - 1) sm90::named_arrive(1, kTurnThreads);
-  int kv0 = 0;  // the ring position of this tile's first K/V tile
-  for (int local = 0, t = tile_of(0); t >= 0; t = tile_of(++local)) {
-    const bool last_tile = tile_of(local + 1) < 0;
-    const int n_blocks = coords(t).n_blocks, m0 = coords(t).m_block * BM;
-    const int mine = kSkips ? sm90ws_consumer_key_tiles(m0, cw, BN, n_blocks) : n_blocks;  // this consumer's key tiles
-    const int turn_offset = sm90ws_turn_offset(BN, m0);  // kSkips: key tile nb + 1's first turn
-    const int qb = local % QB;
-    Sm90FwdConsumer<Tile, kCausal> c(p, m0, cw, warp % 4, lane, sQ + qb * QR * D);
-    sm90::mbar_wait(&q_full[qb][cw], uint32_t(local / QB) & 1);
-    auto step = [&](int nb, auto is_first) {
-      constexpr bool kFirst = decltype(is_first)::value;
-      const int kv = kv0 + nb, s = kv % S;
-      sm90::mbar_wait(&k_full[s], parity(kv));
-      if constexpr (!kFirst) sm90::mbar_wait(&v_full[(kv - 1) % S], parity(kv - 1));
-      sm90::named_sync(1 + cw, kTurnThreads);
-      auto after_qk = [&] {  // S done: the next consumer's turn; K of this tile (and, last, Q) read
-        if (cw != kConsumers - 1 || nb + 1 < n_blocks || !last_tile)
-          sm90::named_arrive(cw + 1 < kConsumers          ? cw + 2
-                             : kSkips && nb + 1 < n_blocks ? sm90ws_next_turn(nb, BN, turn_offset)
-                                                           : 1,
-                             kTurnThreads);
-        sm90::mbar_arrive(&k_empty[s]);
-        if (nb + 1 == mine) sm90::mbar_arrive(&q_empty[qb][cw]);
-      };
-      auto after_pv = [&] { sm90::mbar_arrive(&v_empty[(kv - 1) % S]); };  // V of the previous key tile read
-      c.template step_overlapped<kFirst>(nb, smem_u32(sK + s * BN * D), v_base(kFirst ? kv : kv - 1), after_qk,
-                                         after_pv);
-    };
-    step(0, std::true_type{});
-    for (int nb = 1; nb < mine; ++nb) step(nb, std::false_type{});
-    const int last = kv0 + mine - 1;
-    sm90::mbar_wait(&v_full[last % S], parity(last));
-    c.finish_overlapped(v_base(last));
-    sm90::mbar_arrive(&v_empty[last % S]);
-    const Coords cd = coords(t);
+  // This tile's state (kv0: the ring position of its first K/V tile; mine: this consumer's
+  // key tiles), set by next_tile.
+  int local = -1, t = -1, kv0 = 0, n_blocks = 0, m0 = 0, mine = 0, turn_offset = 0, qb = 0;
+  bool last_tile = false;
+  auto next_tile = [&] {
+    kv0 += n_blocks;
+    t = tile_of(++local);
+    if (t < 0) return false;
+    last_tile = tile_of(local + 1) < 0;
+    n_blocks = coords(t).n_blocks, m0 = coords(t).m_block * BM;
+    mine = kSkips ? sm90ws_consumer_key_tiles(m0, cw, BN, n_blocks) : n_blocks;
+    turn_offset = sm90ws_turn_offset(BN, m0);  // kSkips: key tile nb + 1's first turn
+    qb = local % QB;
+    return true;
+  };
+  // Once key tile nb's S is done: the next consumer's turn, and K (and, after this
+  // consumer's last, Q) released.
+  auto hand_off = [&](int nb) {
+    if (cw != kConsumers - 1 || nb + 1 < n_blocks || !last_tile)
+      sm90::named_arrive(cw + 1 < kConsumers          ? cw + 2
+                         : kSkips && nb + 1 < n_blocks ? sm90ws_next_turn(nb, BN, turn_offset)
+                                                       : 1,
+                         kTurnThreads);
+  };
+  auto release_k = [&](int nb, int s) {
+    sm90::mbar_arrive(&k_empty[s]);
+    if (nb + 1 == mine) sm90::mbar_arrive(&q_empty[qb][cw]);
+  };
+  auto wait_turn = [&](int nb) {
+    const int kv = kv0 + nb;
+    sm90::mbar_wait(&k_full[kv % S], parity(kv));
+    if (nb > 0) sm90::mbar_wait(&v_full[(kv - 1) % S], parity(kv - 1));
+    sm90::named_sync(1 + cw, kTurnThreads);
+  };
+  if (!next_tile()) return;
+  Sm90FwdConsumer<Tile, kCausal> c(p, m0, cw, warp % 4, lane, sQ + qb * QR * D);
+  auto step = [&](int nb, auto is_first) {
+    constexpr bool kFirst = decltype(is_first)::value;
+    const int kv = kv0 + nb, s = kv % S;
+    wait_turn(nb);
+    auto after_qk = [&] { hand_off(nb); release_k(nb, s); };
+    auto after_pv = [&] { sm90::mbar_arrive(&v_empty[(kv - 1) % S]); };  // V of the previous key tile read
+    c.template step_overlapped<kFirst>(nb, smem_u32(sK + s * BN * D), v_base(kFirst ? kv : kv - 1), after_qk,
+                                       after_pv);
+  };
+  auto epilogue = [&](const Coords& cd) {
     if constexpr (persistent_stages_output<Tile>()) {
       // The output through the consumer's stage, once the TMA has read its previous tile's.
       bf16* stage = sO + cw * 64 * D;
@@ -493,7 +507,38 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     } else {
       c.store(cd.b, cd.h);
     }
-    kv0 += n_blocks;
+  };
+  sm90::mbar_wait(&q_full[qb][cw], uint32_t(local / QB) & 1);
+  step(0, std::true_type{});
+  for (;;) {
+    for (int nb = 1; nb < mine; ++nb) step(nb, std::false_type{});
+    const int last = kv0 + mine - 1;
+    const Coords done = coords(t);
+    sm90::mbar_wait(&v_full[last % S], parity(last));
+    if (!next_tile()) {
+      c.finish_overlapped(v_base(last));
+      sm90::mbar_arrive(&v_empty[last % S]);
+      epilogue(done);
+      break;
+    }
+    if constexpr (kAcross) {
+      // The finished tile's last P·V with the next tile's first QKᵀ, its epilogue under the
+      // QKᵀ (Sm90FwdConsumer::step_across).
+      sm90::mbar_wait(&q_full[qb][cw], uint32_t(local / QB) & 1);
+      wait_turn(0);
+      const int s = kv0 % S;
+      c.step_across(
+          v_base(last), m0, sQ + qb * QR * D, smem_u32(sK + s * BN * D),
+          [&] { sm90::mbar_arrive(&v_empty[last % S]); hand_off(0); }, [&] { epilogue(done); },
+          [&] { release_k(0, s); });
+    } else {
+      c.finish_overlapped(v_base(last));
+      sm90::mbar_arrive(&v_empty[last % S]);
+      epilogue(done);
+      c.begin_tile(m0, sQ + qb * QR * D);
+      sm90::mbar_wait(&q_full[qb][cw], uint32_t(local / QB) & 1);
+      step(0, std::true_type{});
+    }
   }
   // The shared memory stays until the TMA has read the last stage.
   if (persistent_stages_output<Tile>() && tid % 128 == 0) sm90::bulk_wait_read<0>();
