@@ -369,7 +369,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   constexpr bool kSkips = skips_key_tiles<Tile, kCausal>();  // as in the grid kernel
   // A tile's last P·V issued with the next tile's first QKᵀ (Sm90FwdConsumer::step_across),
   // where the epilogue is the consumers' own global stores (D = 64).
-  constexpr bool kAcross = true;
+  constexpr bool kAcross = !persistent_stages_output<Tile>();
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp / 4;
   const int m_blocks = (p.T + BM - 1) / BM, tiles = m_blocks * p.H * p.B;
