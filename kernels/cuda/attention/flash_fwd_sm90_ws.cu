@@ -335,7 +335,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
 // buffers taken in turn (Tile::kQBufs), so that a tile's Q is loaded with its first K/V
 // tiles, while the tile before still runs. The consumers' turns run on across tiles: one
 // that has finished a tile starts the next one's first QKᵀ while the other is in its
-// epilogue. Unlike the grid kernel's, every consumer runs every query tile (with kSkips
+// epilogue. At D = 64 a consumer issues a tile's last P·V together with the next tile's
+// first QKᵀ, in one turn, and stores the finished tile's output while that QKᵀ runs
+// (Sm90FwdConsumer::step_across, kAcross). Unlike the grid kernel's, every consumer runs every query tile (with kSkips
 // up to its own last key tile, as there), on rows past T too
 // (the last three-consumer tile at T = 2048 holds 128 rows): a branch around the matmuls
 // for a consumer without rows spilled 4 bytes at three consumers and, in a version that
@@ -368,7 +370,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   constexpr uint32_t kQPartBytes = 64u * D * sizeof(bf16);
   constexpr bool kSkips = skips_key_tiles<Tile, kCausal>();  // as in the grid kernel
   // A tile's last P·V issued with the next tile's first QKᵀ (Sm90FwdConsumer::step_across),
-  // where the epilogue is the consumers' own global stores (D = 64).
+  // where the epilogue is the consumers' own global stores (D = 64): 1.5-2.4% faster at 1K
+  // causal, 4.7% at 512. With D = 128's staged epilogue (shared memory, a TMA store) under
+  // the QKᵀ the forward ran 0-3% slower (BENCHMARKS.md, "Thirty-ninth session", calls 2-3).
   constexpr bool kAcross = !persistent_stages_output<Tile>();
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp / 4;
