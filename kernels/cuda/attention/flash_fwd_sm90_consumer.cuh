@@ -137,9 +137,7 @@ struct Sm90FwdConsumer {
   // from O and the row statistics) run while the tensor cores do the QKᵀ; then the consumer
   // moves to rows m0_next.. (begin_tile) and runs that QKᵀ's softmax as
   // step_overlapped<true> does (the same arithmetic), after `after_qk` (K released).
-  // kEpilogueUnderQk = false: the epilogue once the QKᵀ is done instead (the two matmuls
-  // still back to back in one turn).
-  template <bool kEpilogueUnderQk = true, class AfterPv, class Epilogue, class AfterQk>
+  template <class AfterPv, class Epilogue, class AfterQk>
   __device__ __forceinline__ void step_across(uint32_t v_last_base, int m0_next, const bf16* sQ_next,
                                               uint32_t k_base, AfterPv after_pv, Epilogue epilogue,
                                               AfterQk after_qk) {
@@ -151,17 +149,11 @@ struct Sm90FwdConsumer {
     sm90::wgmma_wait<1>();  // the P·V done; the QKᵀ may still run
     sm90::fence_accumulators(o[0]);
     after_pv();
-    if constexpr (kEpilogueUnderQk) {
-      epilogue();
-      begin_tile(m0_next, sQ_next);
-    }
+    epilogue();
+    begin_tile(m0_next, sQ_next);
     sm90::wgmma_wait<0>();
     sm90::fence_accumulators(s[0]);
     after_qk();
-    if constexpr (!kEpilogueUnderQk) {
-      epilogue();
-      begin_tile(m0_next, sQ_next);
-    }
     softmax(s, alpha, 0);
     rescale_output<Tile>(o, alpha);
     keep_p(s);

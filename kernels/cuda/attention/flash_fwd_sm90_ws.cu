@@ -373,9 +373,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // where the epilogue is the consumers' own global stores (D = 64): 1.5-2.4% faster at 1K
   // causal, 4.7% at 512. With D = 128's staged epilogue (shared memory, a TMA store) under
   // the QKᵀ the forward ran 0-3% slower (BENCHMARKS.md, "Thirty-ninth session", calls 2-3).
-  constexpr bool kAcross = true;
-  // Experiment: at D = 128 the staged epilogue after the next tile's QKᵀ, not under it.
-  constexpr bool kEpilogueUnderQk = !persistent_stages_output<Tile>();
+  constexpr bool kAcross = !persistent_stages_output<Tile>();
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp / 4;
   const int m_blocks = (p.T + BM - 1) / BM, tiles = m_blocks * p.H * p.B;
@@ -533,7 +531,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       sm90::mbar_wait(&q_full[qb][cw], uint32_t(local / QB) & 1);
       wait_turn(0);
       const int s = kv0 % S;
-      c.template step_across<kEpilogueUnderQk>(
+      c.step_across(
           v_base(last), m0, sQ + qb * QR * D, smem_u32(sK + s * BN * D),
           [&] { sm90::mbar_arrive(&v_empty[last % S]); hand_off(0); }, [&] { epilogue(done); },
           [&] { release_k(0, s); });
