@@ -337,8 +337,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
 // that has finished a tile starts the next one's first QKᵀ while the other is in its
 // epilogue. At D = 64 a consumer issues a tile's last P·V together with the next tile's
 // first QKᵀ, in one turn, and stores the finished tile's output while that QKᵀ runs
-// (Sm90FwdConsumer::step_across, kAcross). Unlike the grid kernel's, every consumer runs every query tile (with kSkips
-// up to its own last key tile, as there), on rows past T too
+// (Sm90FwdConsumer::step_across, kAcross). Unlike the grid kernel's, every consumer runs
+// every query tile (with kSkips up to its own last key tile, as there), on rows past T too
 // (the last three-consumer tile at T = 2048 holds 128 rows): a branch around the matmuls
 // for a consumer without rows spilled 4 bytes at three consumers and, in a version that
 // had it at two as well, cost GPT-2's shape 7% (BENCHMARKS.md, "Thirty-seventh session",
