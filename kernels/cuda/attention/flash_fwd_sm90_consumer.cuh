@@ -72,26 +72,19 @@ struct Sm90FwdConsumer {
   }
   // A fresh query tile: rows m0_.., Q in sQ; O and the row statistics zero.
   __device__ __forceinline__ void begin_tile(int m0_, const bf16* sQ) {
-    begin_rows(m0_, sQ);
-    zero_output();
-  }
-  // begin_tile but for O.
-  __device__ __forceinline__ void begin_rows(int m0_, const bf16* sQ) {
     m0 = m0_;
     wg_row0 = m0_ + wg * 64;
     warp_row0 = wg_row0 + warp * 16;
     q_base = smem_u32(sQ) + wg * 64 * 128;
 #pragma unroll
+    for (int dt = 0; dt < Tile::kDTiles; ++dt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[0][dt][i] = 0.f;
+#pragma unroll
     for (int half = 0; half < 2; ++half) {
       row_max[0][half] = -INFINITY;
       row_sum[0][half] = 0.f;
     }
-  }
-  __device__ __forceinline__ void zero_output() {
-#pragma unroll
-    for (int dt = 0; dt < Tile::kDTiles; ++dt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o[0][dt][i] = 0.f;
   }
 
   __device__ __forceinline__ void issue_qk(Scores& s, uint32_t k_base) {
@@ -164,67 +157,6 @@ struct Sm90FwdConsumer {
     softmax(s, alpha, 0);
     rescale_output<Tile>(o, alpha);
     keep_p(s);
-  }
-  // Experiment: as step_across, but the QKᵀ issued first and the P·V second, so that the
-  // next tile's first softmax runs under this tile's last P·V (as in step_overlapped); the
-  // finished tile's output (each thread's own global stores, for batch b, head h) once the
-  // P·V is done. For the D = 64 persistent kernels.
-  template <class AfterQk, class AfterPv>
-  __device__ __forceinline__ void step_across_softmax_under_pv(uint32_t v_last_base, int m0_next, const bf16* sQ_next,
-                                                               uint32_t k_base, int b, int h, AfterQk after_qk,
-                                                               AfterPv after_pv) {
-    Scores s;
-    float alpha[1][2];
-    sm90::wgmma_fence();
-    sm90::issue_abt<D, Tile::kQRows, BN>(s[0], smem_u32(sQ_next) + wg * 64 * 128, k_base);
-    issue_pv(v_last_base);
-    sm90::wgmma_wait<1>();  // the QKᵀ done; the P·V may still run
-    sm90::fence_accumulators(s[0]);
-    after_qk();
-    float done_max[1][2], done_sum[1][2];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      done_max[0][half] = row_max[0][half];
-      done_sum[0][half] = row_sum[0][half];
-    }
-    const int done_row0 = warp_row0;
-    begin_rows(m0_next, sQ_next);
-    softmax(s, alpha, 0);
-    sm90::wgmma_wait<0>();  // the P·V done: O and a are free
-    sm90::fence_accumulators(o[0]);
-    after_pv();
-    // The finished rows as store_output writes them, packed before O is reused, stored
-    // after (stores under a branch ahead of O's reuse made ptxas serialise the wgmmas, C7520).
-    const int g = lane >> 2, t = lane & 3;
-    float sum[2];
-    uint32_t packed[2][Tile::kDTiles];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      sum[half] = quad_sum(done_sum[0][half]);
-      const float inv = inverse_row_sum(sum[half]);
-#pragma unroll
-      for (int dt = 0; dt < Tile::kDTiles; ++dt)
-        packed[half][dt] = pack_bf16(o[0][dt][2 * half] * inv, o[0][dt][2 * half + 1] * inv);
-    }
-    zero_output();
-    rescale_output<Tile>(o, alpha);
-    keep_p(s);
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = done_row0 + g + 8 * half;
-      const bool in = row < p.T;
-      const int r = in ? row : 0;
-      bf16* dst = p.out + (int64_t(b) * p.T + r) * p.o_row_stride + h * D + 2 * t;
-#pragma unroll
-      for (int dt = 0; dt < Tile::kDTiles; ++dt) store_u32_if(in, dst + dt * 8, packed[half][dt]);
-      const float lse = done_max[0][half] * p.scale + logf(sum[half]);
-      store_u32_if(in && t == 0, p.lse + (int64_t(b) * p.H + h) * p.T + r, __float_as_uint(lse));
-    }
-  }
-  // A 4-byte global store under a predicate, not a branch.
-  static __device__ __forceinline__ void store_u32_if(bool pred, void* ptr, uint32_t v) {
-    asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %0, 0;\n @q st.global.b32 [%1], %2;\n}"
-                 :: "r"(int(pred)), "l"(ptr), "r"(v) : "memory");
   }
   // The last tile's P·V after step_overlapped.
   __device__ __forceinline__ void finish_overlapped(uint32_t v_last_base) {

@@ -531,9 +531,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       sm90::mbar_wait(&q_full[qb][cw], uint32_t(local / QB) & 1);
       wait_turn(0);
       const int s = kv0 % S;
-      c.step_across_softmax_under_pv(
-          v_base(last), m0, sQ + qb * QR * D, smem_u32(sK + s * BN * D), done.b, done.h,
-          [&] { hand_off(0); release_k(0, s); }, [&] { sm90::mbar_arrive(&v_empty[last % S]); });
+      c.step_across(
+          v_base(last), m0, sQ + qb * QR * D, smem_u32(sK + s * BN * D),
+          [&] { sm90::mbar_arrive(&v_empty[last % S]); hand_off(0); }, [&] { epilogue(done); },
+          [&] { release_k(0, s); });
     } else {
       c.finish_overlapped(v_base(last));
       sm90::mbar_arrive(&v_empty[last % S]);
