@@ -443,11 +443,16 @@ TEST_P(FlashAttentionVsReference, OutputsAndGradients) {
       }
       // The persistent schedule on every SM (the grid that balances its rounds), and on
       // 3 blocks, so that each block walks through query tiles of different heads and
-      // batches.
-      for (const char* blocks : {static_cast<const char*>(nullptr), "3"}) {
-        ScopedEnv sched("FLASHGPT_ATTENTION_FWD_SCHEDULE", "persistent"), n("FLASHGPT_ATTENTION_FWD_BLOCKS", blocks);
-        check_against(pb, ref, naive, std::string("sm90ws tile ") + tile + " persistent" + (blocks ? " on 3 blocks" : ""));
-      }
+      // batches; each also with claimed tiles in groups of 4 pairs (B·H = 6 here: a
+      // shorter last group).
+      for (const char* blocks : {static_cast<const char*>(nullptr), "3"})
+        for (const char* group : {static_cast<const char*>(nullptr), "4"}) {
+          ScopedEnv sched("FLASHGPT_ATTENTION_FWD_SCHEDULE", "persistent"), n("FLASHGPT_ATTENTION_FWD_BLOCKS", blocks),
+              g("FLASHGPT_ATTENTION_FWD_HEAD_GROUP", group);
+          check_against(pb, ref, naive,
+                        std::string("sm90ws tile ") + tile + " persistent" + (blocks ? " on 3 blocks" : "") +
+                            (group ? " claimed in groups of 4" : ""));
+        }
     }
     // One consumer warpgroup, two blocks an SM (auto's at D = 64 without a mask below T = 1024).
     ScopedEnv one("FLASHGPT_ATTENTION_FWD_CONSUMERS", "1");
@@ -646,6 +651,16 @@ TEST(CudaFlashAttention, Sm90WsForwardIsBitwiseEqualToSm90) {
         expect_same(run("sm90ws", "0", "grid"), "sm90ws grid");
         expect_same(run("sm90ws", "0", "persistent"), "sm90ws persistent");
         expect_same(run("sm90ws", "0", "persistent", "3"), "sm90ws persistent on 3 blocks");
+        // Claimed tiles (FLASHGPT_ATTENTION_FWD_HEAD_GROUP), one launch after another on
+        // one stream, so that each finds the claim counter reset by the one before (a tile
+        // left out would leave its NaN rows).
+        for (const char* group : {"4", "all", "1"}) {
+          ScopedEnv g("FLASHGPT_ATTENTION_FWD_HEAD_GROUP", group);
+          const std::string name = std::string("sm90ws persistent claimed in groups of ") + group;
+          expect_same(run("sm90ws", "0", "persistent"), name);
+          expect_same(run("sm90ws", "0", "persistent", "3"), name + " on 3 blocks");
+          if (D == 64 && causal) expect_same(run("sm90ws", "1", "persistent", "5"), name + ", tile 1 on 5 blocks");
+        }
         if (D == 64) {  // three consumers, 192 rows a block: under a causal mask each consumer
                         // skips the key tiles it sees none of, so its rows meet sm90's tiles;
                         // one consumer, 64 rows a block, the same 128-key tiles
@@ -742,6 +757,11 @@ TEST(CudaFlashAttention, RejectsBadForwardSchedule) {
   for (const char* bad : {"0", "-3", "many"}) {
     ScopedEnv blocks("FLASHGPT_ATTENTION_FWD_BLOCKS", bad);
     EXPECT_THROW(cuda::flash_attention_forward(fake_forward(128, DType::bf16, 0), nullptr), InputError) << bad;
+  }
+  for (const char* bad : {"-1", "some", "2x"}) {
+    ScopedEnv group("FLASHGPT_ATTENTION_FWD_HEAD_GROUP", bad);
+    test::expect_input_error([] { cuda::flash_attention_forward(fake_forward(128, DType::bf16, 0), nullptr); },
+                             {"FLASHGPT_ATTENTION_FWD_HEAD_GROUP", bad});
   }
 }
 

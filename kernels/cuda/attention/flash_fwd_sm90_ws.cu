@@ -364,6 +364,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   bf16* sO = sV + S * BN * D;                // [kConsumers][D/64][64][64]: the output stages, if any
   __shared__ alignas(8) uint64_t q_full[QB][kConsumers], q_empty[QB][kConsumers], k_full[S], k_empty[S], v_full[S],
       v_empty[S];
+  // The tile after the one whose Q is in buffer qb (its index for tile_at; -1: none), for
+  // consumer w: written by the producer before that Q's q_full arrival, read by the
+  // consumer after its wait.
+  __shared__ int tile_after[QB][kConsumers];
   static_assert(persistent_smem_bytes<Tile>() + sizeof(q_full) * 2 + sizeof(k_full) * 4 + 1024 <= 228 * 1024,
                 "the shared memory");
   constexpr int kConsumerThreads = 128 * kConsumers;
@@ -384,6 +388,15 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const int g = gridDim.x, t = local * g + (local % 2 == 0 ? int(blockIdx.x) : g - 1 - int(blockIdx.x));
     return t < tiles ? t : -1;
   };
+  // Or (p.fwd_head_group > 0) claimed: the block's first tile is the blockIdx.x-th of the
+  // claim order (grouped_tile), each later one the next from the counter, claimed by the
+  // producer when it starts the tile before. Every block claims until it draws past the
+  // last tile, so the claims number tiles in all and the last one resets the counter.
+  // The producer hands on the claim's index, and each side works out its tile (tile_at):
+  // the producer's 32 registers hold no more.
+  const bool claimed = p.fwd_head_group > 0;
+  auto tile_at = [&](int k) { return k < 0 || !claimed ? k : grouped_tile(k, p.B * p.H, m_blocks, p.fwd_head_group); };
+  const int first = claimed ? int(blockIdx.x) : tile_of(0);
   struct Coords { int m_block, h, b, n_blocks; };
   auto coords = [&](int t) {
     const int bh = t / m_blocks, m_block = m_blocks - 1 - (t - bh * m_blocks);
@@ -405,16 +418,25 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   __syncthreads();
 
   if (wg == 0) {  // ---- producer
-    sm90::setmaxnreg_dec<24>();
+    // 32 registers, not the grid kernel's 24: with the claims below ptxas spilled at 24
+    // (the consumers' 240 or 160 leave exactly 32 a producer thread).
+    constexpr int kProducerRegs = 32;
+    static_assert(kProducerRegs * 128 + Tile::kConsumerRegs * kConsumerThreads <= 65536, "the register file");
+    sm90::setmaxnreg_dec<kProducerRegs>();
     if (tid != 0) return;
     auto load_kv = [&](bf16* dst, uint64_t* bar, int col0, int row0, int b) {
 #pragma unroll
       for (int c = 0; c < D / kTmaBoxCols; ++c)
         sm90::tma_load_3d(dst + c * BN * kTmaBoxCols, &kv_map, bar, col0 + c * kTmaBoxCols, row0, b);
     };
+    auto claim = [&] {
+      const int v = atomicAdd(p.fwd_tile_counter, 1), k = int(gridDim.x) + v;
+      if (v == tiles - 1) *p.fwd_tile_counter = 0;  // the launch's last claim
+      return k < tiles ? k : -1;
+    };
     int kv = 0;
-    for (int local = 0, t = tile_of(0); t >= 0; t = tile_of(++local)) {
-      const Coords cd = coords(t);
+    for (int local = 0, k = first, k_next = -1; k >= 0; k = k_next, ++local) {
+      const Coords cd = coords(tile_at(k));
       for (int nb = 0; nb < cd.n_blocks; ++nb, ++kv) {
         const int s = kv % S;
         const uint32_t parity = ((kv / S) & 1) ^ 1;  // the release of this buffer's previous tile
@@ -424,11 +446,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         load_kv(sK + s * BN * D, &k_full[s], (p.H + cd.h) * D, nb * BN, cd.b);
         arrive_for_skipping(&k_empty[s], skipping);
         if (nb == 0) {  // this tile's Q, each consumer's rows once it is done with the buffer's last tile
+          k_next = claimed ? claim() : tile_of(local + 1);
           const int qb = local % QB;
           bf16* q_dst = sQ + qb * QR * D;
 #pragma unroll
           for (int w = 0; w < kConsumers; ++w) {
             if (local >= QB) sm90::mbar_wait(&q_empty[qb][w], uint32_t(local / QB - 1) & 1);
+            tile_after[qb][w] = k_next;
             sm90::mbar_arrive_expect_tx(&q_full[qb][w], kQPartBytes);
 #pragma unroll
             for (int c = 0; c < D / kTmaBoxCols; ++c)
@@ -455,19 +479,21 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   constexpr int kTurnThreads = 256;
   if (cw == kConsumers - 1) sm90::named_arrive(1, kTurnThreads);
   // This tile's state (kv0: the ring position of its first K/V tile; mine: this consumer's
-  // key tiles), set by next_tile.
-  int local = -1, t = -1, kv0 = 0, n_blocks = 0, m0 = 0, mine = 0, turn_offset = 0, qb = 0;
+  // key tiles), set by enter_tile; t_after (the index of the tile after it, -1: none) by wait_q.
+  int local = -1, t = -1, kv0 = 0, n_blocks = 0, m0 = 0, mine = 0, turn_offset = 0, qb = 0, t_after = -1;
   bool last_tile = false;
-  auto next_tile = [&] {
+  auto enter_tile = [&](int k) {
     kv0 += n_blocks;
-    t = tile_of(++local);
-    if (t < 0) return false;
-    last_tile = tile_of(local + 1) < 0;
+    t = tile_at(k), ++local;
     n_blocks = coords(t).n_blocks, m0 = coords(t).m_block * BM;
     mine = kSkips ? sm90ws_consumer_key_tiles(m0, cw, BN, n_blocks) : n_blocks;
     turn_offset = sm90ws_turn_offset(BN, m0);  // kSkips: key tile nb + 1's first turn
     qb = local % QB;
-    return true;
+  };
+  auto wait_q = [&] {
+    sm90::mbar_wait(&q_full[qb][cw], uint32_t(local / QB) & 1);
+    t_after = tile_after[qb][cw];
+    last_tile = t_after < 0;
   };
   // Once key tile nb's S is done: the next consumer's turn, and K (and, after this
   // consumer's last, Q) released.
@@ -488,7 +514,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if (nb > 0) sm90::mbar_wait(&v_full[(kv - 1) % S], parity(kv - 1));
     sm90::named_sync(1 + cw, kTurnThreads);
   };
-  if (!next_tile()) return;
+  enter_tile(first);
   Sm90FwdConsumer<Tile, kCausal> c(p, m0, cw, warp % 4, lane, sQ + qb * QR * D);
   auto step = [&](int nb, auto is_first) {
     constexpr bool kFirst = decltype(is_first)::value;
@@ -512,23 +538,24 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       c.store(cd.b, cd.h);
     }
   };
-  sm90::mbar_wait(&q_full[qb][cw], uint32_t(local / QB) & 1);
+  wait_q();
   step(0, std::true_type{});
   for (;;) {
     for (int nb = 1; nb < mine; ++nb) step(nb, std::false_type{});
     const int last = kv0 + mine - 1;
     const Coords done = coords(t);
     sm90::mbar_wait(&v_full[last % S], parity(last));
-    if (!next_tile()) {
+    if (last_tile) {
       c.finish_overlapped(v_base(last));
       sm90::mbar_arrive(&v_empty[last % S]);
       epilogue(done);
       break;
     }
+    enter_tile(t_after);
     if constexpr (kAcross) {
       // The finished tile's last P·V with the next tile's first QKᵀ, its epilogue under the
       // QKᵀ (Sm90FwdConsumer::step_across).
-      sm90::mbar_wait(&q_full[qb][cw], uint32_t(local / QB) & 1);
+      wait_q();
       wait_turn(0);
       const int s = kv0 % S;
       c.step_across(
@@ -540,7 +567,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       sm90::mbar_arrive(&v_empty[last % S]);
       epilogue(done);
       c.begin_tile(m0, sQ + qb * QR * D);
-      sm90::mbar_wait(&q_full[qb][cw], uint32_t(local / QB) & 1);
+      wait_q();
       step(0, std::true_type{});
     }
   }
@@ -579,10 +606,12 @@ void launch_persistent(const FlashParams& p, int persistent_blocks, bool exact_b
   // The balanced grid, kept for the last shape asked (the model takes O(tiles) a try).
   struct Grid { int T; int64_t heads; int max_blocks, blocks; };
   static thread_local Grid last{-1, 0, 0, 0};
-  if (!exact_blocks && (last.T != p.T || last.heads != heads || last.max_blocks != persistent_blocks))
+  if (!exact_blocks && p.fwd_head_group == 0 && (last.T != p.T || last.heads != heads || last.max_blocks != persistent_blocks))
     last = Grid{p.T, heads, persistent_blocks,
                 persistent_forward_grid(persistent_blocks, heads, p.T, Tile::kBlockM, Tile::kBlockN, kCausal)};
-  const int64_t blocks = exact_blocks ? std::min<int64_t>(tiles, persistent_blocks) : last.blocks;
+  // Claimed tiles balance themselves: every block the caller allows.
+  const int64_t blocks =
+      exact_blocks || p.fwd_head_group > 0 ? std::min<int64_t>(tiles, persistent_blocks) : last.blocks;
   pk<<<unsigned(blocks), Tile::kThreads, persistent_smem_bytes<Tile>(), stream>>>(map, q_map, o_map, p);
   CUDA_CHECK_LAUNCH();
 }

@@ -27,6 +27,10 @@ struct FlashParams {
   const __nv_bfloat16* qkv = nullptr;  // (B, T, 3, H, D): row stride 3*H*D
   __nv_bfloat16* out = nullptr;        // (B, T, H, D):    row stride H*D
   float* lse = nullptr;                // (B, H, T) natural-log logsumexp of scaled scores
+  // The sm90ws forward's persistent kernel with claimed tiles (fwd_head_group > 0,
+  // tile_choice.h's grouped_tile): its claim counter, 0 between launches.
+  int* fwd_tile_counter = nullptr;
+  int fwd_head_group = 0;
   // Backward only.
   const __nv_bfloat16* dout = nullptr;  // (B, T, H, D)
   __nv_bfloat16* dqkv = nullptr;        // (B, T, 3, H, D)
