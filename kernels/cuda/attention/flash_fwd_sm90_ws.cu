@@ -90,7 +90,12 @@ struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
   // of V per stage), 16-byte aligned; the kernel asserts that its declaration fits.
   static constexpr size_t kStaticSmemBytes = (8 * (1 + 4 * size_t(kStages)) + 15) / 16 * 16;
   static_assert(kConsumers >= 1 && kConsumers <= 3, "one to three consumer warpgroups");
-  static_assert((24 * 128 + kConsumerRegs * 128 * kConsumers) * kBlocksPerSm <= 65536, "the register file");
+  // setmaxnreg only moves registers within what the block got at launch: the launch
+  // bounds' per-thread share (a multiple of 8) for every thread. Asking for more leaves
+  // the consumers' setmaxnreg.inc waiting for good (a 32-register producer beside two
+  // 240-register consumers hung that way: 168 x 384 = 64,512 registers at launch).
+  static constexpr int kLaunchRegs = 65536 / kBlocksPerSm / kThreads / 8 * 8;
+  static_assert(24 * 128 + kConsumerRegs * 128 * kConsumers <= kLaunchRegs * kThreads, "the register file");
   // kBlocksPerSm blocks in an SM's 228 KB, each with its dynamic and static shared memory
   // and the 1 KB the hardware reserves for it. (Without the static part this once passed
   // for three stages of the one-consumer tile, which then ran one block an SM:
@@ -393,7 +398,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // producer when it starts the tile before. Every block claims until it draws past the
   // last tile, so the claims number tiles in all and the last one resets the counter.
   // The producer hands on the claim's index, and each side works out its tile (tile_at):
-  // the producer's 32 registers hold no more.
+  // with the tile itself handed on, the producer's 24 registers spilled.
   const bool claimed = p.fwd_head_group > 0;
   auto tile_at = [&](int k) { return k < 0 || !claimed ? k : grouped_tile(k, p.B * p.H, m_blocks, p.fwd_head_group); };
   const int first = claimed ? int(blockIdx.x) : tile_of(0);
@@ -418,11 +423,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   __syncthreads();
 
   if (wg == 0) {  // ---- producer
-    // 32 registers, not the grid kernel's 24: with the claims below ptxas spilled at 24
-    // (the consumers' 240 or 160 leave exactly 32 a producer thread).
-    constexpr int kProducerRegs = 32;
-    static_assert(kProducerRegs * 128 + Tile::kConsumerRegs * kConsumerThreads <= 65536, "the register file");
-    sm90::setmaxnreg_dec<kProducerRegs>();
+    sm90::setmaxnreg_dec<24>();
     if (tid != 0) return;
     auto load_kv = [&](bf16* dst, uint64_t* bar, int col0, int row0, int b) {
 #pragma unroll
@@ -435,7 +436,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       return k < tiles ? k : -1;
     };
     int kv = 0;
-    for (int local = 0, k = first, k_next = -1; k >= 0; k = k_next, ++local) {
+    // The next tile's index goes to shared memory (tile_after) and is read back there
+    // after the tile's loads: in a register across them, ptxas spilled the 24.
+    for (int local = 0, k = first; k >= 0; k = tile_after[local % QB][0], ++local) {
       const Coords cd = coords(tile_at(k));
       for (int nb = 0; nb < cd.n_blocks; ++nb, ++kv) {
         const int s = kv % S;
@@ -446,7 +449,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         load_kv(sK + s * BN * D, &k_full[s], (p.H + cd.h) * D, nb * BN, cd.b);
         arrive_for_skipping(&k_empty[s], skipping);
         if (nb == 0) {  // this tile's Q, each consumer's rows once it is done with the buffer's last tile
-          k_next = claimed ? claim() : tile_of(local + 1);
+          const int k_next = claimed ? claim() : tile_of(local + 1);
           const int qb = local % QB;
           bf16* q_dst = sQ + qb * QR * D;
 #pragma unroll
