@@ -443,15 +443,15 @@ TEST_P(FlashAttentionVsReference, OutputsAndGradients) {
       }
       // The persistent schedule on every SM (the grid that balances its rounds), and on
       // 3 blocks, so that each block walks through query tiles of different heads and
-      // batches; each also with claimed tiles in groups of 4 pairs (B·H = 6 here: a
-      // shorter last group).
+      // batches; each in auto's order (claimed tiles at D = 64 under a causal mask), in
+      // rounds, and claimed in groups of 4 pairs (B·H = 6 here: a shorter last group).
       for (const char* blocks : {static_cast<const char*>(nullptr), "3"})
-        for (const char* group : {static_cast<const char*>(nullptr), "4"}) {
+        for (const char* group : {static_cast<const char*>(nullptr), "0", "4"}) {
           ScopedEnv sched("FLASHGPT_ATTENTION_FWD_SCHEDULE", "persistent"), n("FLASHGPT_ATTENTION_FWD_BLOCKS", blocks),
               g("FLASHGPT_ATTENTION_FWD_HEAD_GROUP", group);
           check_against(pb, ref, naive,
                         std::string("sm90ws tile ") + tile + " persistent" + (blocks ? " on 3 blocks" : "") +
-                            (group ? " claimed in groups of 4" : ""));
+                            (group ? std::string(" head group ") + group : ""));
         }
     }
     // One consumer warpgroup, two blocks an SM (auto's at D = 64 without a mask below T = 1024).
@@ -654,9 +654,9 @@ TEST(CudaFlashAttention, Sm90WsForwardIsBitwiseEqualToSm90) {
         // Claimed tiles (FLASHGPT_ATTENTION_FWD_HEAD_GROUP), one launch after another on
         // one stream, so that each finds the claim counter reset by the one before (a tile
         // left out would leave its NaN rows).
-        for (const char* group : {"4", "all", "1"}) {
+        for (const char* group : {"0", "4", "all", "1"}) {
           ScopedEnv g("FLASHGPT_ATTENTION_FWD_HEAD_GROUP", group);
-          const std::string name = std::string("sm90ws persistent claimed in groups of ") + group;
+          const std::string name = std::string("sm90ws persistent, head group ") + group;
           expect_same(run("sm90ws", "0", "persistent"), name);
           expect_same(run("sm90ws", "0", "persistent", "3"), name + " on 3 blocks");
           if (D == 64 && causal) expect_same(run("sm90ws", "1", "persistent", "5"), name + ", tile 1 on 5 blocks");

@@ -438,7 +438,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     int kv = 0;
     // The next tile's index goes to shared memory (tile_after) and is read back there
     // after the tile's loads: in a register across them, ptxas spilled the 24.
-    for (int local = 0, k = first; k >= 0; k = tile_after[local % QB][0], ++local) {
+    for (int local = 0, k = first; k >= 0; k = claimed ? tile_after[local % QB][0] : tile_of(local + 1), ++local) {
       const Coords cd = coords(tile_at(k));
       for (int nb = 0; nb < cd.n_blocks; ++nb, ++kv) {
         const int s = kv % S;
@@ -449,13 +449,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         load_kv(sK + s * BN * D, &k_full[s], (p.H + cd.h) * D, nb * BN, cd.b);
         arrive_for_skipping(&k_empty[s], skipping);
         if (nb == 0) {  // this tile's Q, each consumer's rows once it is done with the buffer's last tile
-          const int k_next = claimed ? claim() : tile_of(local + 1);
+          const int k_next = claimed ? claim() : -1;
           const int qb = local % QB;
           bf16* q_dst = sQ + qb * QR * D;
 #pragma unroll
           for (int w = 0; w < kConsumers; ++w) {
             if (local >= QB) sm90::mbar_wait(&q_empty[qb][w], uint32_t(local / QB - 1) & 1);
-            tile_after[qb][w] = k_next;
+            if (claimed) tile_after[qb][w] = k_next;
             sm90::mbar_arrive_expect_tx(&q_full[qb][w], kQPartBytes);
 #pragma unroll
             for (int c = 0; c < D / kTmaBoxCols; ++c)
@@ -492,11 +492,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     mine = kSkips ? sm90ws_consumer_key_tiles(m0, cw, BN, n_blocks) : n_blocks;
     turn_offset = sm90ws_turn_offset(BN, m0);  // kSkips: key tile nb + 1's first turn
     qb = local % QB;
+    if (!claimed) t_after = tile_of(local + 1), last_tile = t_after < 0;
   };
   auto wait_q = [&] {
     sm90::mbar_wait(&q_full[qb][cw], uint32_t(local / QB) & 1);
-    t_after = tile_after[qb][cw];
-    last_tile = t_after < 0;
+    if (claimed) t_after = tile_after[qb][cw], last_tile = t_after < 0;
   };
   // Once key tile nb's S is done: the next consumer's turn, and K (and, after this
   // consumer's last, Q) released.

@@ -188,14 +188,18 @@ constexpr int grouped_tile(int k, int heads, int m_blocks, int group) {
   const int n = std::min(group, heads - first), i = k - g * per_group;
   return (first + i % n) * m_blocks + i / n;
 }
-// FLASHGPT_ATTENTION_FWD_HEAD_GROUP: 0 (unset: the rounds), a positive number of pairs,
-// or `all` (every pair in one group).
-inline int parse_forward_head_group(const char* value, int64_t heads) {
-  const std::string v = value && *value ? value : "0";
+// FLASHGPT_ATTENTION_FWD_HEAD_GROUP: auto (or unset), 0 (the rounds), a positive number of
+// pairs, or `all` (every pair in one group). auto: claimed tiles in groups of 64 pairs at
+// D = 64 under a causal mask, the rounds elsewhere (fortieth session, BENCHMARKS.md).
+inline int forward_head_group(const char* value, int64_t heads, int D, bool causal) {
+  const std::string v = value && *value ? value : "auto";
+  const int64_t pairs = std::max<int64_t>(heads, 1);
+  if (v == "auto") return D == 64 && causal ? int(std::min<int64_t>(64, pairs)) : 0;
   if (v == "0") return 0;
-  if (v == "all") return int(std::max<int64_t>(heads, 1));
-  const int64_t g = parse_positive_int(v, "FLASHGPT_ATTENTION_FWD_HEAD_GROUP", "0, all or a positive integer", INT32_MAX);
-  return int(std::min<int64_t>(g, std::max<int64_t>(heads, 1)));
+  if (v == "all") return int(pairs);
+  const int64_t g =
+      parse_positive_int(v, "FLASHGPT_ATTENTION_FWD_HEAD_GROUP", "auto, 0, all or a positive integer", INT32_MAX);
+  return int(std::min<int64_t>(g, pairs));
 }
 
 // The persistent forward's grid on up to `max_blocks` blocks, and never more than the
