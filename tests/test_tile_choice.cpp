@@ -279,21 +279,17 @@ TEST(TileChoice, GroupedTilesVisitEveryTileOnceGroupByGroupLongestFirst) {
 
 TEST(TileChoice, ForwardHeadGroupKnob) {
   using cuda::attn::forward_head_group;
-  // auto: groups of 64 pairs (or all, when fewer) at D = 64 under a causal mask.
-  for (const char* unset : {static_cast<const char*>(nullptr), "", "auto"}) {
-    EXPECT_EQ(forward_head_group(unset, 768, 64, true), 64);
-    EXPECT_EQ(forward_head_group(unset, 12, 64, true), 12);
-    EXPECT_EQ(forward_head_group(unset, 768, 64, false), 0);
-    EXPECT_EQ(forward_head_group(unset, 768, 128, true), 0);
+  for (const char* unset : {static_cast<const char*>(nullptr), "", "auto"}) {  // groups of 64, or all when fewer
+    EXPECT_EQ(forward_head_group(unset, 768), 64);
+    EXPECT_EQ(forward_head_group(unset, 12), 12);
   }
-  EXPECT_EQ(forward_head_group("0", 768, 64, true), 0);
-  EXPECT_EQ(forward_head_group("64", 768, 128, false), 64);
-  EXPECT_EQ(forward_head_group("1000", 768, 64, true), 768);  // no more than the pairs
-  EXPECT_EQ(forward_head_group("all", 768, 64, true), 768);
+  EXPECT_EQ(forward_head_group("0", 768), 0);
+  EXPECT_EQ(forward_head_group("5", 768), 5);
+  EXPECT_EQ(forward_head_group("1000", 768), 768);  // no more than the pairs
+  EXPECT_EQ(forward_head_group("all", 768), 768);
   for (const char* bad : {"-1", "x", "1.5", " 2", "2 ", "Auto"}) {
     SCOPED_TRACE(std::string("'") + bad + "'");
-    test::expect_input_error([&] { forward_head_group(bad, 768, 64, true); },
-                             {"FLASHGPT_ATTENTION_FWD_HEAD_GROUP", bad});
+    test::expect_input_error([&] { forward_head_group(bad, 768); }, {"FLASHGPT_ATTENTION_FWD_HEAD_GROUP", bad});
   }
 }
 

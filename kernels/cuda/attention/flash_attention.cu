@@ -42,10 +42,10 @@
 //       persistent at D = 128 up to T = 2048 (causal) or 4096 (full) and, with a causal
 //       mask, up to T = 8192 at D = 64 (tile_choice.h). FLASHGPT_ATTENTION_FWD_BLOCKS=N (tests) runs the
 //       persistent kernel on exactly N blocks. FLASHGPT_ATTENTION_FWD_HEAD_GROUP=auto|0|N|all
-//       the persistent kernel's blocks claim their tiles one at a time, in groups of N
-//       (batch, head) pairs, each group's longest query tiles first (tile_choice.h's
-//       grouped_tile); 0: the rounds; auto: groups of 64 at D = 64 under a causal mask,
-//       else the rounds.
+//       the three-consumer persistent kernel's blocks claim their tiles one at a time,
+//       in groups of N (batch, head) pairs, each group's longest query tiles first
+//       (tile_choice.h's grouped_tile); 0: the rounds; auto: groups of 64. The other
+//       kernels ignore it.
 #include "kernels/cuda/attention/flash_attention.h"
 
 #include <algorithm>
@@ -242,9 +242,9 @@ void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
       const int ws_tile = one_consumer_forward() ? attn::kSm90WsOneConsumer
                                                  : attn::sm90ws_forward_tile(fwd_tile, a.D, a.T, a.causal, schedule);
       const PersistentGrid g = forward_persistent_grid(schedule, ws_tile, a);
-      if (g.blocks > 0) {
+      if (g.blocks > 0 && attn::sm90ws_consumers(ws_tile, a.D) == 3) {  // the kernel that claims
         p.fwd_head_group = attn::forward_head_group(std::getenv("FLASHGPT_ATTENTION_FWD_HEAD_GROUP"),
-                                                    int64_t(a.B) * a.H, a.D, a.causal);
+                                                    int64_t(a.B) * a.H);
         if (p.fwd_head_group > 0) p.fwd_tile_counter = forward_tile_counter(stream);
       }
       if (a.D == 64)

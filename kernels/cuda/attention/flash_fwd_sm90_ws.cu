@@ -369,9 +369,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   bf16* sO = sV + S * BN * D;                // [kConsumers][D/64][64][64]: the output stages, if any
   __shared__ alignas(8) uint64_t q_full[QB][kConsumers], q_empty[QB][kConsumers], k_full[S], k_empty[S], v_full[S],
       v_empty[S];
-  // The tile after the one whose Q is in buffer qb (its index for tile_at; -1: none), for
-  // consumer w: written by the producer before that Q's q_full arrival, read by the
-  // consumer after its wait.
+  // Claimed tiles (below): the index of the tile after the one whose Q is in buffer qb
+  // (-1: none), for consumer w, written by the producer before that Q's q_full arrival and
+  // read by the consumer after its wait.
   __shared__ int tile_after[QB][kConsumers];
   static_assert(persistent_smem_bytes<Tile>() + sizeof(q_full) * 2 + sizeof(k_full) * 4 + 1024 <= 228 * 1024,
                 "the shared memory");
@@ -393,15 +393,18 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const int g = gridDim.x, t = local * g + (local % 2 == 0 ? int(blockIdx.x) : g - 1 - int(blockIdx.x));
     return t < tiles ? t : -1;
   };
-  // Or (p.fwd_head_group > 0) claimed: the block's first tile is the blockIdx.x-th of the
-  // claim order (grouped_tile), each later one the next from the counter, claimed by the
-  // producer when it starts the tile before. Every block claims until it draws past the
-  // last tile, so the claims number tiles in all and the last one resets the counter.
-  // The producer hands on the claim's index, and each side works out its tile (tile_at):
-  // with the tile itself handed on, the producer's 24 registers spilled.
-  const bool claimed = p.fwd_head_group > 0;
+  // Or, in the three-consumer kernel with p.fwd_head_group > 0, claimed: the block's first
+  // tile is the blockIdx.x-th of the claim order (tile_choice.h's grouped_tile), each
+  // later one the next from a counter, claimed by the producer when it starts the tile
+  // before. Every block claims until it draws past the last tile, so the claims number
+  // `tiles` in all and the last one resets the counter. The producer hands each claim's
+  // index to the consumers (tile_after) and each side works out the tile (tile_at); with
+  // the tile itself handed on, the producer's 24 registers spilled. Only three consumers:
+  // the same change in the two-consumer kernels made them 5-10% slower under a causal
+  // mask even in rounds, with the same arithmetic (BENCHMARKS.md, "Fortieth session").
+  constexpr bool kClaims = kConsumers == 3;
+  const bool claimed = kClaims && p.fwd_head_group > 0;
   auto tile_at = [&](int k) { return k < 0 || !claimed ? k : grouped_tile(k, p.B * p.H, m_blocks, p.fwd_head_group); };
-  const int first = claimed ? int(blockIdx.x) : tile_of(0);
   struct Coords { int m_block, h, b, n_blocks; };
   auto coords = [&](int t) {
     const int bh = t / m_blocks, m_block = m_blocks - 1 - (t - bh * m_blocks);
@@ -436,9 +439,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       return k < tiles ? k : -1;
     };
     int kv = 0;
-    // The next tile's index goes to shared memory (tile_after) and is read back there
-    // after the tile's loads: in a register across them, ptxas spilled the 24.
-    for (int local = 0, k = first; k >= 0; k = claimed ? tile_after[local % QB][0] : tile_of(local + 1), ++local) {
+    // A claimed tile's index is read back from tile_after after the tile's loads: held in
+    // a register across them, it spilled the 24.
+    for (int local = 0, k = claimed ? int(blockIdx.x) : tile_of(0); k >= 0;
+         k = claimed ? tile_after[local % QB][0] : tile_of(local + 1), ++local) {
       const Coords cd = coords(tile_at(k));
       for (int nb = 0; nb < cd.n_blocks; ++nb, ++kv) {
         const int s = kv % S;
@@ -482,21 +486,20 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   constexpr int kTurnThreads = 256;
   if (cw == kConsumers - 1) sm90::named_arrive(1, kTurnThreads);
   // This tile's state (kv0: the ring position of its first K/V tile; mine: this consumer's
-  // key tiles), set by enter_tile; t_after (the index of the tile after it, -1: none) by wait_q.
+  // key tiles), set by next_tile; claimed, last_tile and t_after (the next tile's index)
+  // by wait_q.
   int local = -1, t = -1, kv0 = 0, n_blocks = 0, m0 = 0, mine = 0, turn_offset = 0, qb = 0, t_after = -1;
   bool last_tile = false;
-  auto enter_tile = [&](int k) {
+  auto next_tile = [&] {
     kv0 += n_blocks;
-    t = tile_at(k), ++local;
+    t = claimed ? tile_at(++local == 0 ? int(blockIdx.x) : t_after) : tile_of(++local);
+    if (t < 0) return false;
+    if (!claimed) last_tile = tile_of(local + 1) < 0;
     n_blocks = coords(t).n_blocks, m0 = coords(t).m_block * BM;
     mine = kSkips ? sm90ws_consumer_key_tiles(m0, cw, BN, n_blocks) : n_blocks;
     turn_offset = sm90ws_turn_offset(BN, m0);  // kSkips: key tile nb + 1's first turn
     qb = local % QB;
-    if (!claimed) t_after = tile_of(local + 1), last_tile = t_after < 0;
-  };
-  auto wait_q = [&] {
-    sm90::mbar_wait(&q_full[qb][cw], uint32_t(local / QB) & 1);
-    if (claimed) t_after = tile_after[qb][cw], last_tile = t_after < 0;
+    return true;
   };
   // Once key tile nb's S is done: the next consumer's turn, and K (and, after this
   // consumer's last, Q) released.
@@ -517,7 +520,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if (nb > 0) sm90::mbar_wait(&v_full[(kv - 1) % S], parity(kv - 1));
     sm90::named_sync(1 + cw, kTurnThreads);
   };
-  enter_tile(first);
+  auto wait_q = [&] {
+    sm90::mbar_wait(&q_full[qb][cw], uint32_t(local / QB) & 1);
+    if (claimed) t_after = tile_after[qb][cw], last_tile = t_after < 0;
+  };
+  if (!next_tile()) return;
   Sm90FwdConsumer<Tile, kCausal> c(p, m0, cw, warp % 4, lane, sQ + qb * QR * D);
   auto step = [&](int nb, auto is_first) {
     constexpr bool kFirst = decltype(is_first)::value;
@@ -548,13 +555,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const int last = kv0 + mine - 1;
     const Coords done = coords(t);
     sm90::mbar_wait(&v_full[last % S], parity(last));
-    if (last_tile) {
+    if (!next_tile()) {
       c.finish_overlapped(v_base(last));
       sm90::mbar_arrive(&v_empty[last % S]);
       epilogue(done);
       break;
     }
-    enter_tile(t_after);
     if constexpr (kAcross) {
       // The finished tile's last P·V with the next tile's first QKᵀ, its epilogue under the
       // QKᵀ (Sm90FwdConsumer::step_across).
