@@ -48,9 +48,14 @@ if [[ $kernels == 1 ]]; then
     python3 - "$tmp/rev.$name.ptx" "$tmp/work.$name.ptx" "$f" "$rev" <<'PY' || status=1
 import re, sys
 def kernels(path):
+    # A kernel ends at the last "}" at the start of a line before the next .entry (or the
+    # file's end): inline asm blocks end in such a "}" too, so the first one once cut most
+    # kernels short (the fortieth session found it).
     text, out = open(path).read(), {}
-    for m in re.finditer(r"^(?:\.visible\s+)?\.entry (\S+)\(", text, re.M):
-        mangled, end = m.group(1), text.index("\n}\n", m.start())
+    entries = list(re.finditer(r"^(?:\.visible\s+)?\.entry (\S+)\(", text, re.M))
+    for i, m in enumerate(entries):
+        mangled, stop = m.group(1), entries[i + 1].start() if i + 1 < len(entries) else len(text)
+        end = text.rindex("\n}", m.start(), stop) + 2
         body = text[m.start():end].replace(mangled, "KERNEL")
         body = re.sub(r"_GLOBAL__N__[0-9a-f]{8}_\d+_\w+?_cu_[0-9a-f]{8}[_\d]*", "ANON", body)
         body = re.sub(r"\$L__BB\d+_", "$L__BB_", body)           # labels numbered by function
