@@ -77,6 +77,7 @@ struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
   static_assert(kQBufs_ == 1 || kQBufs_ == 2, "one or two Q buffers");
   static constexpr int kThreads = 128 * (1 + kConsumers);  // producer + consumer warpgroups
   static constexpr int kBlocksPerSm = kConsumers == 1 ? 2 : 1;
+  static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = kConsumers == 1 ? 232 : kConsumers == 2 ? 240 : 160;
   // Two stages for one consumer (two blocks' shared memory), for 176-key tiles and with two
   // Q buffers (three would not fit), three otherwise.
@@ -95,7 +96,7 @@ struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
   // the consumers' setmaxnreg.inc waiting for good (a 32-register producer beside two
   // 240-register consumers hung that way: 168 x 384 = 64,512 registers at launch).
   static constexpr int kLaunchRegs = 65536 / kBlocksPerSm / kThreads / 8 * 8;
-  static_assert(24 * 128 + kConsumerRegs * 128 * kConsumers <= kLaunchRegs * kThreads, "the register file");
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= kLaunchRegs * kThreads, "the register file");
   // kBlocksPerSm blocks in an SM's 228 KB, each with its dynamic and static shared memory
   // and the 1 KB the hardware reserves for it. (Without the static part this once passed
   // for three stages of the one-consumer tile, which then ran one block an SM:
@@ -230,7 +231,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   __syncthreads();
 
   if (wg == 0) {  // ---- producer
-    sm90::setmaxnreg_dec<24>();
+    sm90::setmaxnreg_dec<Tile::kProducerRegs>();
     if (tid != 0) return;
     // A tile of `rows` rows from row0 of the column range col0..col0+D into dst
     // ([D/64][rows][64]): boxes of kTmaBoxCols = 64 columns × BN rows.
@@ -410,7 +411,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   __syncthreads();
 
   if (wg == 0) {  // ---- producer
-    sm90::setmaxnreg_dec<24>();
+    sm90::setmaxnreg_dec<Tile::kProducerRegs>();
     if (tid != 0) return;
     auto load_kv = [&](bf16* dst, uint64_t* bar, int col0, int row0, int b) {
 #pragma unroll
