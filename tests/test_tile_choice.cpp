@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <algorithm>
 #include <string>
+#include <vector>
 #include "kernels/cuda/attention/tile_choice.h"
 #include "src/errors.h"
 #include "tests/testing.h"
@@ -238,6 +239,58 @@ TEST(TileChoice, PersistentForwardGridBalancesTheRounds) {
   EXPECT_EQ(persistent_forward_grid(132, 2, 1024, 128, 128, false), 16);
   EXPECT_EQ(persistent_forward_grid(132, 2, 1024, 128, 128, true), 16);
   EXPECT_EQ(persistent_forward_grid(1, 12, 4096, 192, 128, true), 1);
+}
+
+// The claimed schedule's order (grouped_tile): every tile exactly once; one pair a group
+// is the rounds' order; within a group rank by rank, each rank's pairs in order; a group
+// never mixes pairs of two groups, and a short last group is ranked alone.
+TEST(TileChoice, GroupedTilesVisitEveryTileOnceGroupByGroupLongestFirst) {
+  using cuda::attn::grouped_tile;
+  for (int heads : {1, 5, 12, 64})
+    for (int m_blocks : {1, 3, 8})
+      for (int group : {1, 2, 5, 12, 64, 100}) {
+        SCOPED_TRACE(std::to_string(heads) + " pairs, " + std::to_string(m_blocks) + " tiles a pair, groups of " +
+                     std::to_string(group));
+        const int tiles = heads * m_blocks, g = std::min(group, heads);
+        std::vector<int> seen(size_t(tiles), 0);
+        for (int k = 0; k < tiles; ++k) {
+          const int t = grouped_tile(k, heads, m_blocks, group);
+          ASSERT_GE(t, 0);
+          ASSERT_LT(t, tiles);
+          ++seen[size_t(t)];
+          const int bh = t / m_blocks, r = t % m_blocks;  // r: the rank (0: the pair's last query tile)
+          const int group_index = k / (g * m_blocks), first = group_index * g, n = std::min(g, heads - first);
+          EXPECT_EQ(bh / g, group_index) << "k " << k;  // its own group
+          EXPECT_EQ(r, (k - group_index * g * m_blocks) / n) << "k " << k;
+          EXPECT_EQ(bh, first + (k - group_index * g * m_blocks) % n) << "k " << k;
+          if (g == 1) EXPECT_EQ(t, k);
+        }
+        EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), tiles);
+      }
+  // 3 pairs of 2 tiles in one group: ranks 0 of pairs 0, 1, 2, then ranks 1.
+  std::vector<int> order;
+  for (int k = 0; k < 6; ++k) order.push_back(grouped_tile(k, 3, 2, 3));
+  EXPECT_EQ(order, (std::vector<int>{0, 2, 4, 1, 3, 5}));
+  // Groups of 2 over 3 pairs: pairs 0 and 1 rank by rank, then pair 2 alone.
+  order.clear();
+  for (int k = 0; k < 6; ++k) order.push_back(grouped_tile(k, 3, 2, 2));
+  EXPECT_EQ(order, (std::vector<int>{0, 2, 1, 3, 4, 5}));
+}
+
+TEST(TileChoice, ForwardHeadGroupKnob) {
+  using cuda::attn::forward_head_group;
+  for (const char* unset : {static_cast<const char*>(nullptr), "", "auto"}) {  // groups of 64, or all when fewer
+    EXPECT_EQ(forward_head_group(unset, 768), 64);
+    EXPECT_EQ(forward_head_group(unset, 12), 12);
+  }
+  EXPECT_EQ(forward_head_group("0", 768), 0);
+  EXPECT_EQ(forward_head_group("5", 768), 5);
+  EXPECT_EQ(forward_head_group("1000", 768), 768);  // no more than the pairs
+  EXPECT_EQ(forward_head_group("all", 768), 768);
+  for (const char* bad : {"-1", "x", "1.5", " 2", "2 ", "Auto"}) {
+    SCOPED_TRACE(std::string("'") + bad + "'");
+    test::expect_input_error([&] { forward_head_group(bad, 768); }, {"FLASHGPT_ATTENTION_FWD_HEAD_GROUP", bad});
+  }
 }
 
 // Which tiles have a persistent kernel: what the launch builds and the rule may ask for.

@@ -443,11 +443,18 @@ TEST_P(FlashAttentionVsReference, OutputsAndGradients) {
       }
       // The persistent schedule on every SM (the grid that balances its rounds), and on
       // 3 blocks, so that each block walks through query tiles of different heads and
-      // batches.
-      for (const char* blocks : {static_cast<const char*>(nullptr), "3"}) {
-        ScopedEnv sched("FLASHGPT_ATTENTION_FWD_SCHEDULE", "persistent"), n("FLASHGPT_ATTENTION_FWD_BLOCKS", blocks);
-        check_against(pb, ref, naive, std::string("sm90ws tile ") + tile + " persistent" + (blocks ? " on 3 blocks" : ""));
-      }
+      // batches; three consumers each in auto's order (claimed tiles), in rounds, and
+      // claimed in groups of 4 pairs (B·H = 6 here: a shorter last group).
+      const bool claims = tile[0] == '1';
+      for (const char* blocks : {static_cast<const char*>(nullptr), "3"})
+        for (const char* group : {static_cast<const char*>(nullptr), "0", "4"}) {
+          if (group && !claims) continue;
+          ScopedEnv sched("FLASHGPT_ATTENTION_FWD_SCHEDULE", "persistent"), n("FLASHGPT_ATTENTION_FWD_BLOCKS", blocks),
+              g("FLASHGPT_ATTENTION_FWD_HEAD_GROUP", group);
+          check_against(pb, ref, naive,
+                        std::string("sm90ws tile ") + tile + " persistent" + (blocks ? " on 3 blocks" : "") +
+                            (group ? std::string(" head group ") + group : ""));
+        }
     }
     // One consumer warpgroup, two blocks an SM (auto's at D = 64 without a mask below T = 1024).
     ScopedEnv one("FLASHGPT_ATTENTION_FWD_CONSUMERS", "1");
@@ -654,6 +661,15 @@ TEST(CudaFlashAttention, Sm90WsForwardIsBitwiseEqualToSm90) {
             expect_same(run("sm90ws", "1", "grid"), "sm90ws tile 1 grid");
             expect_same(run("sm90ws", "1", "persistent"), "sm90ws tile 1 persistent");
             expect_same(run("sm90ws", "1", "persistent", "3"), "sm90ws tile 1 persistent on 3 blocks");
+            // Claimed tiles (FLASHGPT_ATTENTION_FWD_HEAD_GROUP; the runs above: auto's groups
+            // of 64), one launch after another on one stream, so that each finds the claim
+            // counter reset by the one before (a tile left out would leave its NaN rows).
+            for (const char* group : {"0", "4", "all", "1"}) {
+              ScopedEnv g("FLASHGPT_ATTENTION_FWD_HEAD_GROUP", group);
+              const std::string name = std::string("sm90ws tile 1 persistent, head group ") + group;
+              expect_same(run("sm90ws", "1", "persistent"), name);
+              expect_same(run("sm90ws", "1", "persistent", "5"), name + " on 5 blocks");
+            }
           }
           DeviceRun ws1;
           {
@@ -742,6 +758,13 @@ TEST(CudaFlashAttention, RejectsBadForwardSchedule) {
   for (const char* bad : {"0", "-3", "many"}) {
     ScopedEnv blocks("FLASHGPT_ATTENTION_FWD_BLOCKS", bad);
     EXPECT_THROW(cuda::flash_attention_forward(fake_forward(128, DType::bf16, 0), nullptr), InputError) << bad;
+  }
+  // The head group is read for the three-consumer kernel (D = 64, tile 1, causal).
+  ScopedEnv tile("FLASHGPT_ATTENTION_FWD_TILE", "1");
+  for (const char* bad : {"-1", "some", "2x"}) {
+    ScopedEnv group("FLASHGPT_ATTENTION_FWD_HEAD_GROUP", bad);
+    test::expect_input_error([] { cuda::flash_attention_forward(fake_forward(64, DType::bf16, 0), nullptr); },
+                             {"FLASHGPT_ATTENTION_FWD_HEAD_GROUP", bad});
   }
 }
 

@@ -370,6 +370,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   bf16* sO = sV + S * BN * D;                // [kConsumers][D/64][64][64]: the output stages, if any
   __shared__ alignas(8) uint64_t q_full[QB][kConsumers], q_empty[QB][kConsumers], k_full[S], k_empty[S], v_full[S],
       v_empty[S];
+  // Claimed tiles (below): the index of the tile after the one whose Q is in buffer qb
+  // (-1: none), for consumer w, written by the producer before that Q's q_full arrival and
+  // read by the consumer after its wait.
+  __shared__ int tile_after[QB][kConsumers];
   static_assert(persistent_smem_bytes<Tile>() + sizeof(q_full) * 2 + sizeof(k_full) * 4 + 1024 <= 228 * 1024,
                 "the shared memory");
   constexpr int kConsumerThreads = 128 * kConsumers;
@@ -390,6 +394,18 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const int g = gridDim.x, t = local * g + (local % 2 == 0 ? int(blockIdx.x) : g - 1 - int(blockIdx.x));
     return t < tiles ? t : -1;
   };
+  // Or, in the three-consumer kernel with p.fwd_head_group > 0, claimed: the block's first
+  // tile is the blockIdx.x-th of the claim order (tile_choice.h's grouped_tile), each
+  // later one the next from a counter, claimed by the producer when it starts the tile
+  // before. Every block claims until it draws past the last tile, so the claims number
+  // `tiles` in all and the last one resets the counter. The producer hands each claim's
+  // index to the consumers (tile_after) and each side works out the tile (tile_at); with
+  // the tile itself handed on, the producer's 24 registers spilled. Only three consumers:
+  // the same change in the two-consumer kernels made them 5-10% slower under a causal
+  // mask even in rounds, with the same arithmetic (BENCHMARKS.md, "Fortieth session").
+  constexpr bool kClaims = kConsumers == 3;
+  const bool claimed = kClaims && p.fwd_head_group > 0;
+  auto tile_at = [&](int k) { return k < 0 || !claimed ? k : grouped_tile(k, p.B * p.H, m_blocks, p.fwd_head_group); };
   struct Coords { int m_block, h, b, n_blocks; };
   auto coords = [&](int t) {
     const int bh = t / m_blocks, m_block = m_blocks - 1 - (t - bh * m_blocks);
@@ -418,9 +434,17 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       for (int c = 0; c < D / kTmaBoxCols; ++c)
         sm90::tma_load_3d(dst + c * BN * kTmaBoxCols, &kv_map, bar, col0 + c * kTmaBoxCols, row0, b);
     };
+    auto claim = [&] {
+      const int v = atomicAdd(p.fwd_tile_counter, 1), k = int(gridDim.x) + v;
+      if (v == tiles - 1) *p.fwd_tile_counter = 0;  // the launch's last claim
+      return k < tiles ? k : -1;
+    };
     int kv = 0;
-    for (int local = 0, t = tile_of(0); t >= 0; t = tile_of(++local)) {
-      const Coords cd = coords(t);
+    // A claimed tile's index is read back from tile_after after the tile's loads: held in
+    // a register across them, it spilled the 24.
+    for (int local = 0, k = claimed ? int(blockIdx.x) : tile_of(0); k >= 0;
+         k = claimed ? tile_after[local % QB][0] : tile_of(local + 1), ++local) {
+      const Coords cd = coords(tile_at(k));
       for (int nb = 0; nb < cd.n_blocks; ++nb, ++kv) {
         const int s = kv % S;
         const uint32_t parity = ((kv / S) & 1) ^ 1;  // the release of this buffer's previous tile
@@ -430,11 +454,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         load_kv(sK + s * BN * D, &k_full[s], (p.H + cd.h) * D, nb * BN, cd.b);
         arrive_for_skipping(&k_empty[s], skipping);
         if (nb == 0) {  // this tile's Q, each consumer's rows once it is done with the buffer's last tile
+          const int k_next = claimed ? claim() : -1;
           const int qb = local % QB;
           bf16* q_dst = sQ + qb * QR * D;
 #pragma unroll
           for (int w = 0; w < kConsumers; ++w) {
             if (local >= QB) sm90::mbar_wait(&q_empty[qb][w], uint32_t(local / QB - 1) & 1);
+            if (claimed) tile_after[qb][w] = k_next;
             sm90::mbar_arrive_expect_tx(&q_full[qb][w], kQPartBytes);
 #pragma unroll
             for (int c = 0; c < D / kTmaBoxCols; ++c)
@@ -461,14 +487,15 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   constexpr int kTurnThreads = 256;
   if (cw == kConsumers - 1) sm90::named_arrive(1, kTurnThreads);
   // This tile's state (kv0: the ring position of its first K/V tile; mine: this consumer's
-  // key tiles), set by next_tile.
-  int local = -1, t = -1, kv0 = 0, n_blocks = 0, m0 = 0, mine = 0, turn_offset = 0, qb = 0;
+  // key tiles), set by next_tile; claimed, last_tile and t_after (the next tile's index)
+  // by wait_q.
+  int local = -1, t = -1, kv0 = 0, n_blocks = 0, m0 = 0, mine = 0, turn_offset = 0, qb = 0, t_after = -1;
   bool last_tile = false;
   auto next_tile = [&] {
     kv0 += n_blocks;
-    t = tile_of(++local);
+    t = claimed ? tile_at(++local == 0 ? int(blockIdx.x) : t_after) : tile_of(++local);
     if (t < 0) return false;
-    last_tile = tile_of(local + 1) < 0;
+    if (!claimed) last_tile = tile_of(local + 1) < 0;
     n_blocks = coords(t).n_blocks, m0 = coords(t).m_block * BM;
     mine = kSkips ? sm90ws_consumer_key_tiles(m0, cw, BN, n_blocks) : n_blocks;
     turn_offset = sm90ws_turn_offset(BN, m0);  // kSkips: key tile nb + 1's first turn
@@ -494,6 +521,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if (nb > 0) sm90::mbar_wait(&v_full[(kv - 1) % S], parity(kv - 1));
     sm90::named_sync(1 + cw, kTurnThreads);
   };
+  auto wait_q = [&] {
+    sm90::mbar_wait(&q_full[qb][cw], uint32_t(local / QB) & 1);
+    if (claimed) t_after = tile_after[qb][cw], last_tile = t_after < 0;
+  };
   if (!next_tile()) return;
   Sm90FwdConsumer<Tile, kCausal> c(p, m0, cw, warp % 4, lane, sQ + qb * QR * D);
   auto step = [&](int nb, auto is_first) {
@@ -518,7 +549,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       c.store(cd.b, cd.h);
     }
   };
-  sm90::mbar_wait(&q_full[qb][cw], uint32_t(local / QB) & 1);
+  wait_q();
   step(0, std::true_type{});
   for (;;) {
     for (int nb = 1; nb < mine; ++nb) step(nb, std::false_type{});
@@ -534,7 +565,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if constexpr (kAcross) {
       // The finished tile's last P·V with the next tile's first QKᵀ, its epilogue under the
       // QKᵀ (Sm90FwdConsumer::step_across).
-      sm90::mbar_wait(&q_full[qb][cw], uint32_t(local / QB) & 1);
+      wait_q();
       wait_turn(0);
       const int s = kv0 % S;
       c.step_across(
@@ -546,7 +577,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       sm90::mbar_arrive(&v_empty[last % S]);
       epilogue(done);
       c.begin_tile(m0, sQ + qb * QR * D);
-      sm90::mbar_wait(&q_full[qb][cw], uint32_t(local / QB) & 1);
+      wait_q();
       step(0, std::true_type{});
     }
   }
@@ -585,10 +616,12 @@ void launch_persistent(const FlashParams& p, int persistent_blocks, bool exact_b
   // The balanced grid, kept for the last shape asked (the model takes O(tiles) a try).
   struct Grid { int T; int64_t heads; int max_blocks, blocks; };
   static thread_local Grid last{-1, 0, 0, 0};
-  if (!exact_blocks && (last.T != p.T || last.heads != heads || last.max_blocks != persistent_blocks))
+  if (!exact_blocks && p.fwd_head_group == 0 && (last.T != p.T || last.heads != heads || last.max_blocks != persistent_blocks))
     last = Grid{p.T, heads, persistent_blocks,
                 persistent_forward_grid(persistent_blocks, heads, p.T, Tile::kBlockM, Tile::kBlockN, kCausal)};
-  const int64_t blocks = exact_blocks ? std::min<int64_t>(tiles, persistent_blocks) : last.blocks;
+  // Claimed tiles balance themselves: every block the caller allows.
+  const int64_t blocks =
+      exact_blocks || p.fwd_head_group > 0 ? std::min<int64_t>(tiles, persistent_blocks) : last.blocks;
   pk<<<unsigned(blocks), Tile::kThreads, persistent_smem_bytes<Tile>(), stream>>>(map, q_map, o_map, p);
   CUDA_CHECK_LAUNCH();
 }

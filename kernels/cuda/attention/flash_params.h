@@ -40,6 +40,11 @@ struct FlashParams {
   int64_t o_row_stride = 0;    // H*D
   float scale = 0;             // 1/sqrt(D)
   float scale_log2 = 0;        // scale * log2(e): scores go straight into exp2
+  // The sm90ws forward's three-consumer persistent kernel with claimed tiles
+  // (fwd_head_group > 0, tile_choice.h's grouped_tile): its claim counter, 0 between
+  // launches. (Last, so that the other fields keep their offsets.)
+  int* fwd_tile_counter = nullptr;
+  int fwd_head_group = 0;
 };
 
 // Portable path (mma.sync, cp.async): sm_80 and newer.

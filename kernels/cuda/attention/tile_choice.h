@@ -175,6 +175,33 @@ inline int64_t persistent_forward_max_load(int64_t G, int64_t heads, int T, int 
   return *std::max_element(load.begin(), load.end());
 }
 
+// The three-consumer persistent forward's claimed schedule (FLASHGPT_ATTENTION_FWD_HEAD_GROUP
+// = N > 0, below; 0: the rounds above). Block i takes the i-th tile of the order below
+// first, and every later tile from a counter (the next unclaimed one), so that a block
+// that drew short tiles takes more of them. The order: the (batch, head) pairs in groups
+// of `group`, group by group, and within a group rank by rank: every pair's last query
+// tile (the longest under a causal mask), then every pair's one before, and so on. Returns
+// the claim-order index k's tile in the rounds' numbering t (pair bh's query tile
+// m_blocks − 1 − r is t = bh·m_blocks + r). group = 1 is the rounds' order (t = k).
+constexpr int grouped_tile(int k, int heads, int m_blocks, int group) {
+  const int per_group = group * m_blocks, g = k / per_group, first = g * group;
+  const int n = std::min(group, heads - first), i = k - g * per_group;
+  return (first + i % n) * m_blocks + i / n;
+}
+// FLASHGPT_ATTENTION_FWD_HEAD_GROUP for the three-consumer persistent kernel (the only one
+// that claims): auto (or unset), 0 (the rounds), a positive number of pairs, or `all`
+// (every pair in one group). auto: groups of 64 pairs.
+inline int forward_head_group(const char* value, int64_t heads) {
+  const std::string v = value && *value ? value : "auto";
+  const int64_t pairs = std::max<int64_t>(heads, 1);
+  if (v == "auto") return int(std::min<int64_t>(64, pairs));
+  if (v == "0") return 0;
+  if (v == "all") return int(pairs);
+  const int64_t g =
+      parse_positive_int(v, "FLASHGPT_ATTENTION_FWD_HEAD_GROUP", "auto, 0, all or a positive integer", INT32_MAX);
+  return int(std::min<int64_t>(g, pairs));
+}
+
 // The persistent forward's grid on up to `max_blocks` blocks, and never more than the
 // tiles (top = the smaller): under a causal mask the G in [top / 2, top] whose most loaded
 // block has the fewest key tiles (the largest such G on a tie); without a mask, top.
