@@ -241,7 +241,7 @@ TEST(TileChoice, PersistentForwardGridBalancesTheRounds) {
   EXPECT_EQ(persistent_forward_grid(1, 12, 4096, 192, 128, true), 1);
 }
 
-// The persistent forward's order (grouped_tile): every tile exactly once; one pair a group
+// The claimed schedule's order (grouped_tile): every tile exactly once; one pair a group
 // is the rounds' order; within a group rank by rank, each rank's pairs in order; a group
 // never mixes pairs of two groups, and a short last group is ranked alone.
 TEST(TileChoice, GroupedTilesVisitEveryTileOnceGroupByGroupLongestFirst) {
@@ -277,87 +277,19 @@ TEST(TileChoice, GroupedTilesVisitEveryTileOnceGroupByGroupLongestFirst) {
   EXPECT_EQ(order, (std::vector<int>{0, 2, 1, 3, 4, 5}));
 }
 
-// The blocks' tiles (persistent_forward_order): every tile once, each block's in the
-// order's sequence, and a list schedule's bound: no block more loaded than the mean plus
-// one tile (with its half a key tile of fixed cost). Equal tiles go round robin.
-TEST(TileChoice, PersistentForwardOrderGivesEachTileOnceToTheBlockFreeFirst) {
-  using cuda::attn::grouped_tile;
-  using cuda::attn::persistent_forward_order;
-  using cuda::attn::persistent_tile_key_tiles;
-  struct Shape { int blocks, heads, T, BM; bool causal; int group; };
-  for (const Shape& s : {Shape{132, 768, 1024, 128, true, 64}, Shape{132, 512, 1024, 128, true, 64},
-                         Shape{131, 256, 2048, 192, true, 64}, Shape{129, 64, 8192, 192, true, 64},
-                         Shape{5, 6, 300, 128, true, 4}, Shape{3, 6, 4100, 128, false, 1}, Shape{7, 5, 129, 128, true, 5},
-                         Shape{132, 2, 128, 128, true, 64}}) {
-    SCOPED_TRACE(std::to_string(s.blocks) + " blocks, " + std::to_string(s.heads) + " pairs, T " +
-                 std::to_string(s.T) + ", groups of " + std::to_string(s.group));
-    const int m_blocks = (s.T + s.BM - 1) / s.BM, tiles = m_blocks * s.heads;
-    const auto o = persistent_forward_order(s.blocks, s.heads, s.T, s.BM, 128, s.causal, s.group);
-    ASSERT_EQ(o.first.size(), size_t(s.blocks) + 1);
-    ASSERT_EQ(o.first.front(), 0);
-    ASSERT_EQ(o.first.back(), tiles);
-    ASSERT_EQ(o.tiles.size(), size_t(tiles));
-    std::vector<int> position(size_t(tiles), -1);  // each tile's index in the order
-    for (int k = 0; k < tiles; ++k) position[size_t(grouped_tile(k, s.heads, m_blocks, s.group))] = k;
-    std::vector<int> seen(size_t(tiles), 0);
-    int64_t max_load = 0, total = 0, max_cost = 0;
-    for (int b = 0; b < s.blocks; ++b) {
-      ASSERT_LE(o.first[size_t(b)], o.first[size_t(b) + 1]);
-      int64_t load = 0;
-      for (int i = o.first[size_t(b)]; i < o.first[size_t(b) + 1]; ++i) {
-        const int t = o.tiles[size_t(i)];
-        ASSERT_GE(t, 0);
-        ASSERT_LT(t, tiles);
-        ++seen[size_t(t)];
-        if (i > o.first[size_t(b)]) EXPECT_LT(position[size_t(o.tiles[size_t(i) - 1])], position[size_t(t)]);
-        const int64_t c = persistent_tile_key_tiles(t, m_blocks, s.T, s.BM, 128, s.causal);
-        load += c, max_cost = std::max(max_cost, c);
-      }
-      if (b < tiles) EXPECT_LT(o.first[size_t(b)], o.first[size_t(b) + 1]) << "block " << b << " has no tile";
-      max_load = std::max(max_load, load), total += load;
-    }
-    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), tiles);
-    EXPECT_EQ(o.max_load, max_load);
-    // In half key tiles a tile costs 2c + 1, and a block's last tile starts when it is the
-    // least loaded: no later than the mean load.
-    EXPECT_LE(2 * max_load * s.blocks, 2 * total + tiles + (2 * max_cost + 1) * s.blocks);
-    if (!s.causal) {  // equal tiles: block b takes tiles b, b + blocks, ... of the order
-      for (int b = 0; b < s.blocks; ++b)
-        for (int i = o.first[size_t(b)], j = 0; i < o.first[size_t(b) + 1]; ++i, ++j)
-          EXPECT_EQ(position[size_t(o.tiles[size_t(i)])], b + j * s.blocks) << "block " << b;
-    }
-  }
-  // GPT-2 124M's attention (64 x 12 pairs, T 1024, 128-row tiles, 132 SMs; 27,648 key
-  // tiles, 209.5 a block): ordered, the busiest block holds 211 where the best grid of
-  // rounds holds 215; at 2 x 32 x 8K with three consumers (192-row tiles, 692.8 a block) 694
-  // against 737 (on the 129 blocks that balance the rounds best).
-  using cuda::attn::persistent_forward_grid;
-  using cuda::attn::persistent_forward_max_load;
-  EXPECT_EQ(persistent_forward_order(132, 768, 1024, 128, 128, true, 64).max_load, 211);
-  EXPECT_EQ(persistent_forward_max_load(persistent_forward_grid(132, 768, 1024, 128, 128, true), 768, 1024, 128, 128, true),
-            215);
-  EXPECT_EQ(persistent_forward_order(132, 64, 8192, 192, 128, true, 64).max_load, 694);
-  EXPECT_EQ(persistent_forward_max_load(persistent_forward_grid(132, 64, 8192, 192, 128, true), 64, 8192, 192, 128, true),
-            737);
-}
-
 TEST(TileChoice, ForwardHeadGroupKnob) {
   using cuda::attn::forward_head_group;
-  for (const char* unset : {static_cast<const char*>(nullptr), "", "auto"}) {
-    // causal: groups of 64, or all when fewer; without a mask the rounds
-    EXPECT_EQ(forward_head_group(unset, 768, true), 64);
-    EXPECT_EQ(forward_head_group(unset, 12, true), 12);
-    EXPECT_EQ(forward_head_group(unset, 768, false), 0);
+  for (const char* unset : {static_cast<const char*>(nullptr), "", "auto"}) {  // groups of 64, or all when fewer
+    EXPECT_EQ(forward_head_group(unset, 768), 64);
+    EXPECT_EQ(forward_head_group(unset, 12), 12);
   }
-  for (bool causal : {true, false}) {
-    EXPECT_EQ(forward_head_group("0", 768, causal), 0);
-    EXPECT_EQ(forward_head_group("5", 768, causal), 5);
-    EXPECT_EQ(forward_head_group("1000", 768, causal), 768);  // no more than the pairs
-    EXPECT_EQ(forward_head_group("all", 768, causal), 768);
-  }
+  EXPECT_EQ(forward_head_group("0", 768), 0);
+  EXPECT_EQ(forward_head_group("5", 768), 5);
+  EXPECT_EQ(forward_head_group("1000", 768), 768);  // no more than the pairs
+  EXPECT_EQ(forward_head_group("all", 768), 768);
   for (const char* bad : {"-1", "x", "1.5", " 2", "2 ", "Auto"}) {
     SCOPED_TRACE(std::string("'") + bad + "'");
-    test::expect_input_error([&] { forward_head_group(bad, 768, true); }, {"FLASHGPT_ATTENTION_FWD_HEAD_GROUP", bad});
+    test::expect_input_error([&] { forward_head_group(bad, 768); }, {"FLASHGPT_ATTENTION_FWD_HEAD_GROUP", bad});
   }
 }
 

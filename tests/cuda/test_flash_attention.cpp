@@ -441,13 +441,14 @@ TEST_P(FlashAttentionVsReference, OutputsAndGradients) {
         ScopedEnv sched("FLASHGPT_ATTENTION_FWD_SCHEDULE", "grid");
         check_against(pb, ref, naive, std::string("sm90ws tile ") + tile + " grid");
       }
-      // The persistent schedule on every SM and on 3 blocks, so that each block walks
-      // through query tiles of different heads and batches: in auto's order (under a causal
-      // mask groups of 64 pairs, tile_choice.h's persistent_forward_order; without one the
-      // rounds), in rounds, and ordered in groups of 4 pairs (B·H = 6 here: a shorter last
-      // group).
+      // The persistent schedule on every SM (the grid that balances its rounds), and on
+      // 3 blocks, so that each block walks through query tiles of different heads and
+      // batches; three consumers each in auto's order (claimed tiles), in rounds, and
+      // claimed in groups of 4 pairs (B·H = 6 here: a shorter last group).
+      const bool claims = tile[0] == '1';
       for (const char* blocks : {static_cast<const char*>(nullptr), "3"})
         for (const char* group : {static_cast<const char*>(nullptr), "0", "4"}) {
+          if (group && !claims) continue;
           ScopedEnv sched("FLASHGPT_ATTENTION_FWD_SCHEDULE", "persistent"), n("FLASHGPT_ATTENTION_FWD_BLOCKS", blocks),
               g("FLASHGPT_ATTENTION_FWD_HEAD_GROUP", group);
           check_against(pb, ref, naive,
@@ -652,18 +653,6 @@ TEST(CudaFlashAttention, Sm90WsForwardIsBitwiseEqualToSm90) {
         expect_same(run("sm90ws", "0", "grid"), "sm90ws grid");
         expect_same(run("sm90ws", "0", "persistent"), "sm90ws persistent");
         expect_same(run("sm90ws", "0", "persistent", "3"), "sm90ws persistent on 3 blocks");
-        // Every order of the persistent kernels' tiles (FLASHGPT_ATTENTION_FWD_HEAD_GROUP;
-        // the runs above: auto's), on every SM and on 5 blocks (a tile left out would
-        // leave its NaN rows).
-        for (const char* group : {"0", "4", "all", "1"}) {
-          ScopedEnv g("FLASHGPT_ATTENTION_FWD_HEAD_GROUP", group);
-          for (const char* tile : {"0", "1"}) {
-            if (tile[0] == '1' && !(D == 64 && causal)) continue;  // the three-consumer persistent kernel
-            const std::string name = std::string("sm90ws tile ") + tile + " persistent, head group " + group;
-            expect_same(run("sm90ws", tile, "persistent"), name);
-            expect_same(run("sm90ws", tile, "persistent", "5"), name + " on 5 blocks");
-          }
-        }
         if (D == 64) {  // three consumers, 192 rows a block: under a causal mask each consumer
                         // skips the key tiles it sees none of, so its rows meet sm90's tiles;
                         // one consumer, 64 rows a block, the same 128-key tiles
@@ -672,6 +661,15 @@ TEST(CudaFlashAttention, Sm90WsForwardIsBitwiseEqualToSm90) {
             expect_same(run("sm90ws", "1", "grid"), "sm90ws tile 1 grid");
             expect_same(run("sm90ws", "1", "persistent"), "sm90ws tile 1 persistent");
             expect_same(run("sm90ws", "1", "persistent", "3"), "sm90ws tile 1 persistent on 3 blocks");
+            // Claimed tiles (FLASHGPT_ATTENTION_FWD_HEAD_GROUP; the runs above: auto's groups
+            // of 64), one launch after another on one stream, so that each finds the claim
+            // counter reset by the one before (a tile left out would leave its NaN rows).
+            for (const char* group : {"0", "4", "all", "1"}) {
+              ScopedEnv g("FLASHGPT_ATTENTION_FWD_HEAD_GROUP", group);
+              const std::string name = std::string("sm90ws tile 1 persistent, head group ") + group;
+              expect_same(run("sm90ws", "1", "persistent"), name);
+              expect_same(run("sm90ws", "1", "persistent", "5"), name + " on 5 blocks");
+            }
           }
           DeviceRun ws1;
           {
@@ -761,10 +759,11 @@ TEST(CudaFlashAttention, RejectsBadForwardSchedule) {
     ScopedEnv blocks("FLASHGPT_ATTENTION_FWD_BLOCKS", bad);
     EXPECT_THROW(cuda::flash_attention_forward(fake_forward(128, DType::bf16, 0), nullptr), InputError) << bad;
   }
-  // The head group is read for every persistent launch (here tile 0 at D = 128).
+  // The head group is read for the three-consumer kernel (D = 64, tile 1, causal).
+  ScopedEnv tile("FLASHGPT_ATTENTION_FWD_TILE", "1");
   for (const char* bad : {"-1", "some", "2x"}) {
     ScopedEnv group("FLASHGPT_ATTENTION_FWD_HEAD_GROUP", bad);
-    test::expect_input_error([] { cuda::flash_attention_forward(fake_forward(128, DType::bf16, 0), nullptr); },
+    test::expect_input_error([] { cuda::flash_attention_forward(fake_forward(64, DType::bf16, 0), nullptr); },
                              {"FLASHGPT_ATTENTION_FWD_HEAD_GROUP", bad});
   }
 }

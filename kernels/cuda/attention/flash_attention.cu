@@ -42,10 +42,10 @@
 //       persistent at D = 128 up to T = 2048 (causal) or 4096 (full) and, with a causal
 //       mask, up to T = 8192 at D = 64 (tile_choice.h). FLASHGPT_ATTENTION_FWD_BLOCKS=N (tests) runs the
 //       persistent kernel on exactly N blocks. FLASHGPT_ATTENTION_FWD_HEAD_GROUP=auto|0|N|all
-//       the persistent kernel's blocks take their tiles in tile_choice.h's
-//       persistent_forward_order (groups of N (batch, head) pairs, each group's longest
-//       query tiles first, each tile to the block free first); 0: the rounds; auto: groups
-//       of 64 under a causal mask, the rounds without one.
+//       the three-consumer persistent kernel's blocks claim their tiles one at a time,
+//       in groups of N (batch, head) pairs, each group's longest query tiles first
+//       (tile_choice.h's grouped_tile); 0: the rounds; auto: groups of 64. The other
+//       kernels ignore it.
 #include "kernels/cuda/attention/flash_attention.h"
 
 #include <algorithm>
@@ -53,7 +53,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <string>
+#include <utility>
 #include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/flash_params.h"
 #include "kernels/cuda/attention/tile_choice.h"
@@ -130,6 +133,23 @@ PersistentGrid persistent_grid(const char* blocks_var) {
 PersistentGrid forward_persistent_grid(attn::FwdSchedule schedule, int tile, const AttentionForward& a) {
   if (!attn::sm90ws_forward_persistent(schedule, tile, a.D, a.T, a.causal)) return {0, false};
   return persistent_grid("FLASHGPT_ATTENTION_FWD_BLOCKS");
+}
+
+// The claim counter of the sm90ws persistent forward's claimed schedule on `stream` (one
+// per device and stream, so that forwards on two streams never share one): 4 bytes,
+// zeroed once, before the first launch on that stream; each launch leaves it at 0.
+int* forward_tile_counter(cudaStream_t stream) {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  static std::mutex mutex;
+  static std::map<std::pair<int, cudaStream_t>, int*> counters;
+  const std::lock_guard<std::mutex> lock(mutex);
+  int*& counter = counters[{device, stream}];
+  if (!counter) {
+    CUDA_CHECK(cudaMalloc(&counter, sizeof(int)));
+    CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int), stream));
+  }
+  return counter;
 }
 
 // The sm90 backward's grid cap (FLASHGPT_ATTENTION_BWD_SCHEDULE): the persistent grid
@@ -222,15 +242,17 @@ void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
       const int ws_tile = one_consumer_forward() ? attn::kSm90WsOneConsumer
                                                  : attn::sm90ws_forward_tile(fwd_tile, a.D, a.T, a.causal, schedule);
       const PersistentGrid g = forward_persistent_grid(schedule, ws_tile, a);
-      const int group = g.blocks > 0 ? attn::forward_head_group(std::getenv("FLASHGPT_ATTENTION_FWD_HEAD_GROUP"),
-                                                                 int64_t(a.B) * a.H, a.causal)
-                                     : 0;
+      if (g.blocks > 0 && attn::sm90ws_consumers(ws_tile, a.D) == 3) {  // the kernel that claims
+        p.fwd_head_group = attn::forward_head_group(std::getenv("FLASHGPT_ATTENTION_FWD_HEAD_GROUP"),
+                                                    int64_t(a.B) * a.H);
+        if (p.fwd_head_group > 0) p.fwd_tile_counter = forward_tile_counter(stream);
+      }
       if (a.D == 64)
-        a.causal ? attn::launch_fwd_sm90_ws<64, /*kCausal=*/true>(p, ws_tile, g.blocks, g.from_knob, group, stream)
-                 : attn::launch_fwd_sm90_ws<64, /*kCausal=*/false>(p, ws_tile, g.blocks, g.from_knob, group, stream);
+        a.causal ? attn::launch_fwd_sm90_ws<64, /*kCausal=*/true>(p, ws_tile, g.blocks, g.from_knob, stream)
+                 : attn::launch_fwd_sm90_ws<64, /*kCausal=*/false>(p, ws_tile, g.blocks, g.from_knob, stream);
       else
-        a.causal ? attn::launch_fwd_sm90_ws<128, /*kCausal=*/true>(p, ws_tile, g.blocks, g.from_knob, group, stream)
-                 : attn::launch_fwd_sm90_ws<128, /*kCausal=*/false>(p, ws_tile, g.blocks, g.from_knob, group, stream);
+        a.causal ? attn::launch_fwd_sm90_ws<128, /*kCausal=*/true>(p, ws_tile, g.blocks, g.from_knob, stream)
+                 : attn::launch_fwd_sm90_ws<128, /*kCausal=*/false>(p, ws_tile, g.blocks, g.from_knob, stream);
       break;
     }
   }

@@ -30,7 +30,6 @@
 #include <cuda.h>
 #include <algorithm>
 #include <cmath>
-#include <memory>
 #include <type_traits>
 #include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/flash_fwd_sm90_consumer.cuh"
@@ -352,25 +351,11 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
 // call 1). cuDNN's forward on Hopper is persistent too (132 blocks of 384 threads at these
 // shapes: BENCHMARKS.md, "Twenty-fifth session", call 2).
 // Same arithmetic as the grid kernel, tile by tile: the same bits.
-// The persistent forward's tiles block by block (tile_choice.h's persistent_forward_order),
-// or with blocks = 0 the rounds: a kernel parameter, so that every thread reads its next
-// tile from the constant bank at an index the compiler knows is warp-uniform (a tile index
-// read from memory the kernel writes took the two-consumer kernels' wgmma descriptors out of
-// the uniform registers: BENCHMARKS.md, "Forty-first session"). 30 KB of the 32 KB a launch
-// may pass; a shape with more tiles (or a GPU with more SMs) runs in rounds.
-struct Sm90WsOrder {
-  static constexpr int kMaxBlocks = 160, kMaxTiles = 15104;
-  int blocks;                        // 0: the rounds
-  uint16_t first[kMaxBlocks + 1];    // block i's tiles: tile[first[i] .. first[i + 1])
-  uint16_t tile[kMaxTiles];
-};
-
 template <class Tile, bool kCausal>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     flash_fwd_sm90_ws_persistent_kernel(const __grid_constant__ CUtensorMap kv_map,
                                         const __grid_constant__ CUtensorMap q_map,
-                                        const __grid_constant__ CUtensorMap o_map, const FlashParams p,
-                                        const __grid_constant__ Sm90WsOrder order) {
+                                        const __grid_constant__ CUtensorMap o_map, const FlashParams p) {
 #if FLASHGPT_HAS_WGMMA
   constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN, S = Tile::kStages;
   constexpr int QR = Tile::kQRows, kConsumers = Tile::kConsumers;
@@ -385,6 +370,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   bf16* sO = sV + S * BN * D;                // [kConsumers][D/64][64][64]: the output stages, if any
   __shared__ alignas(8) uint64_t q_full[QB][kConsumers], q_empty[QB][kConsumers], k_full[S], k_empty[S], v_full[S],
       v_empty[S];
+  // Claimed tiles (below): the index of the tile after the one whose Q is in buffer qb
+  // (-1: none), for consumer w, written by the producer before that Q's q_full arrival and
+  // read by the consumer after its wait.
+  __shared__ int tile_after[QB][kConsumers];
   static_assert(persistent_smem_bytes<Tile>() + sizeof(q_full) * 2 + sizeof(k_full) * 4 + 1024 <= 228 * 1024,
                 "the shared memory");
   constexpr int kConsumerThreads = 128 * kConsumers;
@@ -398,18 +387,25 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp / 4;
   const int m_blocks = (p.T + BM - 1) / BM, tiles = m_blocks * p.H * p.B;
-  // The block's local-th tile, or -1 past its last: from the order, or in round `local` of
-  // gridDim.x tiles, taken in turn forwards and backwards, so that under a causal mask (each
-  // head's tiles heaviest first) a block that takes a long tile in one round takes a short
-  // one in the next.
+  // The block's local-th tile, or -1 past its last: round `local` of gridDim.x tiles,
+  // taken in turn forwards and backwards, so that under a causal mask (each head's tiles
+  // heaviest first) a block that takes a long tile in one round takes a short one in the next.
   auto tile_of = [&](int local) {
-    if (order.blocks > 0) {
-      const int i = order.first[blockIdx.x] + local;
-      return i < order.first[blockIdx.x + 1] ? int(order.tile[i]) : -1;
-    }
     const int g = gridDim.x, t = local * g + (local % 2 == 0 ? int(blockIdx.x) : g - 1 - int(blockIdx.x));
     return t < tiles ? t : -1;
   };
+  // Or, in the three-consumer kernel with p.fwd_head_group > 0, claimed: the block's first
+  // tile is the blockIdx.x-th of the claim order (tile_choice.h's grouped_tile), each
+  // later one the next from a counter, claimed by the producer when it starts the tile
+  // before. Every block claims until it draws past the last tile, so the claims number
+  // `tiles` in all and the last one resets the counter. The producer hands each claim's
+  // index to the consumers (tile_after) and each side works out the tile (tile_at); with
+  // the tile itself handed on, the producer's 24 registers spilled. Only three consumers:
+  // the same change in the two-consumer kernels made them 5-10% slower under a causal
+  // mask even in rounds, with the same arithmetic (BENCHMARKS.md, "Fortieth session").
+  constexpr bool kClaims = kConsumers == 3;
+  const bool claimed = kClaims && p.fwd_head_group > 0;
+  auto tile_at = [&](int k) { return k < 0 || !claimed ? k : grouped_tile(k, p.B * p.H, m_blocks, p.fwd_head_group); };
   struct Coords { int m_block, h, b, n_blocks; };
   auto coords = [&](int t) {
     const int bh = t / m_blocks, m_block = m_blocks - 1 - (t - bh * m_blocks);
@@ -438,9 +434,17 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       for (int c = 0; c < D / kTmaBoxCols; ++c)
         sm90::tma_load_3d(dst + c * BN * kTmaBoxCols, &kv_map, bar, col0 + c * kTmaBoxCols, row0, b);
     };
+    auto claim = [&] {
+      const int v = atomicAdd(p.fwd_tile_counter, 1), k = int(gridDim.x) + v;
+      if (v == tiles - 1) *p.fwd_tile_counter = 0;  // the launch's last claim
+      return k < tiles ? k : -1;
+    };
     int kv = 0;
-    for (int local = 0, t = tile_of(0); t >= 0; t = tile_of(++local)) {
-      const Coords cd = coords(t);
+    // A claimed tile's index is read back from tile_after after the tile's loads: held in
+    // a register across them, it spilled the 24.
+    for (int local = 0, k = claimed ? int(blockIdx.x) : tile_of(0); k >= 0;
+         k = claimed ? tile_after[local % QB][0] : tile_of(local + 1), ++local) {
+      const Coords cd = coords(tile_at(k));
       for (int nb = 0; nb < cd.n_blocks; ++nb, ++kv) {
         const int s = kv % S;
         const uint32_t parity = ((kv / S) & 1) ^ 1;  // the release of this buffer's previous tile
@@ -450,11 +454,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         load_kv(sK + s * BN * D, &k_full[s], (p.H + cd.h) * D, nb * BN, cd.b);
         arrive_for_skipping(&k_empty[s], skipping);
         if (nb == 0) {  // this tile's Q, each consumer's rows once it is done with the buffer's last tile
+          const int k_next = claimed ? claim() : -1;
           const int qb = local % QB;
           bf16* q_dst = sQ + qb * QR * D;
 #pragma unroll
           for (int w = 0; w < kConsumers; ++w) {
             if (local >= QB) sm90::mbar_wait(&q_empty[qb][w], uint32_t(local / QB - 1) & 1);
+            if (claimed) tile_after[qb][w] = k_next;
             sm90::mbar_arrive_expect_tx(&q_full[qb][w], kQPartBytes);
 #pragma unroll
             for (int c = 0; c < D / kTmaBoxCols; ++c)
@@ -481,14 +487,15 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   constexpr int kTurnThreads = 256;
   if (cw == kConsumers - 1) sm90::named_arrive(1, kTurnThreads);
   // This tile's state (kv0: the ring position of its first K/V tile; mine: this consumer's
-  // key tiles), set by next_tile.
-  int local = -1, t = -1, kv0 = 0, n_blocks = 0, m0 = 0, mine = 0, turn_offset = 0, qb = 0;
+  // key tiles), set by next_tile; claimed, last_tile and t_after (the next tile's index)
+  // by wait_q.
+  int local = -1, t = -1, kv0 = 0, n_blocks = 0, m0 = 0, mine = 0, turn_offset = 0, qb = 0, t_after = -1;
   bool last_tile = false;
   auto next_tile = [&] {
     kv0 += n_blocks;
-    t = tile_of(++local);
+    t = claimed ? tile_at(++local == 0 ? int(blockIdx.x) : t_after) : tile_of(++local);
     if (t < 0) return false;
-    last_tile = tile_of(local + 1) < 0;
+    if (!claimed) last_tile = tile_of(local + 1) < 0;
     n_blocks = coords(t).n_blocks, m0 = coords(t).m_block * BM;
     mine = kSkips ? sm90ws_consumer_key_tiles(m0, cw, BN, n_blocks) : n_blocks;
     turn_offset = sm90ws_turn_offset(BN, m0);  // kSkips: key tile nb + 1's first turn
@@ -514,6 +521,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if (nb > 0) sm90::mbar_wait(&v_full[(kv - 1) % S], parity(kv - 1));
     sm90::named_sync(1 + cw, kTurnThreads);
   };
+  auto wait_q = [&] {
+    sm90::mbar_wait(&q_full[qb][cw], uint32_t(local / QB) & 1);
+    if (claimed) t_after = tile_after[qb][cw], last_tile = t_after < 0;
+  };
   if (!next_tile()) return;
   Sm90FwdConsumer<Tile, kCausal> c(p, m0, cw, warp % 4, lane, sQ + qb * QR * D);
   auto step = [&](int nb, auto is_first) {
@@ -538,7 +549,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       c.store(cd.b, cd.h);
     }
   };
-  sm90::mbar_wait(&q_full[qb][cw], uint32_t(local / QB) & 1);
+  wait_q();
   step(0, std::true_type{});
   for (;;) {
     for (int nb = 1; nb < mine; ++nb) step(nb, std::false_type{});
@@ -554,7 +565,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if constexpr (kAcross) {
       // The finished tile's last P·V with the next tile's first QKᵀ, its epilogue under the
       // QKᵀ (Sm90FwdConsumer::step_across).
-      sm90::mbar_wait(&q_full[qb][cw], uint32_t(local / QB) & 1);
+      wait_q();
       wait_turn(0);
       const int s = kv0 % S;
       c.step_across(
@@ -566,7 +577,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       sm90::mbar_arrive(&v_empty[last % S]);
       epilogue(done);
       c.begin_tile(m0, sQ + qb * QR * D);
-      sm90::mbar_wait(&q_full[qb][cw], uint32_t(local / QB) & 1);
+      wait_q();
       step(0, std::true_type{});
     }
   }
@@ -591,13 +602,10 @@ void launch_grid(const FlashParams& p, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH();
 }
 
-// The persistent kernel with head_group > 0 on every block allowed, its tiles in
-// persistent_forward_order's order; else on the grid of at most persistent_blocks blocks
-// that balances its rounds best (persistent_forward_grid); with `exact_blocks` on that
-// many (a test knob). Either kept for the last shape asked (O(tiles) to work out).
+// The persistent kernel on the grid of at most persistent_blocks blocks that balances its
+// rounds best (persistent_forward_grid), or with `exact_blocks` on that many (a test knob).
 template <class Tile, bool kCausal>
-void launch_persistent(const FlashParams& p, int persistent_blocks, bool exact_blocks, int head_group,
-                       cudaStream_t stream) {
+void launch_persistent(const FlashParams& p, int persistent_blocks, bool exact_blocks, cudaStream_t stream) {
   auto pk = flash_fwd_sm90_ws_persistent_kernel<Tile, kCausal>;
   static const bool pk_opted_in = opt_in_dynamic_smem(pk, persistent_smem_bytes<Tile>());  // once
   (void)pk_opted_in;
@@ -605,37 +613,16 @@ void launch_persistent(const FlashParams& p, int persistent_blocks, bool exact_b
   const CUtensorMap q_map = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, 64, "qkv");
   const CUtensorMap o_map = bf16_rows_tensor_map(p.out, p.o_row_stride, p.T, p.B, 64, "out");
   const int64_t heads = int64_t(p.B) * p.H, tiles = (p.T + Tile::kBlockM - 1) / Tile::kBlockM * heads;
-  const int64_t all_blocks = std::min<int64_t>(tiles, persistent_blocks);
-  if (head_group > 0 && tiles <= Sm90WsOrder::kMaxTiles && all_blocks <= Sm90WsOrder::kMaxBlocks) {
-    struct Key {
-      int T; int64_t heads; int blocks, group;
-      bool operator==(const Key& o) const { return T == o.T && heads == o.heads && blocks == o.blocks && group == o.group; }
-    };
-    static thread_local Key key{-1, 0, 0, 0};
-    static thread_local std::unique_ptr<Sm90WsOrder> order;
-    const Key now{p.T, heads, int(all_blocks), head_group};
-    if (!order || !(key == now)) {
-      const ForwardOrder o = persistent_forward_order(now.blocks, int(heads), p.T, Tile::kBlockM, Tile::kBlockN,
-                                                      kCausal, head_group);
-      if (!order) order = std::make_unique<Sm90WsOrder>();
-      order->blocks = now.blocks;
-      std::copy(o.first.begin(), o.first.end(), order->first);
-      std::copy(o.tiles.begin(), o.tiles.end(), order->tile);
-      key = now;
-    }
-    pk<<<unsigned(all_blocks), Tile::kThreads, persistent_smem_bytes<Tile>(), stream>>>(map, q_map, o_map, p, *order);
-    CUDA_CHECK_LAUNCH();
-    return;
-  }
-  // The balanced grid for the rounds.
+  // The balanced grid, kept for the last shape asked (the model takes O(tiles) a try).
   struct Grid { int T; int64_t heads; int max_blocks, blocks; };
   static thread_local Grid last{-1, 0, 0, 0};
-  if (!exact_blocks && (last.T != p.T || last.heads != heads || last.max_blocks != persistent_blocks))
+  if (!exact_blocks && p.fwd_head_group == 0 && (last.T != p.T || last.heads != heads || last.max_blocks != persistent_blocks))
     last = Grid{p.T, heads, persistent_blocks,
                 persistent_forward_grid(persistent_blocks, heads, p.T, Tile::kBlockM, Tile::kBlockN, kCausal)};
-  const int64_t blocks = exact_blocks ? all_blocks : last.blocks;
-  static const Sm90WsOrder rounds{};  // blocks = 0
-  pk<<<unsigned(blocks), Tile::kThreads, persistent_smem_bytes<Tile>(), stream>>>(map, q_map, o_map, p, rounds);
+  // Claimed tiles balance themselves: every block the caller allows.
+  const int64_t blocks =
+      exact_blocks || p.fwd_head_group > 0 ? std::min<int64_t>(tiles, persistent_blocks) : last.blocks;
+  pk<<<unsigned(blocks), Tile::kThreads, persistent_smem_bytes<Tile>(), stream>>>(map, q_map, o_map, p);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -643,11 +630,10 @@ void launch_persistent(const FlashParams& p, int persistent_blocks, bool exact_b
 // (Persistent: the same tile with the persistent kernel's buffers; only the tiles of
 // tile_choice.h's sm90ws_has_persistent_kernel, and the caller asks for no other).
 template <class Grid, class Persistent, bool kCausal>
-void launch_tile(const FlashParams& p, int persistent_blocks, bool exact_blocks, int head_group, cudaStream_t stream) {
+void launch_tile(const FlashParams& p, int persistent_blocks, bool exact_blocks, cudaStream_t stream) {
   static_assert(Grid::kConsumers == Persistent::kConsumers && Grid::kBlockN == Persistent::kBlockN, "one tile shape");
   if constexpr (sm90ws_has_persistent_kernel(Persistent::kConsumers, Persistent::kBlockN, kCausal)) {
-    if (persistent_blocks > 0)
-      return launch_persistent<Persistent, kCausal>(p, persistent_blocks, exact_blocks, head_group, stream);
+    if (persistent_blocks > 0) return launch_persistent<Persistent, kCausal>(p, persistent_blocks, exact_blocks, stream);
   } else {
     FG_ASSERT(persistent_blocks == 0, "the sm90ws forward has no persistent kernel for ", Grid::kConsumers,
               " consumers with ", Grid::kBlockN, "-key tiles", kCausal ? "" : " without a mask");
@@ -658,26 +644,25 @@ void launch_tile(const FlashParams& p, int persistent_blocks, bool exact_blocks,
 }  // namespace
 
 template <int kHeadDim, bool kCausal>
-void launch_fwd_sm90_ws(const FlashParams& p, int tile, int persistent_blocks, bool exact_blocks, int head_group,
-                        cudaStream_t stream) {
+void launch_fwd_sm90_ws(const FlashParams& p, int tile, int persistent_blocks, bool exact_blocks, cudaStream_t stream) {
   // The key tiles of tile_choice.h's sm90ws_block_n: one consumer 128 at D = 64 and 64 at
   // D = 128 (two blocks' shared memory), tile 1 at D = 128 176, else 128.
   if (tile == kSm90WsOneConsumer) {
     using One = Sm90WsTile<kHeadDim, sm90ws_block_n(kSm90WsOneConsumer, kHeadDim), /*kConsumers=*/1>;
-    return launch_tile<One, One, kCausal>(p, persistent_blocks, exact_blocks, head_group, stream);
+    return launch_tile<One, One, kCausal>(p, persistent_blocks, exact_blocks, stream);
   }
   if (tile == 1) {
     using Second = Sm90WsTile<kHeadDim, sm90ws_block_n(1, kHeadDim), sm90ws_consumers(1, kHeadDim)>;
-    return launch_tile<Second, Second, kCausal>(p, persistent_blocks, exact_blocks, head_group, stream);
+    return launch_tile<Second, Second, kCausal>(p, persistent_blocks, exact_blocks, stream);
   }
   // Tile 0 persistent: two Q buffers at D = 128 (Sm90WsTile::kQBufs).
   using Persistent0 = Sm90WsTile<kHeadDim, 128, 2, /*kQBufs=*/kHeadDim == 128 ? 2 : 1>;
-  launch_tile<Sm90WsTile<kHeadDim>, Persistent0, kCausal>(p, persistent_blocks, exact_blocks, head_group, stream);
+  launch_tile<Sm90WsTile<kHeadDim>, Persistent0, kCausal>(p, persistent_blocks, exact_blocks, stream);
 }
 
-template void launch_fwd_sm90_ws<64, /*kCausal=*/true>(const FlashParams&, int, int, bool, int, cudaStream_t);
-template void launch_fwd_sm90_ws<64, /*kCausal=*/false>(const FlashParams&, int, int, bool, int, cudaStream_t);
-template void launch_fwd_sm90_ws<128, /*kCausal=*/true>(const FlashParams&, int, int, bool, int, cudaStream_t);
-template void launch_fwd_sm90_ws<128, /*kCausal=*/false>(const FlashParams&, int, int, bool, int, cudaStream_t);
+template void launch_fwd_sm90_ws<64, /*kCausal=*/true>(const FlashParams&, int, int, bool, cudaStream_t);
+template void launch_fwd_sm90_ws<64, /*kCausal=*/false>(const FlashParams&, int, int, bool, cudaStream_t);
+template void launch_fwd_sm90_ws<128, /*kCausal=*/true>(const FlashParams&, int, int, bool, cudaStream_t);
+template void launch_fwd_sm90_ws<128, /*kCausal=*/false>(const FlashParams&, int, int, bool, cudaStream_t);
 
 }  // namespace flashgpt::cuda::attn

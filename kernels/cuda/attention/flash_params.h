@@ -40,6 +40,11 @@ struct FlashParams {
   int64_t o_row_stride = 0;    // H*D
   float scale = 0;             // 1/sqrt(D)
   float scale_log2 = 0;        // scale * log2(e): scores go straight into exp2
+  // The sm90ws forward's three-consumer persistent kernel with claimed tiles
+  // (fwd_head_group > 0, tile_choice.h's grouped_tile): its claim counter, 0 between
+  // launches. (Last, so that the other fields keep their offsets.)
+  int* fwd_tile_counter = nullptr;
+  int fwd_head_group = 0;
 };
 
 // Portable path (mma.sync, cp.async): sm_80 and newer.
@@ -62,12 +67,10 @@ void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream
 // blocks an SM. The caller picks the tile (tile_choice.h). persistent_blocks > 0 runs
 // the tile persistent (only tiles with a persistent kernel, tile_choice.h's
 // sm90ws_has_persistent_kernel: tile 0, and at D = 64 tile 1 under a causal mask)
-// on at most that many blocks: with head_group > 0 on all of them, taking the tiles in
-// tile_choice.h's persistent_forward_order; else as many as balance its rounds best; with
-// exact_blocks on exactly that many (no more than tiles).
+// on at most that many blocks, as many as balance its rounds best, or with exact_blocks on
+// exactly that many (no more than tiles).
 template <int kHeadDim, bool kCausal>
-void launch_fwd_sm90_ws(const FlashParams& p, int tile, int persistent_blocks, bool exact_blocks, int head_group,
-                        cudaStream_t stream);
+void launch_fwd_sm90_ws(const FlashParams& p, int tile, int persistent_blocks, bool exact_blocks, cudaStream_t stream);
 // True when this build has sm_90a code and the current device runs it.
 bool sm90_kernels_built();
 // A TMA descriptor of a 3-D tensor (innermost dimension first; strides in bytes of

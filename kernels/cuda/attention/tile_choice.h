@@ -4,10 +4,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
-#include <functional>
-#include <queue>
 #include <string>
-#include <utility>
 #include <vector>
 #include "src/errors.h"
 
@@ -158,87 +155,46 @@ inline bool sm90ws_forward_persistent(FwdSchedule schedule, int tile, int D, int
   return D == 128 ? T <= (causal ? 2048 : 4096) : causal && T <= 8192;
 }
 
-// A persistent forward tile's key tiles: a tile is a query tile of BM rows, (batch, head)
-// major, each head's last query tile first (pair bh's query tile m_blocks − 1 − r is tile
-// t = bh·m_blocks + r); under a causal mask it reads the key tiles up to its diagonal.
-inline int64_t persistent_tile_key_tiles(int64_t t, int64_t m_blocks, int T, int BM, int BN, bool causal) {
-  const int64_t m_block = m_blocks - 1 - t % m_blocks;
-  const int64_t n_end = causal ? std::min<int64_t>(T, (m_block + 1) * BM) : T;
-  return (n_end + BN - 1) / BN;
-}
-
-// The persistent forward's rounds (flash_fwd_sm90_ws.cu, tile_of, without an order below):
-// with G blocks, round r is tiles rG .. rG + G − 1, block i taking the i-th of them in even
-// rounds and the (G − 1 − i)-th in odd ones. The most loaded block's key tiles, for
-// `heads` (batch, head) pairs:
+// The persistent forward's rounds (flash_fwd_sm90_ws.cu, tile_of): with G blocks, round r
+// is tiles rG .. rG + G − 1, block i taking the i-th of them in even rounds and the
+// (G − 1 − i)-th in odd ones. A tile is a query tile of kBlockM rows, (batch, head) major,
+// each head's last query tile first; it costs its key tiles (a causal mask: those up to
+// its diagonal). The most loaded block's key tiles, for `heads` (batch, head) pairs:
 inline int64_t persistent_forward_max_load(int64_t G, int64_t heads, int T, int BM, int BN, bool causal) {
   const int64_t m_blocks = (T + BM - 1) / BM, tiles = m_blocks * heads;
+  auto cost = [&](int64_t t) {
+    const int64_t m_block = m_blocks - 1 - t % m_blocks;
+    const int64_t n_end = causal ? std::min<int64_t>(T, (m_block + 1) * BM) : T;
+    return (n_end + BN - 1) / BN;
+  };
   std::vector<int64_t> load(size_t(G), 0);
   for (int64_t t = 0; t < tiles; ++t) {
     const int64_t r = t / G, i = t % G;
-    load[size_t(r % 2 == 0 ? i : G - 1 - i)] += persistent_tile_key_tiles(t, m_blocks, T, BM, BN, causal);
+    load[size_t(r % 2 == 0 ? i : G - 1 - i)] += cost(t);
   }
   return *std::max_element(load.begin(), load.end());
 }
 
-// The order of tiles in which the persistent forward's blocks take them with
-// FLASHGPT_ATTENTION_FWD_HEAD_GROUP = N > 0: the (batch, head) pairs in groups of N, group
-// by group, and within a group rank by rank: every pair's last query tile (the longest
-// under a causal mask), then every pair's one before, and so on. Returns the k-th tile of
-// that order (in the rounds' numbering t above). group = 1 is the rounds' numbering (t = k).
+// The three-consumer persistent forward's claimed schedule (FLASHGPT_ATTENTION_FWD_HEAD_GROUP
+// = N > 0, below; 0: the rounds above). Block i takes the i-th tile of the order below
+// first, and every later tile from a counter (the next unclaimed one), so that a block
+// that drew short tiles takes more of them. The order: the (batch, head) pairs in groups
+// of `group`, group by group, and within a group rank by rank: every pair's last query
+// tile (the longest under a causal mask), then every pair's one before, and so on. Returns
+// the claim-order index k's tile in the rounds' numbering t (pair bh's query tile
+// m_blocks − 1 − r is t = bh·m_blocks + r). group = 1 is the rounds' order (t = k).
 constexpr int grouped_tile(int k, int heads, int m_blocks, int group) {
   const int per_group = group * m_blocks, g = k / per_group, first = g * group;
   const int n = std::min(group, heads - first), i = k - g * per_group;
   return (first + i % n) * m_blocks + i / n;
 }
-
-// The persistent forward's tiles block by block when they are ordered (above): each tile
-// of grouped_tile's order in turn goes to the block that would be free first if a tile cost
-// its key tiles and half a key tile more (list scheduling; on a tie the lower block), so a
-// block that drew short tiles takes more of them, and at any moment the blocks work on one
-// group's pairs (its K and V stay in the L2). Worked out on the host, once a shape, and
-// handed to the kernel with its launch: blocks that claimed their next tile from a counter
-// ran the two-consumer kernels 5-11% slower, since the claimed index, read from memory, took
-// their wgmma descriptors out of the uniform registers ("Fortieth" and "Forty-first
-// session"). Block i takes tiles[first[i] .. first[i + 1]).
-struct ForwardOrder {
-  std::vector<int> first, tiles;
-  int64_t max_load = 0;  // the most loaded block's key tiles
-};
-inline ForwardOrder persistent_forward_order(int blocks, int heads, int T, int BM, int BN, bool causal, int group) {
-  const int m_blocks = (T + BM - 1) / BM, n = m_blocks * heads;
-  std::vector<std::vector<int>> per(static_cast<size_t>(blocks));
-  std::vector<int64_t> load(static_cast<size_t>(blocks), 0);
-  using Slot = std::pair<int64_t, int>;  // (free at, in half key tiles; block)
-  std::priority_queue<Slot, std::vector<Slot>, std::greater<Slot>> free_at;
-  for (int b = 0; b < blocks; ++b) free_at.push({0, b});
-  for (int k = 0; k < n; ++k) {
-    const int t = grouped_tile(k, heads, m_blocks, group);
-    const Slot slot = free_at.top();
-    free_at.pop();
-    const int64_t key_tiles = persistent_tile_key_tiles(t, m_blocks, T, BM, BN, causal);
-    per[size_t(slot.second)].push_back(t);
-    load[size_t(slot.second)] += key_tiles;
-    free_at.push({slot.first + 2 * key_tiles + 1, slot.second});
-  }
-  ForwardOrder order;
-  order.first.push_back(0);
-  for (const std::vector<int>& tiles : per) {
-    order.tiles.insert(order.tiles.end(), tiles.begin(), tiles.end());
-    order.first.push_back(int(order.tiles.size()));
-  }
-  order.max_load = *std::max_element(load.begin(), load.end());
-  return order;
-}
-
-// FLASHGPT_ATTENTION_FWD_HEAD_GROUP: auto (or unset), 0 (the rounds), a positive number of
-// pairs, or `all` (every pair in one group). auto: groups of 64 pairs under a causal mask
-// (0.9-4.4% faster than the rounds at D = 64, 2K-8K, with three consumers: "Forty-first
-// session"), the rounds without one (every tile costs the same there).
-inline int forward_head_group(const char* value, int64_t heads, bool causal) {
+// FLASHGPT_ATTENTION_FWD_HEAD_GROUP for the three-consumer persistent kernel (the only one
+// that claims): auto (or unset), 0 (the rounds), a positive number of pairs, or `all`
+// (every pair in one group). auto: groups of 64 pairs.
+inline int forward_head_group(const char* value, int64_t heads) {
   const std::string v = value && *value ? value : "auto";
   const int64_t pairs = std::max<int64_t>(heads, 1);
-  if (v == "auto") return causal ? int(std::min<int64_t>(64, pairs)) : 0;
+  if (v == "auto") return int(std::min<int64_t>(64, pairs));
   if (v == "0") return 0;
   if (v == "all") return int(pairs);
   const int64_t g =
