@@ -496,7 +496,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     t = claimed ? tile_at(++local == 0 ? int(blockIdx.x) : t_after) : tile_of(++local);
     if (t < 0) return false;
     if (!claimed) last_tile = tile_of(local + 1) < 0;
-    n_blocks = coords(t).n_blocks, m0 = coords(t).m_block * BM;
+    const Coords cd = coords(t);
+    n_blocks = cd.n_blocks, m0 = cd.m_block * BM;
     mine = kSkips ? sm90ws_consumer_key_tiles(m0, cw, BN, n_blocks) : n_blocks;
     turn_offset = sm90ws_turn_offset(BN, m0);  // kSkips: key tile nb + 1's first turn
     qb = local % QB;
