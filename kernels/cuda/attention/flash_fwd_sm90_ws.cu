@@ -401,8 +401,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // `tiles` in all and the last one resets the counter. The producer hands each claim's
   // index to the consumers (tile_after) and each side works out the tile (tile_at); with
   // the tile itself handed on, the producer's 24 registers spilled. Only three consumers:
-  // the same change in the two-consumer kernels made them 5-10% slower under a causal
-  // mask even in rounds, with the same arithmetic (BENCHMARKS.md, "Fortieth session").
+  // the same change in the two-consumer kernels made them 5-11% slower under a causal
+  // mask even in rounds, with the same arithmetic (BENCHMARKS.md, "Fortieth session"): with
+  // the tile index read from shared memory their wgmma descriptors left the uniform
+  // registers (an R2UR pair before each P·V wgmma; "Forty-first session"). An order made on
+  // the host and passed with the launch kept their code, but measured no faster there.
   constexpr bool kClaims = kConsumers == 3;
   const bool claimed = kClaims && p.fwd_head_group > 0;
   auto tile_at = [&](int k) { return k < 0 || !claimed ? k : grouped_tile(k, p.B * p.H, m_blocks, p.fwd_head_group); };
