@@ -175,13 +175,13 @@ TEST(TileChoice, Sm90wsRunsPersistentAtShortSequences) {
     EXPECT_FALSE(sm90ws_forward_persistent(unset, 0, 128, 65536, causal));
   }
   EXPECT_FALSE(sm90ws_forward_persistent(unset, 0, 128, 4096, /*causal=*/true));
-  // D = 64: causal up to T = 8192 (tile 0 up to 1K, tile 1 from 2K: see the tile rule),
+  // D = 64: causal up to T = 16384 (tile 0 up to 1K, tile 1 from 2K: see the tile rule),
   // nothing else.
-  for (int T : {1, 1024, 2048, 4096, 8192}) {
+  for (int T : {1, 1024, 2048, 4096, 8192, 16384}) {
     EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, true), T <= 1024 ? 0 : 1) << T;
     EXPECT_TRUE(sm90ws_forward_persistent(unset, sm90ws_forward_tile(-1, 64, T, true), 64, T, true)) << T;
   }
-  EXPECT_FALSE(sm90ws_forward_persistent(unset, 1, 64, 8193, true));
+  EXPECT_FALSE(sm90ws_forward_persistent(unset, 1, 64, 16385, true));
   EXPECT_FALSE(sm90ws_forward_persistent(unset, 0, 64, 1024, false));
   for (int T : {1024, 4096})
     EXPECT_FALSE(sm90ws_forward_persistent(unset, sm90ws_forward_tile(-1, 64, T, false), 64, T, false)) << T;

@@ -40,7 +40,7 @@
 //       (causal) three-consumer tiles as a block per query tile (grid) or one block an SM
 //       walking the tiles (persistent, on as many SMs as balance its rounds); auto:
 //       persistent at D = 128 up to T = 2048 (causal) or 4096 (full) and, with a causal
-//       mask, up to T = 8192 at D = 64 (tile_choice.h). FLASHGPT_ATTENTION_FWD_BLOCKS=N (tests) runs the
+//       mask, up to T = 16384 at D = 64 (tile_choice.h). FLASHGPT_ATTENTION_FWD_BLOCKS=N (tests) runs the
 //       persistent kernel on exactly N blocks. FLASHGPT_ATTENTION_FWD_HEAD_GROUP=auto|0|N|all
 //       the three-consumer persistent kernel's blocks claim their tiles one at a time,
 //       in groups of N (batch, head) pairs, each group's longest query tiles first

@@ -131,7 +131,7 @@ constexpr int sm90ws_next_turn(int nb, int BN, int turn_offset) { return std::ma
 
 // Whether the sm90ws forward runs `tile` persistent: never a tile without a persistent
 // kernel (above). auto: persistent at D = 128 up to T = 2048 under a causal mask and up to
-// 4096 without one, and under a causal mask up to T = 8192 at D = 64, where a block per
+// 4096 without one, and under a causal mask up to T = 16384 at D = 64, where a block per
 // tile, alone on its SM, pays its tile's first loads and its epilogue in the open (cuDNN's
 // forward is persistent there). Measured on an H200 against a block per tile:
 //   D = 128 ("Twenty-fifth session", call 5, three rounds): 1K causal 387.5-390.0 TFLOP/s
@@ -145,14 +145,16 @@ constexpr int sm90ws_next_turn(int nb, int BN, int turn_offset) { return std::ma
 //   against 624.8-625.3).
 //   D = 64, causal, three consumers (tile 1; "Twenty-sixth session", call 1): 2K 378-387
 //   against 353-355, 4K 433-441 against 413-418, 8K 482 against 476-480; level at 16K
-//   (506-509 against 509-513) and behind at 65,536 (503-528 against 523-540). Up to 1K,
-//   see sm90ws_forward_tile.
+//   (506-509 against 509-513) and behind at 65,536 (503-528 against 523-540). With its
+//   tiles claimed in groups of 64 pairs ("Forty-first session", call 4, two rounds): 16K
+//   551.6-552.5 against 537.6-537.7 (in rounds 522.8-523.5); at 65,536 (one head group
+//   of 12 pairs) 541.7-558.4 against 569.2-582.8. Up to 1K, see sm90ws_forward_tile.
 inline bool sm90ws_forward_persistent(FwdSchedule schedule, int tile, int D, int T, bool causal) {
   if (!sm90ws_has_persistent_kernel(sm90ws_consumers(tile, D), sm90ws_block_n(tile, D), causal) ||
       schedule == FwdSchedule::grid)
     return false;
   if (schedule == FwdSchedule::persistent) return true;
-  return D == 128 ? T <= (causal ? 2048 : 4096) : causal && T <= 8192;
+  return D == 128 ? T <= (causal ? 2048 : 4096) : causal && T <= 16384;
 }
 
 // The persistent forward's rounds (flash_fwd_sm90_ws.cu, tile_of): with G blocks, round r
