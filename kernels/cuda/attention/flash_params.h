@@ -67,8 +67,9 @@ void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream
 // blocks an SM. The caller picks the tile (tile_choice.h). persistent_blocks > 0 runs
 // the tile persistent (only tiles with a persistent kernel, tile_choice.h's
 // sm90ws_has_persistent_kernel: tile 0, and at D = 64 tile 1 under a causal mask)
-// on at most that many blocks, as many as balance its rounds best, or with exact_blocks on
-// exactly that many (no more than tiles).
+// on at most that many blocks, as many as balance its rounds best (the three-consumer
+// kernel with p.fwd_head_group > 0: all of them, its tiles claimed), or with exact_blocks
+// on exactly that many (no more than tiles).
 template <int kHeadDim, bool kCausal>
 void launch_fwd_sm90_ws(const FlashParams& p, int tile, int persistent_blocks, bool exact_blocks, cudaStream_t stream);
 // True when this build has sm_90a code and the current device runs it.
