@@ -70,12 +70,14 @@ struct Sm90FwdConsumer {
       : p(params), lane(lane_), wg(wg_), warp(warp_) {
     begin_tile(m0_, sQ);
   }
+  // This warpgroup's 64 rows of the Q tile in sQ.
+  __device__ __forceinline__ uint32_t rows_of(const bf16* sQ) const { return smem_u32(sQ) + wg * 64 * 128; }
   // A fresh query tile: rows m0_.., Q in sQ; O and the row statistics zero.
   __device__ __forceinline__ void begin_tile(int m0_, const bf16* sQ) {
     m0 = m0_;
     wg_row0 = m0_ + wg * 64;
     warp_row0 = wg_row0 + warp * 16;
-    q_base = smem_u32(sQ) + wg * 64 * 128;
+    q_base = rows_of(sQ);
 #pragma unroll
     for (int dt = 0; dt < Tile::kDTiles; ++dt)
 #pragma unroll
@@ -145,7 +147,7 @@ struct Sm90FwdConsumer {
     float alpha[1][2];
     sm90::wgmma_fence();
     issue_pv(v_last_base);
-    sm90::issue_abt<D, Tile::kQRows, BN>(s[0], smem_u32(sQ_next) + wg * 64 * 128, k_base);
+    sm90::issue_abt<D, Tile::kQRows, BN>(s[0], rows_of(sQ_next), k_base);
     sm90::wgmma_wait<1>();  // the P·V done; the QKᵀ may still run
     sm90::fence_accumulators(o[0]);
     after_pv();
