@@ -22,6 +22,8 @@ for f in "${files[@]}"; do
   "$nvcc" -O3 -DNDEBUG --generate-code=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -std=c++17 -I. \
     -Xptxas -v -c "$f" -o "$obj" 2>&1 | python3 -c '
 import re, sys
+sys.path.insert(0, "scripts")
+from kernel_names import short_name
 name = spill = None
 lines = sys.stdin.readlines()
 serialised = set(re.findall(r"Potential Performance Loss: wgmma[^\n]*in the function .(\w+).", "".join(lines)))
@@ -30,16 +32,8 @@ for line in lines:
     if m:
         mangled = m.group(1)
         wgmma = ", wgmma SERIALISED" if mangled.strip(chr(39)) in serialised else ""
-        kernel = None  # the length-prefixed identifier (Itanium mangling) ending in _kernel
-        for m in re.finditer(r"\d+", mangled):
-            for k in range(len(m.group())):  # hex in anonymous-namespace names runs into it
-                ident = mangled[m.end():m.end() + int(m.group()[k:])]
-                if ident.endswith("_kernel") and re.fullmatch(r"[A-Za-z_]\w*", ident):
-                    kernel = ident
-        ints = re.findall(r"Li(\d+)E", mangled)   # head dim, then tile rows (if any)
-        bools = re.findall(r"Lb([01])E", mangled)  # in template order
         types = ["bf16" if "__nv_bfloat16" in mangled else "f32"] if re.search(r"_kernelI(NS\d*_\d+TraitsI)?(13__nv_bfloat16|f)(E|L)", mangled) else []
-        name = "%s<%s>" % (kernel or mangled, ",".join(types + ints + ["b" + b for b in bools]))
+        name = short_name(mangled, types)
     m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
     if m:
         spill = "spills %s/%s bytes (stores/loads)" % m.groups()

@@ -8,28 +8,25 @@
 #   echo 'deb http://deb.debian.org/debian bookworm non-free' > /etc/apt/sources.list.d/nonfree.list
 #   apt-get update && (cd /tmp && apt-get download nvidia-cuda-toolkit) &&
 #   dpkg -x /tmp/nvidia-cuda-toolkit_*.deb ~/.cache/flashgpt/cuda118
-#   scripts/sass.sh [--rev REV] FILE.cu OUT.sass   the disassembly (the file as at REV, else the work tree)
+#   scripts/sass.sh [--rev REV] FILE.cu OUT.sass   the disassembly (FILE.cu from the repository
+#       root, as at REV, else as in the work tree)
 #   scripts/sass.sh --counts A.sass [B.sass]       per kernel: instructions, R2UR, wgmma (HGMMA),
 #       MUFU.EX2, and the R2URs between two wgmmas of one run (an operand's descriptor moved
 #       from a vector register before each issue: what slowed the two-consumer forward
 #       kernels with claimed tiles, BENCHMARKS.md "Forty-first session"); with B, A's then B's.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+here=$(cd "$(dirname "$0")" && pwd)
 if [[ "${1:-}" == "--counts" ]]; then
   shift
-  exec python3 - "$@" <<'PY'
+  exec python3 - "$here" "$@" <<'PY'
 import collections, re, sys
+sys.path.insert(0, sys.argv.pop(1))
+from kernel_names import short_name
 def kernels(path):
     out = {}
     for part in re.split(r"\n\s*\.*\s*Function : ", open(path).read())[1:]:
         name = part.split("\n", 1)[0]
-        kernel = name  # the length-prefixed identifier ending in _kernel (Itanium mangling)
-        for m in re.finditer(r"\d+", name):
-            for k in range(len(m.group())):  # hex in anonymous-namespace names runs into it
-                ident = name[m.end():m.end() + int(m.group()[k:])]
-                if ident.endswith("_kernel") and re.fullmatch(r"[A-Za-z_]\w*", ident):
-                    kernel = ident
-        key = "%s<%s>" % (kernel, ",".join(re.findall(r"Li(\d+)E", name) + ["b" + b for b in re.findall(r"Lb([01])E", name)]))
+        key = short_name(name)
         ops = [re.sub(r"^@!?U?P\w+\s+", "", s).split()[0] for s in re.findall(r"/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;", part)]
         c = collections.Counter(ops)
         in_runs, run = 0, None  # R2URs between two wgmmas with no wait or branch between
@@ -51,11 +48,12 @@ PY
 fi
 rev=
 if [[ "${1:-}" == "--rev" ]]; then rev=$2; shift 2; fi
-[[ $# -eq 2 ]] || { sed -n '2,19p' "$0"; exit 2; }
+[[ $# -eq 2 ]] || { sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 2; }
+out=$(realpath -m "$2")
+cd "$here/.."
 tool=${FLASHGPT_CUDA118:-$HOME/.cache/flashgpt/cuda118}/usr/bin/cuobjdump
 [[ -x $tool ]] || { echo "sass.sh: no CUDA 11.8 cuobjdump at $tool (see the top of this script)" >&2; exit 2; }
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
-out=$(realpath -m "$2")
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 src=.
 if [[ -n $rev ]]; then mkdir "$tmp/src" && git archive "$rev" | tar x -C "$tmp/src" && src=$tmp/src; fi
