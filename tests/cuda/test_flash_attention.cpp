@@ -283,7 +283,7 @@ void run_flash(const Problem& pb, DeviceRun& res) {
   const size_t n_qkv = pb.qkv.size(), n_o = pb.dout.size(), n_lse = size_t(B) * H * T;
   DeviceBuffer<uint16_t> qkv(n_qkv), out(n_o), dout(n_o), dqkv(n_qkv);
   DeviceBuffer<float> lse(n_lse), delta(n_lse);
-  const size_t ws_bytes = cuda::flash_attention_workspace_bytes(B, T, H, D);
+  const size_t ws_bytes = cuda::flash_attention_workspace_bytes(B, T, H, D, pb.causal);
   DeviceBuffer<unsigned char> ws(ws_bytes);
   ASSERT_TRUE(qkv.ptr && out.ptr && dout.ptr && dqkv.ptr && lse.ptr && delta.ptr && ws.ptr);
   const auto h_qkv = to_bf16_vec(pb.qkv), h_dout = to_bf16_vec(pb.dout);
