@@ -156,6 +156,19 @@ struct Sm90BwdMaps {
   CUtensorMap q, dout, lse, delta, dq, dqkv;
 };
 
+// Item `it`'s key tile and (batch·head) in the tma, flat and atomic modes: groups of
+// `group` pairs one after the other (the last one may be smaller), key tile major within
+// a group (kernel comment).
+__device__ __forceinline__ int group_first(int it, int group, int n_blocks) { return it / (group * n_blocks) * group; }
+__device__ __forceinline__ int grouped_item_n(int it, int group, int heads, int n_blocks) {
+  const int g0 = group_first(it, group, n_blocks);
+  return (it - g0 * n_blocks) / min(group, heads - g0);
+}
+__device__ __forceinline__ int grouped_item_bh(int it, int group, int heads, int n_blocks) {
+  const int g0 = group_first(it, group, n_blocks);
+  return g0 + (it - g0 * n_blocks) % min(group, heads - g0);
+}
+
 #if FLASHGPT_HAS_WGMMA
 // dst[0] += x, dst[1] += y in one 8-byte vector atomic (sm_90 only).
 __device__ __forceinline__ void atomic_add_pair(float* dst, float x, float y) {
@@ -231,16 +244,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // The groups one after the other (1: (batch·head) major; all of them: key tile major);
   // the last one may be smaller.
   const int group = std::min(std::max(p.bwd_head_group, 1), heads);
-  auto group_first = [&](int it) { return it / (group * n_blocks) * group; };
   auto item_n = [&](int it) {  // key tile
     if (kOwner) return it % n_blocks;
-    const int g0 = group_first(it);
-    return (it - g0 * n_blocks) / min(group, heads - g0);
+    return grouped_item_n(it, group, heads, n_blocks);
   };
   auto item_bh = [&](int it) {
     if (kOwner) return it / n_blocks;
-    const int g0 = group_first(it);
-    return g0 + (it - g0 * n_blocks) % min(group, heads - g0);
+    return grouped_item_bh(it, group, heads, n_blocks);
   };
   // Causal: queries before an item's first key see none of it.
   auto first_m_of = [&](int n_block) { return kCausal ? n_block * BN / BM : 0; };
