@@ -106,7 +106,13 @@ struct BackwardTail {
   int64_t whole_items = 0;  // items before the tail
   int64_t pieces = 0;       // 0: no tail pieces (every item whole)
 };
-constexpr int64_t tail_piece_begin(int64_t j, int64_t tail_steps, int64_t pieces) { return j * tail_steps / pieces; }
+// (The first tail_steps % pieces pieces one step longer than the others; in the type of
+// the arguments, so that the kernel divides in 32 bits: tail_steps < 2^31.)
+template <class I>
+constexpr I tail_piece_begin(I j, I tail_steps, I pieces) {
+  const I rem = tail_steps % pieces;
+  return j * (tail_steps / pieces) + (j < rem ? j : rem);
+}
 inline BackwardTail plan_backward_tail(const char* requested, int64_t items, int64_t steps, int64_t blocks,
                                        bool causal, DqMode mode) {
   const std::string v = requested && *requested ? requested : "auto";
@@ -115,8 +121,8 @@ inline BackwardTail plan_backward_tail(const char* requested, int64_t items, int
   const BackwardTail none{items, 0};
   if (v == "0" || causal || mode == DqMode::owner || blocks <= 0 || items <= 0) return none;
   const int64_t tail = items <= blocks ? items : items % blocks;
-  if (tail == 0 || tail > kMaxTailItems) return none;
   const int64_t tail_steps = tail * steps;
+  if (tail == 0 || tail > kMaxTailItems || tail_steps > INT32_MAX) return none;
   const int64_t pieces = std::min(blocks, v == "1" ? tail_steps : tail_steps / 2);
   if (pieces <= tail) return none;
   const int64_t longest = (tail_steps + pieces - 1) / pieces;
