@@ -203,8 +203,8 @@ FlashParams make_params(int B, int T, int H, int D) {
 
 }  // namespace
 
-size_t flash_attention_workspace_bytes(int B, int T, int H, int D, bool causal) {
-  return size_t(attn::backward_workspace_bytes(B, T, H, D, causal));  // (dq_mode.h)
+size_t flash_attention_workspace_bytes(int B, int T, int H, int D) {
+  return size_t(attn::backward_workspace_bytes(B, T, H, D));  // (dq_mode.h)
 }
 
 void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
@@ -279,10 +279,7 @@ void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaS
   p.dqkv = a.dqkv.as<__nv_bfloat16>();
   p.delta = a.delta.as<float>();
   p.dq_accum = static_cast<float*>(workspace);
-  if (workspace) {
-    p.item_counter = reinterpret_cast<int*>(p.dq_accum + attn::dq_accum_floats(a.B, a.T, a.H, a.D));
-    p.dkv_tail = reinterpret_cast<float*>(p.item_counter) + 4;  // (16 bytes on)
-  }
+  if (workspace) p.item_counter = reinterpret_cast<int*>(p.dq_accum + attn::dq_accum_floats(a.B, a.T, a.H, a.D));
   const int bwd_tile = attn::sm80_tile(tile_choice("FLASHGPT_ATTENTION_BWD_TILE"));
   const Path path = choose_path(Pass::backward);
   // Every dQ mode of the sm90 backward adds with float atomics: the deterministic mode runs the sm80 kernels.
@@ -292,12 +289,6 @@ void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaS
     p.bwd_head_group = int(attn::choose_head_group(std::getenv("FLASHGPT_ATTENTION_BWD_HEAD_GROUP"), int64_t(a.B) * a.H,
                                                    a.T, a.D, a.causal, l2_bytes, device_sm_count()));
     const attn::DqMode dq = attn::choose_dq_mode(std::getenv("FLASHGPT_ATTENTION_BWD_DQ"));
-    const int64_t items = int64_t(a.B) * a.H * ((a.T + attn::kBwdKeyTile - 1) / attn::kBwdKeyTile);
-    const int64_t steps = (a.T + attn::bwd_query_tile(a.D) - 1) / attn::bwd_query_tile(a.D);
-    const attn::BackwardTail tail =
-        attn::plan_backward_tail(std::getenv("FLASHGPT_ATTENTION_BWD_TAIL"), items, steps, max_blocks, a.causal, dq);
-    p.bwd_whole_items = int(tail.whole_items);
-    p.bwd_tail_pieces = int(tail.pieces);
     if (a.D == 64)
       a.causal ? attn::launch_bwd_sm90<64, /*kCausal=*/true>(p, max_blocks, dq, stream)
                : attn::launch_bwd_sm90<64, /*kCausal=*/false>(p, max_blocks, dq, stream);

@@ -156,19 +156,6 @@ struct Sm90BwdMaps {
   CUtensorMap q, dout, lse, delta, dq, dqkv;
 };
 
-// Item `it`'s key tile and (batch·head) in the tma, flat and atomic modes: groups of
-// `group` pairs one after the other (the last one may be smaller), key tile major within
-// a group (kernel comment).
-__device__ __forceinline__ int group_first(int it, int group, int n_blocks) { return it / (group * n_blocks) * group; }
-__device__ __forceinline__ int grouped_item_n(int it, int group, int heads, int n_blocks) {
-  const int g0 = group_first(it, group, n_blocks);
-  return (it - g0 * n_blocks) / min(group, heads - g0);
-}
-__device__ __forceinline__ int grouped_item_bh(int it, int group, int heads, int n_blocks) {
-  const int g0 = group_first(it, group, n_blocks);
-  return g0 + (it - g0 * n_blocks) % min(group, heads - g0);
-}
-
 #if FLASHGPT_HAS_WGMMA
 // dst[0] += x, dst[1] += y in one 8-byte vector atomic (sm_90 only).
 __device__ __forceinline__ void atomic_add_pair(float* dst, float x, float y) {
@@ -244,13 +231,16 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // The groups one after the other (1: (batch·head) major; all of them: key tile major);
   // the last one may be smaller.
   const int group = std::min(std::max(p.bwd_head_group, 1), heads);
+  auto group_first = [&](int it) { return it / (group * n_blocks) * group; };
   auto item_n = [&](int it) {  // key tile
     if (kOwner) return it % n_blocks;
-    return grouped_item_n(it, group, heads, n_blocks);
+    const int g0 = group_first(it);
+    return (it - g0 * n_blocks) / min(group, heads - g0);
   };
   auto item_bh = [&](int it) {
     if (kOwner) return it / n_blocks;
-    return grouped_item_bh(it, group, heads, n_blocks);
+    const int g0 = group_first(it);
+    return g0 + (it - g0 * n_blocks) % min(group, heads - g0);
   };
   // Causal: queries before an item's first key see none of it.
   auto first_m_of = [&](int n_block) { return kCausal ? n_block * BN / BM : 0; };
@@ -272,33 +262,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const int u = int(gridDim.x) + atomicAdd(p.item_counter, 1);
     return kOwner ? (u < heads ? u * n_blocks : items) : u;
   };
-  // kSplit (full masks, every mode but owner; dq_mode.h's plan_backward_tail): the last
-  // wave's items cut into pieces of consecutive steps. The units a block claims are then
-  // the whole items (0 .. whole − 1) and the pieces (whole .., p.bwd_tail_pieces of them),
-  // and a block walks segments: a whole item, or the part of one item that a piece covers
-  // (a piece may end one item and begin the next). A segment is {item, first query tile,
-  // end}; thread 0 hands them out one ahead through sSeg (as sItem without kSplit), from
-  // the unit in hand (sGen: {item, query tile, steps left}) or, once that is used up, the
-  // next unit it claims. Without pieces every unit is one whole item.
-  constexpr bool kSplit = !kCausal && !kOwner;
-  const bool split = kSplit && p.bwd_tail_pieces > 0;
-  const int whole = split ? p.bwd_whole_items : items, units = split ? whole + p.bwd_tail_pieces : items;
-  auto unit_start = [&](int u) {  // {item, query tile, steps}; past the end: {items, 0, 0}
-    if (u >= units) return make_int4(items, 0, 0, 0);
-    if (u < whole) return make_int4(u, 0, m_blocks, 0);
-    const int tail_steps = (items - whole) * m_blocks;  // (< 2^31: plan_backward_tail)
-    const int s0 = tail_piece_begin(u - whole, tail_steps, p.bwd_tail_pieces);
-    const int s1 = tail_piece_begin(u - whole + 1, tail_steps, p.bwd_tail_pieces);
-    return make_int4(whole + s0 / m_blocks, s0 % m_blocks, s1 - s0, 0);
-  };
-  // The unit's next segment; the unit goes on from the next item's first query tile.
-  auto take_segment = [&](int4& gen) {
-    const int end = min(m_blocks, gen.y + gen.z);
-    const int4 seg = make_int4(gen.x, gen.y, end, 0);
-    gen = make_int4(gen.x + 1, 0, gen.z - (end - gen.y), 0);
-    return seg;
-  };
-  __shared__ int4 sSeg[2], sGen;
 
   auto k_src = [&](int it) {
     const int bh = item_bh(it);
@@ -356,18 +319,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   };
 
   int item = int(blockIdx.x) * (kOwner ? n_blocks : 1);
-  // kSplit: the block's segment's first query tile and its end (without pieces 0 and
-  // m_blocks; a block's first unit, blockIdx.x, is a piece only when the items are
-  // fewer than the blocks).
-  int m_begin = 0, m_end = m_blocks;
-  if constexpr (kSplit) {
-    int4 gen = unit_start(item);
-    const int4 seg = take_segment(gen);
-    item = seg.x, m_begin = seg.y, m_end = seg.z;
-    if (tid == 0) sGen = gen;
-  }
   if (item >= items) return;
-  int m = kSplit ? m_begin : start_m(item);
+  int m = start_m(item);
   if (tid == 0) {
     sm90::mbar_init(&q_full[0], 1);
     sm90::mbar_init(&q_full[1], 1);
@@ -385,14 +338,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   if (tid == 0) {
     const int bh = item_bh(item);
     issue_q_tile(bh, bh / p.H, bh % p.H, m, 0);
-    if constexpr (kSplit) {  // segment 1
-      int4 gen = sGen;
-      if (gen.z == 0) gen = unit_start(claim());
-      sSeg[1] = take_segment(gen);
-      sGen = gen;
-    } else {
-      sItem[1] = claim();  // ordinal 1
-    }
+    sItem[1] = claim();  // ordinal 1
   }
 
   float dk[Tile::kDTiles][4], dv[Tile::kDTiles][4];
@@ -491,7 +437,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   }
   for (;;) {
     const int buf = step & 1;
-    const bool first_step = m == (kSplit ? m_begin : start_m_of(n_block));
+    const bool first_step = m == start_m_of(n_block);
     // K/V buffer: the parity of the items begun before this one.
     const int kv_buf = kKvBufs == 1 ? 0 : (kOwner ? ordinal * n_blocks + n_block : ordinal) & 1;
     // Owner mode: this step's dQ contribution is the query tile's first (a TMA store)
@@ -544,11 +490,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       cp_async_commit();
     }
     // The next step's query tile: its item and tile (issued below, after this step's matmuls).
-    const int next_item = kOwner && n_block + 1 < n_blocks ? item + 1
-                          : kSplit                         ? sSeg[(ordinal + 1) & 1].x
-                                                           : sItem[(ordinal + 1) & 1];
+    const int next_item = kOwner && n_block + 1 < n_blocks ? item + 1 : sItem[(ordinal + 1) & 1];
     // Whether the item has another query tile (else the next item's first comes next).
-    const bool same_item = kDescending ? m > first_m_of(n_block) : m + 1 < (kSplit ? m_end : m_blocks);
+    const bool same_item = kDescending ? m > first_m_of(n_block) : m + 1 < m_blocks;
     const int q_item = same_item ? item : next_item;
     // (One K/V buffer: the next item's K and V load at its first step, above.)
     if (kKvBufs == 2 && first_step && next_item < items) load_kv(next_item, kv_buf ^ 1);
@@ -583,7 +527,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         issue_q_tile(cur_bh, cur_b, cur_h, m + kMStep, buf ^ 1);
       } else {
         const int bh = item_bh(next_item);
-        issue_q_tile(bh, bh / p.H, bh % p.H, kSplit ? sSeg[(ordinal + 1) & 1].y : start_m(next_item), buf ^ 1);
+        issue_q_tile(bh, bh / p.H, bh % p.H, start_m(next_item), buf ^ 1);
       }
     }
     if constexpr (kTmaDq && !kOwner) issue_pending_dq(buf ^ 1);
@@ -592,13 +536,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // waits for the atomic's round trip only if the softmax took less (a store right
     // behind the atomic held warp 0, and with it the block at the barrier, for all of it),
     // and is read after the next step's barrier (thread 0 wrote the other slot).
-    // (kSplit: -2 when the unit in hand has the segment after next.)
     int claimed = -1;
-    if constexpr (kSplit) {
-      if (tid == 0 && first_step && sSeg[(ordinal + 1) & 1].x < items) claimed = sGen.z > 0 ? -2 : claim();
-    } else {
-      if (tid == 0 && first_step && (!kOwner || n_block == 0) && sItem[(ordinal + 1) & 1] < items) claimed = claim();
-    }
+    if (tid == 0 && first_step && (!kOwner || n_block == 0) && sItem[(ordinal + 1) & 1] < items) claimed = claim();
     sm90::wgmma_wait<1>();
     sm90::fence_accumulators(s);
 
@@ -690,15 +629,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // a step ago with two slots; with one, at this step's start).
     if constexpr (kTmaDq)
       if (tid == kDqThread) sm90::bulk_wait_read<kDqBufs - 1>();
-    if constexpr (kSplit) {
-      if (claimed != -1) {  // (thread 0 only)
-        int4 gen = claimed >= 0 ? unit_start(claimed) : sGen;
-        sSeg[ordinal & 1] = take_segment(gen);
-        sGen = gen;
-      }
-    } else {
-      if (claimed >= 0) sItem[ordinal & 1] = claimed;  // (thread 0 only)
-    }
+    if (claimed >= 0) sItem[ordinal & 1] = claimed;  // (thread 0 only)
     sm90::fence_proxy_async();  // st.shared above, read next by wgmma (async proxy)
     __syncthreads();            // dQ needs the dSᵀ of both warpgroups (owner: and sAcc)
 
@@ -808,25 +739,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if constexpr (kSpreadDkDv) sm90::wgmma_wait<0>();  // dK
     sm90::fence_accumulators(dk);
     ++step;
-    if (kDescending ? --m >= first_m_of(n_block) : ++m < (kSplit ? m_end : m_blocks)) continue;  // = same_item (the flag itself compiled differently)
+    if (kDescending ? --m >= first_m_of(n_block) : ++m < m_blocks) continue;  // = same_item (the flag itself compiled differently)
 
     // The item's last step: dK·scale and dV → bf16 into the K and V slots of dqkv
-    // (B,T,3,H,D), and the accumulators start again for the next item. kSplit: a tail
-    // item's segment adds them (dK·scale, dV) in fp32 into its rows of p.dkv_tail, by
-    // 8-byte atomics (the postprocess rounds them into dqkv once every piece is in).
-    if (kSplit && item >= whole) {
-      float* dst = p.dkv_tail + int64_t(item - whole) * (2 * BN * D);
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float* dk_dst = dst + (warp_key0 + g + 8 * half) * D + 2 * t;
-        float* dv_dst = dk_dst + BN * D;
-#pragma unroll
-        for (int dt = 0; dt < Tile::kDTiles; ++dt) {
-          atomic_add_pair(dk_dst + dt * 8, dk[dt][2 * half] * p.scale, dk[dt][2 * half + 1] * p.scale);
-          atomic_add_pair(dv_dst + dt * 8, dv[dt][2 * half], dv[dt][2 * half + 1]);
-        }
-      }
-    } else if constexpr (kStageDkDv) {
+    // (B,T,3,H,D), and the accumulators start again for the next item.
+    if constexpr (kStageDkDv) {
       // Warpgroup wg's keys: its dK and its dV, each D/64 boxes of 64 rows × 64 columns
       // (sm90::stage_accumulator_bf16), once both warpgroups are done with the step (its
       // dQ read all of dSᵀ and K, its dK and dV all of Q and dO); keys >= T are not stored.
@@ -878,10 +795,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     }
     if (kOwner && n_block + 1 < n_blocks) {
       ++item;  // the unit's next key tile
-    } else if constexpr (kSplit) {
-      const int4 seg = sSeg[(ordinal + 1) & 1];  // (as sItem below)
-      item = seg.x, m_begin = seg.y, m_end = seg.z;
-      ++ordinal;
     } else {
       item = sItem[(ordinal + 1) & 1];  // not written this step (thread 0 wrote the other)
       ++ordinal;
@@ -896,7 +809,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     cur_bh = item_bh(item);
     cur_b = cur_bh / p.H;
     cur_h = cur_bh % p.H;
-    m = kSplit ? m_begin : start_m_of(n_block);
+    m = start_m_of(n_block);
   }
   if constexpr (kPreissueS) sm90::wgmma_wait<0>();  // the Sᵀ issued after the last step
   if (kStageDkDv && tid % 128 == 0) sm90::bulk_wait_read<0>();  // the shared memory stays until the TMA has read it
@@ -949,45 +862,15 @@ void launch_main(const FlashParams& p, int64_t grid, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH();
 }
 
-// The tail items' dK and dV (kSplit: every piece added its part into p.dkv_tail) rounded
-// to bf16 into dqkv: tail item t (item p.bwd_whole_items + t), its 2 × BN rows of D floats
-// (dK·scale, then dV) a float4 at a time, rows of keys >= T skipped.
-template <class Tile>
-__device__ void round_tail_item(const FlashParams& p, int t) {
-  constexpr int D = Tile::kHeadDim, BN = Tile::kBlockN;
-  const int heads = p.B * p.H, n_blocks = (p.T + BN - 1) / BN;
-  const int group = min(max(p.bwd_head_group, 1), heads), it = p.bwd_whole_items + t;
-  const int key0 = grouped_item_n(it, group, heads, n_blocks) * BN, bh = grouped_item_bh(it, group, heads, n_blocks);
-  const int b = bh / p.H, h = bh % p.H;
-  const float4* src = reinterpret_cast<const float4*>(p.dkv_tail + int64_t(t) * 2 * BN * D);
-  for (int k = threadIdx.x; k < 2 * BN * D / 4; k += blockDim.x) {
-    const int row = k / (D / 4), c = (k % (D / 4)) * 4, key = key0 + row % BN;
-    if (key >= p.T) continue;
-    const float4 x = src[k];
-    bf16* dst = p.dqkv + (int64_t(b) * p.T + key) * p.qkv_row_stride + int64_t((1 + row / BN) * p.H + h) * D + c;
-    *reinterpret_cast<uint2*>(dst) = make_uint2(pack_bf16(x.x, x.y), pack_bf16(x.z, x.w));
-  }
-}
-// The tma and atomic modes' (their dQ postprocess is the sm80 path's): a block a tail item.
-template <class Tile>
-__global__ void __launch_bounds__(256) flash_bwd_tail_dkdv_kernel(const FlashParams p) {
-  round_tail_item<Tile>(p, int(blockIdx.x));
-}
-
 // Flat mode's postprocess: one block per (batch·head, query tile); its accumulator region
 // (BM·D floats in dq_tile.h's flat order) read in float4s, scaled, rounded to bf16 into a
 // shared-memory tile at each element's place (rows padded by 16 bytes: the four rows of a
 // warp's store meet different banks), then written to dqkv a row of D at a time.
-// Blocks past the tiles round the tail items' dK and dV (round_tail_item), one each.
 template <class Tile>
 __global__ void __launch_bounds__(256) flash_bwd_flat_dq_postprocess_kernel(const FlashParams p) {
   constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, kStride = D + 8;
   __shared__ alignas(16) bf16 sOut[BM * kStride];
   const int m_blocks = (p.T + BM - 1) / BM;
-  if (const int64_t tiles = int64_t(p.B) * p.H * m_blocks; blockIdx.x >= tiles) {
-    round_tail_item<Tile>(p, int(blockIdx.x - tiles));
-    return;
-  }
   const int64_t bh = blockIdx.x / m_blocks;
   const int m = int(blockIdx.x % m_blocks);
   const float4* src = reinterpret_cast<const float4*>(p.dq_accum + int64_t(blockIdx.x) * BM * D);
@@ -1017,26 +900,15 @@ template <int kHeadDim, bool kCausal>
 void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream_t stream) {
   using Tile = typename Sm90BwdConfig<kHeadDim>::Tile;
   const bool owner = dq == DqMode::owner;
-  static_assert(Tile::kBlockN == kBwdKeyTile && Tile::kBlockM == bwd_query_tile(kHeadDim), "dq_mode.h's tile sizes");
-  // flash_attention.cu checks that the item count fits in an int. With tail pieces
-  // (flash_attention.cu set them by plan_backward_tail) the units are the whole items
-  // and the pieces.
-  const int64_t items = int64_t((p.T + Tile::kBlockN - 1) / Tile::kBlockN) * p.B * p.H;
-  const int64_t tail_items = p.bwd_tail_pieces > 0 ? items - p.bwd_whole_items : 0;
-  const int64_t units = owner ? int64_t(p.B) * p.H : tail_items > 0 ? p.bwd_whole_items + p.bwd_tail_pieces : items;
+  // flash_attention.cu checks that the item count fits in an int.
+  const int64_t units = owner ? int64_t(p.B) * p.H : int64_t((p.T + Tile::kBlockN - 1) / Tile::kBlockN) * p.B * p.H;
   const int64_t grid = max_blocks > 0 ? std::min<int64_t>(units, max_blocks) : units;
   const bool flat = dq == DqMode::flat;
   // The accumulator: (B·H, T, D) floats, or, flat, BM·D floats a (batch·head, query tile),
   // the last tile's rows past T too (zeroed by the preprocess; owner mode needs none).
-  // With tail pieces the region of their dK and dV too, 16 bytes (the counter) past the
-  // accumulator's dq_accum_floats: the preprocess zeroes all of it.
   const int64_t tiles = int64_t(p.B) * p.H * ((p.T + Tile::kBlockM - 1) / Tile::kBlockM);
   const int64_t accum_floats = flat ? tiles * Tile::kBlockM * kHeadDim : int64_t(p.B) * p.H * p.T * kHeadDim;
-  const int64_t zero_floats = owner            ? 0
-                              : tail_items > 0 ? dq_accum_floats(p.B, p.T, p.H, kHeadDim) + 4 +
-                                                     tail_items * 2 * Tile::kBlockN * kHeadDim
-                                               : accum_floats;
-  launch_bwd_preprocess<kHeadDim>(p, zero_floats, stream);
+  launch_bwd_preprocess<kHeadDim>(p, /*zero_floats=*/owner ? 0 : accum_floats, stream);
   CUDA_CHECK(cudaMemsetAsync(p.item_counter, 0, sizeof(int), stream));
   if (owner) {
     launch_main<Tile, kCausal, /*kOwner=*/true, /*kTmaDq=*/true>(p, grid, stream);
@@ -1048,7 +920,7 @@ void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream
                                                                                                         stream);
     else
       launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/true>(p, grid, stream);
-    flash_bwd_flat_dq_postprocess_kernel<Tile><<<unsigned(tiles + tail_items), 256, 0, stream>>>(p);
+    flash_bwd_flat_dq_postprocess_kernel<Tile><<<unsigned(tiles), 256, 0, stream>>>(p);
     CUDA_CHECK_LAUNCH();
     return;
   }
@@ -1058,10 +930,6 @@ void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream
   else if (dq == DqMode::tma) launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true>(p, grid, stream);
   else launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/false>(p, grid, stream);
   launch_bwd_postprocess<kHeadDim>(p, stream);
-  if (tail_items > 0) {
-    flash_bwd_tail_dkdv_kernel<Tile><<<unsigned(tail_items), 256, 0, stream>>>(p);
-    CUDA_CHECK_LAUNCH();
-  }
 }
 
 template void launch_bwd_sm90<64, /*kCausal=*/true>(const FlashParams&, int, DqMode, cudaStream_t);

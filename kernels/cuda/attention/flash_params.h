@@ -45,12 +45,6 @@ struct FlashParams {
   // launches. (Last, so that the other fields keep their offsets.)
   int* fwd_tile_counter = nullptr;
   int fwd_head_group = 0;
-  // The sm90 backward's last wave under a full mask (dq_mode.h's plan_backward_tail): the
-  // items before it, the pieces it is cut into (0: none), and the workspace region where
-  // the pieces add up the tail items' dK and dV (fp32, [item − bwd_whole_items][2][128][D]).
-  float* dkv_tail = nullptr;
-  int bwd_whole_items = 0;
-  int bwd_tail_pieces = 0;
 };
 
 // Portable path (mma.sync, cp.async): sm_80 and newer.
