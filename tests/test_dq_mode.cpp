@@ -3,7 +3,6 @@
 // gradients; these check which mode each request and shape gets. The GPU is an H200's
 // (132 SMs, one backward block per SM).
 #include <gtest/gtest.h>
-#include <algorithm>
 #include <utility>
 #include "kernels/cuda/attention/dq_mode.h"
 #include "src/errors.h"
@@ -12,12 +11,7 @@ namespace flashgpt {
 namespace {
 
 using cuda::attn::choose_dq_mode;
-using cuda::attn::backward_tail_floats;
 using cuda::attn::backward_workspace_bytes;
-using cuda::attn::BackwardTail;
-using cuda::attn::plan_backward_tail;
-using cuda::attn::tail_piece_begin;
-using cuda::attn::tail_piece_of;
 using cuda::attn::choose_head_group;
 using cuda::attn::dq_accum_floats;
 using cuda::attn::DqMode;
@@ -71,19 +65,12 @@ TEST(DqMode, ARequestedModeIsTaken) {
 
 // The workspace: the (B, H, T, D) fp32 accumulator with T in whole 128-row tiles, then 16
 // bytes for the work counter; flat mode's accumulator (whole tiles of BM rows: 128 at
-// D = 64, 64 at D = 128) fits in it at every T. Without a mask, then the tail pieces'
-// slots: two a piece, up to 160 pieces (and no more than the steps), each 2 × 128 rows
-// of D floats (dK, dV).
+// D = 64, 64 at D = 128) fits in it at every T.
 TEST(DqMode, TheWorkspaceHoldsWholeQueryTilesAndTheCounter) {
   EXPECT_EQ(dq_accum_floats(2, 1, 3, 64), 2 * 3 * 128 * 64);
   EXPECT_EQ(dq_accum_floats(1, 128, 1, 128), 128 * 128);
   EXPECT_EQ(dq_accum_floats(1, 129, 1, 64), 256 * 64);
-  EXPECT_EQ(backward_workspace_bytes(1, 129, 2, 64, kCausal), 2 * 256 * 64 * 4 + 16);
-  EXPECT_EQ(backward_tail_floats(1, 129, 2, 64, kCausal), 0);
-  // 2 key tiles × 2 pairs × 2 query tiles: 8 steps, so at most 8 pieces.
-  EXPECT_EQ(backward_tail_floats(1, 129, 2, 64, kFull), 2 * 8 * 2 * 128 * 64);
-  EXPECT_EQ(backward_workspace_bytes(1, 129, 2, 64, kFull), (2 * 256 * 64 + 2 * 8 * 2 * 128 * 64) * 4 + 16);
-  EXPECT_EQ(backward_tail_floats(16, 1024, 16, 128, kFull), 2 * 160 * 2 * 128 * 128);  // the cap
+  EXPECT_EQ(backward_workspace_bytes(1, 129, 2, 64), 2 * 256 * 64 * 4 + 16);
   for (int64_t T : {1, 17, 63, 64, 65, 127, 128, 129, 1023, 4100, 65537})
     for (auto [D, BM] : {std::pair<int64_t, int64_t>{64, 128}, {128, 64}}) {
       const int64_t B = 2, H = 3, flat = B * H * ((T + BM - 1) / BM) * BM * D;
@@ -171,89 +158,6 @@ TEST(HeadGroup, ARequestIsTakenUpToEveryPair) {
   EXPECT_EQ(choose_head_group("100", 32, 16384, 64, kFull, kL2, kSms), 32);
   for (const char* bad : {"0", "-2", "+2", " 2", "2x", "ALL", "four", "1e3"})
     EXPECT_THROW(choose_head_group(bad, 32, 16384, 64, kCausal, kL2, kSms), InputError) << bad;
-}
-
-// The full-mask backward's last wave (plan_backward_tail). `steps`: query tiles an item.
-BackwardTail auto_tail(int64_t items, int64_t steps, int64_t blocks = kSms, bool causal = kFull,
-                       DqMode mode = DqMode::flat) {
-  return plan_backward_tail(nullptr, items, steps, blocks, causal, mode);
-}
-
-TEST(BackwardTail, TheSweepsLastWaveIsCutIntoOnePieceABlock) {
-  // D = 128: 2048 items (16 pairs × 128 key tiles at 16K, ... 256 × 8 at 1K) of T/64
-  // steps are 15.5 waves on 132 SMs: the last 68 items go in 132 pieces of 8-9 steps at
-  // T = 1K (16 steps an item).
-  for (int64_t steps : {16, 32, 64, 128, 256}) {
-    const BackwardTail t = auto_tail(2048, steps);
-    EXPECT_EQ(t.whole_items, 15 * 132) << steps;
-    EXPECT_EQ(t.pieces, 132) << steps;
-  }
-  // D = 64: 4096 items, 31 waves and 4 items; at T = 1K (8 steps of 128 rows) 16 pieces of
-  // 2 steps.
-  EXPECT_EQ(auto_tail(4096, 8).whole_items, 31 * 132);
-  EXPECT_EQ(auto_tail(4096, 8).pieces, 16);
-  EXPECT_EQ(auto_tail(4096, 128).pieces, 132);
-  // Fewer items than blocks: all of them cut (64 items of 128 steps on 132 blocks).
-  EXPECT_EQ(auto_tail(64, 128).whole_items, 0);
-  EXPECT_EQ(auto_tail(64, 128).pieces, 132);
-  for (const char* v : {"", "auto"}) EXPECT_EQ(plan_backward_tail(v, 2048, 16, kSms, kFull, DqMode::flat).pieces, 132);
-  // At most 160 pieces (a GPU of more SMs).
-  EXPECT_EQ(auto_tail(200 * 15 + 150, 64, 200).pieces, 160);
-}
-
-TEST(BackwardTail, NoPiecesWhereTheyWouldNotShortenTheLastWave) {
-  const auto none = [](const BackwardTail& t, int64_t items) { return t.pieces == 0 && t.whole_items == items; };
-  EXPECT_TRUE(none(auto_tail(132 * 15, 16), 132 * 15));              // whole waves
-  EXPECT_TRUE(none(auto_tail(132 * 15 + 130, 16), 132 * 15 + 130));  // a last wave of 130 of 132: 16 steps
-  EXPECT_TRUE(none(auto_tail(132 * 15 + 120, 16), 132 * 15 + 120));  // 15 steps: not 2 shorter
-  EXPECT_FALSE(none(auto_tail(132 * 15 + 115, 16), 132 * 15 + 115));  // 14 steps
-  EXPECT_TRUE(none(auto_tail(2048, 2), 2048));                       // T = 128 at D = 128: pieces of 1 step
-  EXPECT_TRUE(none(auto_tail(2048, 16, kSms, kCausal), 2048));       // causal: items of different lengths
-  for (DqMode m : {DqMode::owner, DqMode::tma, DqMode::atomic})     // flat mode only
-    EXPECT_TRUE(none(auto_tail(2048, 16, kSms, kFull, m), 2048));
-  EXPECT_TRUE(none(auto_tail(2048, 16, 0), 2048));  // a block per item: no last wave
-  EXPECT_TRUE(none(plan_backward_tail("0", 2048, 16, kSms, kFull, DqMode::flat), 2048));
-  EXPECT_TRUE(none(auto_tail(4, int64_t(1) << 30), 4));  // a tail of 2^31 steps or more
-}
-
-TEST(BackwardTail, OneCutsWheneverAPieceIsShorterThanAnItem) {
-  // The tests' setting: 48 items of 16 steps on 7 blocks leave 6; pieces of at least one
-  // step, at most one a block.
-  BackwardTail t = plan_backward_tail("1", 48, 16, 7, kFull, DqMode::flat);
-  EXPECT_EQ(t.whole_items, 42);
-  EXPECT_EQ(t.pieces, 7);
-  t = plan_backward_tail("1", 12, 2, 7, kFull, DqMode::flat);  // 5 items of 2 steps
-  EXPECT_EQ(t.whole_items, 7);
-  EXPECT_EQ(t.pieces, 7);
-  EXPECT_EQ(plan_backward_tail("1", 2048, 2, kSms, kFull, DqMode::flat).pieces, 132);
-  EXPECT_EQ(plan_backward_tail("1", 9, 1, 7, kFull, DqMode::flat).pieces, 0);  // one step an item
-  EXPECT_EQ(plan_backward_tail("1", 2048, 16, kSms, kCausal, DqMode::flat).pieces, 0);
-  EXPECT_EQ(plan_backward_tail("1", 2048, 16, kSms, kFull, DqMode::tma).pieces, 0);
-}
-
-TEST(BackwardTail, AnUnknownRequestIsAnInputError) {
-  for (const char* bad : {"2", "on", "auto ", "-1", "yes"})
-    EXPECT_THROW(plan_backward_tail(bad, 2048, 16, kSms, kFull, DqMode::flat), InputError) << bad;
-}
-
-// The pieces cover the tail's steps once, in order, each of them at least one step and
-// none more than one step longer than another; tail_piece_of finds a step's piece.
-TEST(BackwardTail, ThePiecesCoverTheTailOnce) {
-  for (int tail_steps : {1, 7, 16, 136, 1088, 4096, 65536})
-    for (int pieces : {1, 2, 7, 16, 132, 160}) {
-      if (pieces > tail_steps) continue;
-      EXPECT_EQ(tail_piece_begin(0, tail_steps, pieces), 0);
-      EXPECT_EQ(tail_piece_begin(pieces, tail_steps, pieces), tail_steps);
-      int shortest = tail_steps, longest = 0;
-      for (int j = 0; j < pieces; ++j) {
-        const int b = tail_piece_begin(j, tail_steps, pieces), e = tail_piece_begin(j + 1, tail_steps, pieces);
-        shortest = std::min(shortest, e - b), longest = std::max(longest, e - b);
-        for (int s : {b, (b + e) / 2, e - 1}) EXPECT_EQ(tail_piece_of(s, tail_steps, pieces), j) << s;
-      }
-      EXPECT_GE(shortest, 1) << tail_steps << " " << pieces;
-      EXPECT_LE(longest - shortest, 1) << tail_steps << " " << pieces;
-    }
-  EXPECT_EQ(tail_piece_begin<int64_t>(131, 1088, 132), 1080);  // 1088 = 132·8 + 32: 32 pieces of 9
 }
 
 }  // namespace

@@ -68,7 +68,7 @@ void bench_one(const AttentionShape& s, const BenchOptions& opt, cudaStream_t st
   const int64_t HD = int64_t(s.H) * s.D;
   DeviceMem qkv(tokens * 3 * HD * 2), out(tokens * HD * 2), dout(tokens * HD * 2),
       dqkv(tokens * 3 * HD * 2), lse(tokens * s.H * 4), delta(tokens * s.H * 4),
-      ws(cuda::flash_attention_workspace_bytes(s.B, s.T, s.H, s.D, s.causal));
+      ws(cuda::flash_attention_workspace_bytes(s.B, s.T, s.H, s.D));
   fill_random_bf16(qkv.ptr, tokens * 3 * HD, 0);
   fill_random_bf16(dout.ptr, tokens * HD, 12345);
 

@@ -101,11 +101,9 @@ MemoryPlan plan_memory(const Config& c, const PlanTarget& target) {
   const bool naive = c.model.attention == "naive";
   if (cuda) {
     // The bf16 FlashAttention backward's workspace: its fp32 dQ accumulator and work
-    // counter (dq_mode.h, which flash_attention.cu sizes it by; GPT-2's attention is
-    // causal, so no full-mask tail region).
+    // counter (dq_mode.h, which flash_attention.cu sizes it by).
     if (!naive && target.dtype == DType::bf16)
-      add("op scratch", "attention dQ accumulator (fp32)",
-          size_t(cuda::attn::backward_workspace_bytes(p.B, p.T, H, C / H, /*causal=*/true)));
+      add("op scratch", "attention dQ accumulator (fp32)", size_t(cuda::attn::backward_workspace_bytes(p.B, p.T, H, C / H)));
     add("op scratch", naive ? "reductions, token sort, naive dP (largest)" : "reductions, token sort (largest)",
         cuda_scratch_bytes(N, C, H, p.T, target.dtype, naive));
     add("workspace", "cuBLASLt workspace", kCublasWorkspaceBytes);

@@ -202,7 +202,7 @@ class CudaOps final : public Ops {
       void* s = scratch_.get(cuda::attention_naive_scratch_bytes(a.H, a.T, a.qkv.dtype), stream());
       cuda::attention_naive_backward(a, ctx_, s, stream());
     } else if (a.qkv.dtype == DType::bf16) {
-      size_t bytes = cuda::flash_attention_workspace_bytes(a.B, a.T, a.H, a.D, a.causal);
+      size_t bytes = cuda::flash_attention_workspace_bytes(a.B, a.T, a.H, a.D);
       void* ws = bytes ? flash_ws_.get(bytes, stream()) : nullptr;
       cuda::flash_attention_backward(a, ws, stream());
     } else {

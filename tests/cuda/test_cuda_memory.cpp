@@ -80,7 +80,7 @@ TEST_F(CudaMemory, PlanMirrorsTheOpSetsScratchSizes) {
       if (l.group == "op scratch" && l.name.rfind("reductions", 0) == 0) scratch = l.bytes;
     }
     if (std::string(attention) == "flash")
-      EXPECT_EQ(accum, cuda::flash_attention_workspace_bytes(B, T, int(H), int(C / H), /*causal=*/true));
+      EXPECT_EQ(accum, cuda::flash_attention_workspace_bytes(B, T, int(H), int(C / H)));
     EXPECT_GE(scratch, cuda::embedding_backward_scratch_bytes(N, 50304));
     EXPECT_GE(scratch, cuda::layernorm_backward_scratch_bytes(N, C));
     EXPECT_GE(scratch, cuda::bias_grad_scratch_bytes(N, 4 * C));

@@ -283,7 +283,7 @@ void run_flash(const Problem& pb, DeviceRun& res) {
   const size_t n_qkv = pb.qkv.size(), n_o = pb.dout.size(), n_lse = size_t(B) * H * T;
   DeviceBuffer<uint16_t> qkv(n_qkv), out(n_o), dout(n_o), dqkv(n_qkv);
   DeviceBuffer<float> lse(n_lse), delta(n_lse);
-  const size_t ws_bytes = cuda::flash_attention_workspace_bytes(B, T, H, D, pb.causal);
+  const size_t ws_bytes = cuda::flash_attention_workspace_bytes(B, T, H, D);
   DeviceBuffer<unsigned char> ws(ws_bytes);
   ASSERT_TRUE(qkv.ptr && out.ptr && dout.ptr && dqkv.ptr && lse.ptr && delta.ptr && ws.ptr);
   const auto h_qkv = to_bf16_vec(pb.qkv), h_dout = to_bf16_vec(pb.dout);
@@ -405,31 +405,19 @@ TEST_P(FlashAttentionVsReference, OutputsAndGradients) {
     // (its own K/V buffering at D = 128). Also the owner-mode dQ, with a block per (batch,
     // head) and with 2 blocks claiming several each. The flat dQ as the tma one. The tma and atomic items also in
     // groups of 2 and of 5 (batch, head) pairs (at these sizes auto makes one group of
-    // them all; 5 leaves a smaller last group at B·H = 6). Without a mask, flat mode's
-    // persistent schedules run the last wave's items in a second launch, cut into pieces,
-    // where auto's rule says so (on every SM, at these sizes, most of the shapes: every
-    // item is in the last wave), and with FLASHGPT_ATTENTION_BWD_TAIL=1 wherever a piece is
-    // shorter than an item (on 7 blocks: pieces that end one item and begin the next; in
-    // groups of 2, whose numbering the postprocess follows to put the pieces' dK and dV in
-    // place); =0 never.
-    struct Config {
-      const char* schedule; const char* blocks; const char* dq; const char* group = nullptr; const char* tail = nullptr;
-    };
+    // them all; 5 leaves a smaller last group at B·H = 6).
+    struct Config { const char* schedule; const char* blocks; const char* dq; const char* group = nullptr; };
     for (const Config& k : {Config{"grid", nullptr, "atomic"}, Config{"persistent", nullptr, "atomic"},
                             Config{"persistent", "7", "atomic"}, Config{"persistent", "7", "atomic", "5"},
                             Config{"grid", nullptr, "tma"}, Config{"persistent", nullptr, "tma"},
                             Config{"persistent", "7", "tma"}, Config{"persistent", "7", "tma", "2"},
                             Config{"grid", nullptr, "flat"}, Config{"persistent", nullptr, "flat"},
-                            Config{"persistent", nullptr, "flat", nullptr, "0"},
                             Config{"persistent", "7", "flat"}, Config{"persistent", "7", "flat", "2"},
-                            Config{"persistent", "7", "flat", nullptr, "1"}, Config{"persistent", "7", "flat", "2", "1"},
                             Config{"grid", nullptr, "owner"}, Config{"persistent", "2", "owner"}}) {
       ScopedEnv sched("FLASHGPT_ATTENTION_BWD_SCHEDULE", k.schedule), blocks("FLASHGPT_ATTENTION_BWD_BLOCKS", k.blocks),
-          dq("FLASHGPT_ATTENTION_BWD_DQ", k.dq), group("FLASHGPT_ATTENTION_BWD_HEAD_GROUP", k.group),
-          tail("FLASHGPT_ATTENTION_BWD_TAIL", k.tail);
+          dq("FLASHGPT_ATTENTION_BWD_DQ", k.dq), group("FLASHGPT_ATTENTION_BWD_HEAD_GROUP", k.group);
       check_against(pb, ref, naive, std::string("sm90 ") + k.schedule + (k.blocks ? std::string(":") + k.blocks : "") +
-                                        " " + k.dq + "-dQ" + (k.group ? std::string(" groups of ") + k.group : "") +
-                                        (k.tail ? std::string(" tail ") + k.tail : ""));
+                                        " " + k.dq + "-dQ" + (k.group ? std::string(" groups of ") + k.group : ""));
     }
     // The sm90 backward has no deterministic dQ: this mode must fall back to sm80's.
     ScopedEnv det("FLASHGPT_DETERMINISTIC", "1");
@@ -744,11 +732,7 @@ TEST(CudaFlashAttention, RejectsBadBackwardSchedule) {
     ScopedEnv blocks("FLASHGPT_ATTENTION_BWD_BLOCKS", bad);
     EXPECT_THROW(cuda::flash_attention_backward(fake_backward(), workspace, nullptr), InputError) << bad;
   }
-  {
-    ScopedEnv dq("FLASHGPT_ATTENTION_BWD_DQ", "owners");
-    EXPECT_THROW(cuda::flash_attention_backward(fake_backward(), workspace, nullptr), InputError);
-  }
-  ScopedEnv tail("FLASHGPT_ATTENTION_BWD_TAIL", "yes");
+  ScopedEnv dq("FLASHGPT_ATTENTION_BWD_DQ", "owners");
   EXPECT_THROW(cuda::flash_attention_backward(fake_backward(), workspace, nullptr), InputError);
 }
 

@@ -81,74 +81,14 @@ inline bool stages_dk_dv(DqMode mode, int D, int T, bool causal) {
   return (mode == DqMode::flat || mode == DqMode::tma) && (!causal || T <= 4096);
 }
 
-// The sm90 backward's tiles: 128 keys an item at both head dims, query tiles of 128 rows
-// at D = 64 and 64 at D = 128 (flash_bwd_sm90.cu's Sm90BwdConfig, which checks them).
-constexpr int kBwdKeyTile = 128;
-constexpr int bwd_query_tile(int64_t D) { return D == 64 ? 128 : 64; }
-
-// The last wave of a full mask (FLASHGPT_ATTENTION_BWD_TAIL). Without a mask every item
-// (key tile, batch·head) is the same number of steps (query tiles), so `items` items on
-// `blocks` persistent blocks run in whole waves and the last items % blocks of them run
-// on alone: the sweep's 2048 items at D = 128 take 16 waves of 132 SMs for 15.5 waves of
-// work. Instead the persistent kernel runs only the whole waves' items, and a second
-// launch, a block a piece, runs the last r = items % blocks items (all of them when they
-// are fewer than the blocks) cut into `pieces` runs of consecutive steps: piece j is the
-// tail's steps [tail_piece_begin(j), tail_piece_begin(j + 1)) in item order, so it may
-// end one item and begin the next (never more: a piece is shorter than an item). Each
-// piece stores its share of an item's dK and dV (fp32) in its own workspace slot (2j,
-// and 2j + 1 for the second item), and the postprocess adds up an item's slots and
-// rounds them into dqkv. auto: flat mode (auto's dQ mode; the other modes never cut),
-// pieces of at least 2 steps and at most kMaxTailPieces, and only when the longest piece
-// is 2 or more steps shorter than an item; "1": whenever a piece is shorter than an item
-// (tests); "0": never. Causal masks (items of different lengths, longest first) never.
-constexpr int64_t kMaxTailPieces = 160;
-struct BackwardTail {
-  int64_t whole_items = 0;  // items before the tail (the persistent launch's)
-  int64_t pieces = 0;       // 0: no tail launch (every item whole)
-};
-// Balanced: the first tail_steps % pieces pieces one step longer than the others. In the
-// type of the arguments, so that device code divides in 32 bits (tail_steps < 2^31).
-template <class I>
-constexpr I tail_piece_begin(I j, I tail_steps, I pieces) {
-  const I rem = tail_steps % pieces;
-  return j * (tail_steps / pieces) + (j < rem ? j : rem);
-}
-// The piece that tail step s belongs to (the inverse of tail_piece_begin).
-template <class I>
-constexpr I tail_piece_of(I s, I tail_steps, I pieces) {
-  const I q = tail_steps / pieces, rem = tail_steps % pieces;
-  return s < rem * (q + 1) ? s / (q + 1) : rem + (s - rem * (q + 1)) / q;
-}
-inline BackwardTail plan_backward_tail(const char* requested, int64_t items, int64_t steps, int64_t blocks,
-                                       bool causal, DqMode mode) {
-  const std::string v = requested && *requested ? requested : "auto";
-  if (v != "auto" && v != "0" && v != "1")
-    fail_input("FLASHGPT_ATTENTION_BWD_TAIL must be auto, 0 or 1, got '", v, "'");
-  const BackwardTail none{items, 0};
-  if (v == "0" || causal || mode != DqMode::flat || blocks <= 0 || items <= 0) return none;
-  const int64_t tail = items <= blocks ? items : items % blocks, tail_steps = tail * steps;
-  if (tail == 0 || tail_steps > INT32_MAX) return none;
-  const int64_t pieces = std::min({blocks, kMaxTailPieces, v == "1" ? tail_steps : tail_steps / 2});
-  if (pieces <= tail) return none;
-  const int64_t longest = (tail_steps + pieces - 1) / pieces;
-  if (v == "auto" && longest + 2 > steps) return none;
-  return {items - tail, pieces};
-}
-
 // The fp32 dQ accumulator's floats: (B, H, T, D), with T rounded up to whole query tiles
 // of the sm90 backward (128 rows; flat mode's accumulator holds whole tiles), and the
 // backward's workspace: the accumulator, then 16 bytes for the sm90 backward's work
-// counter (so that the size stays a multiple of 16), then, without a mask, the tail
-// pieces' slots: two a piece, each 2 × kBwdKeyTile rows of D floats (dK, dV).
-// flash_attention.cu sizes and lays out the workspace by them, and the memory plan
-// (train/memory_plan.cpp) counts it.
+// counter (so that the size stays a multiple of 16). flash_attention.cu sizes and lays
+// out the workspace by them, and the memory plan (train/memory_plan.cpp) counts it.
 inline int64_t dq_accum_floats(int64_t B, int64_t T, int64_t H, int64_t D) { return B * H * ((T + 127) / 128 * 128) * D; }
-inline int64_t backward_tail_floats(int64_t B, int64_t T, int64_t H, int64_t D, bool causal) {
-  const int64_t steps = B * H * ((T + kBwdKeyTile - 1) / kBwdKeyTile) * ((T + bwd_query_tile(D) - 1) / bwd_query_tile(D));
-  return causal ? 0 : 2 * std::min(steps, kMaxTailPieces) * 2 * kBwdKeyTile * D;
-}
-inline int64_t backward_workspace_bytes(int64_t B, int64_t T, int64_t H, int64_t D, bool causal) {
-  return (dq_accum_floats(B, T, H, D) + backward_tail_floats(B, T, H, D, causal)) * int64_t(sizeof(float)) + 16;
+inline int64_t backward_workspace_bytes(int64_t B, int64_t T, int64_t H, int64_t D) {
+  return dq_accum_floats(B, T, H, D) * int64_t(sizeof(float)) + 16;
 }
 
 // In tma, flat and atomic modes an item is one key tile of one (batch, head) pair, and the

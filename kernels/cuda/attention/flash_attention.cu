@@ -203,8 +203,8 @@ FlashParams make_params(int B, int T, int H, int D) {
 
 }  // namespace
 
-size_t flash_attention_workspace_bytes(int B, int T, int H, int D, bool causal) {
-  return size_t(attn::backward_workspace_bytes(B, T, H, D, causal));  // (dq_mode.h)
+size_t flash_attention_workspace_bytes(int B, int T, int H, int D) {
+  return size_t(attn::backward_workspace_bytes(B, T, H, D));  // (dq_mode.h)
 }
 
 void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
@@ -289,16 +289,12 @@ void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaS
     p.bwd_head_group = int(attn::choose_head_group(std::getenv("FLASHGPT_ATTENTION_BWD_HEAD_GROUP"), int64_t(a.B) * a.H,
                                                    a.T, a.D, a.causal, l2_bytes, device_sm_count()));
     const attn::DqMode dq = attn::choose_dq_mode(std::getenv("FLASHGPT_ATTENTION_BWD_DQ"));
-    const int64_t items = int64_t(a.B) * a.H * ((a.T + attn::kBwdKeyTile - 1) / attn::kBwdKeyTile);
-    const int64_t steps = (a.T + attn::bwd_query_tile(a.D) - 1) / attn::bwd_query_tile(a.D);
-    const attn::BackwardTail tail =
-        attn::plan_backward_tail(std::getenv("FLASHGPT_ATTENTION_BWD_TAIL"), items, steps, max_blocks, a.causal, dq);
     if (a.D == 64)
-      a.causal ? attn::launch_bwd_sm90<64, /*kCausal=*/true>(p, max_blocks, dq, tail, stream)
-               : attn::launch_bwd_sm90<64, /*kCausal=*/false>(p, max_blocks, dq, tail, stream);
+      a.causal ? attn::launch_bwd_sm90<64, /*kCausal=*/true>(p, max_blocks, dq, stream)
+               : attn::launch_bwd_sm90<64, /*kCausal=*/false>(p, max_blocks, dq, stream);
     else
-      a.causal ? attn::launch_bwd_sm90<128, /*kCausal=*/true>(p, max_blocks, dq, tail, stream)
-               : attn::launch_bwd_sm90<128, /*kCausal=*/false>(p, max_blocks, dq, tail, stream);
+      a.causal ? attn::launch_bwd_sm90<128, /*kCausal=*/true>(p, max_blocks, dq, stream)
+               : attn::launch_bwd_sm90<128, /*kCausal=*/false>(p, max_blocks, dq, stream);
     return;
   }
   if (a.D == 64)

@@ -12,10 +12,9 @@ namespace flashgpt::cuda {
 // a.out (B,T,H,D) bf16 and a.lse (B,H,T) fp32 are overwritten; a.qkv is (B,T,3,H,D).
 void flash_attention_forward(const AttentionForward& a, cudaStream_t stream);
 // a.dqkv (B,T,3,H,D) is overwritten. workspace: flash_attention_workspace_bytes(...)
-// bytes of device memory (e.g. the fp32 dQ accumulator), owned by the caller; a
-// full-mask backward needs more than a causal one (the last wave's dK and dV).
+// bytes of device memory (e.g. the fp32 dQ accumulator), owned by the caller.
 void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaStream_t stream);
-size_t flash_attention_workspace_bytes(int B, int T, int H, int D, bool causal);
+size_t flash_attention_workspace_bytes(int B, int T, int H, int D);
 
 // FlashDecoding (flash_decode.cu): one query per sequence against a KV cache, bf16 or
 // fp32, head dim 64 or 128. a.out (B, H·D) and a.lse (B, H) fp32 (if defined) are

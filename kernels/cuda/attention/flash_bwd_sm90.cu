@@ -156,19 +156,6 @@ struct Sm90BwdMaps {
   CUtensorMap q, dout, lse, delta, dq, dqkv;
 };
 
-// Item `it`'s key tile and (batch·head) in the tma, flat and atomic modes: groups of
-// `group` pairs one after the other (the last one may be smaller), key tile major within
-// a group (kernel comment).
-__device__ __forceinline__ int group_first(int it, int group, int n_blocks) { return it / (group * n_blocks) * group; }
-__device__ __forceinline__ int grouped_item_n(int it, int group, int heads, int n_blocks) {
-  const int g0 = group_first(it, group, n_blocks);
-  return (it - g0 * n_blocks) / min(group, heads - g0);
-}
-__device__ __forceinline__ int grouped_item_bh(int it, int group, int heads, int n_blocks) {
-  const int g0 = group_first(it, group, n_blocks);
-  return g0 + (it - g0 * n_blocks) % min(group, heads - g0);
-}
-
 #if FLASHGPT_HAS_WGMMA
 // dst[0] += x, dst[1] += y in one 8-byte vector atomic (sm_90 only).
 __device__ __forceinline__ void atomic_add_pair(float* dst, float x, float y) {
@@ -190,23 +177,15 @@ __device__ __forceinline__ void st_shared_v4_f32(uint32_t addr, const float (&x)
 // accumulator in register order (dq_tile.h's flat tile), one bulk reduce-add a tile.
 // kStageDkDv (D = 64 flat mode; D = 128 tma and flat): each item's dK and dV leave through
 // shared memory and a TMA store (below; dq_mode.h's stages_dk_dv says where).
-// kTail (flat mode, no mask): the tail launch of dq_mode.h's plan_backward_tail, a block
-// a piece of the last wave's steps (below); the persistent launch before it runs the
-// whole items only.
-// whole_items (no mask, but in owner mode): the items of the persistent launch, every
-// item unless a tail launch runs the last ones, and the tail launch's first item.
-// (A kernel parameter: a field added to FlashParams, even in its padding, changed the
-// forward kernels' code.)
-template <class Tile, bool kCausal, bool kOwner, bool kTmaDq, bool kFlatDq, bool kStageDkDv, bool kTail>
+template <class Tile, bool kCausal, bool kOwner, bool kTmaDq, bool kFlatDq, bool kStageDkDv>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
-    flash_bwd_sm90_kernel(const __grid_constant__ Sm90BwdMaps maps, const FlashParams p, int whole_items) {
+    flash_bwd_sm90_kernel(const __grid_constant__ Sm90BwdMaps maps, const FlashParams p) {
 #if FLASHGPT_HAS_WGMMA
   constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN;
   constexpr int kKvBufs = Tile::kv_bufs(kTmaDq), kDqBufs = Tile::dq_bufs(kTmaDq);
   static_assert(BN % BM == 0, "a key tile spans whole query tiles (owner mode's last contribution)");
   static_assert(!kOwner || kTmaDq, "owner mode writes dQ through the TMA tile");
   static_assert(!kFlatDq || (kTmaDq && !kOwner), "the flat tile is tma mode's");
-  static_assert(!kTail || (!kCausal && kFlatDq && !kStageDkDv), "tail pieces: flat mode, no mask, their own stores");
   extern __shared__ unsigned char smem_raw[];
   // The hardware applies the 128B swizzle from address bits: tiles start 1024-aligned.
   // (Offsetting smem_raw keeps the pointers in the shared state space: plain loads and
@@ -248,21 +227,20 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // others, and its last (causal: the diagonal; else the last key tile) after them.
   const int heads = p.B * p.H;
   const int n_blocks = (p.T + BN - 1) / BN, m_blocks = (p.T + BM - 1) / BM;
-  // Without a mask (but in owner mode) the persistent launch stops at whole_items, which
-  // is every item unless a tail launch follows (dq_mode.h's plan_backward_tail); the tail
-  // launch's items are those after them.
-  const int all_items = n_blocks * heads;
-  const int items = !kCausal && !kOwner && !kTail ? whole_items : all_items;
+  const int items = n_blocks * heads;
   // The groups one after the other (1: (batch·head) major; all of them: key tile major);
   // the last one may be smaller.
   const int group = std::min(std::max(p.bwd_head_group, 1), heads);
+  auto group_first = [&](int it) { return it / (group * n_blocks) * group; };
   auto item_n = [&](int it) {  // key tile
     if (kOwner) return it % n_blocks;
-    return grouped_item_n(it, group, heads, n_blocks);
+    const int g0 = group_first(it);
+    return (it - g0 * n_blocks) / min(group, heads - g0);
   };
   auto item_bh = [&](int it) {
     if (kOwner) return it / n_blocks;
-    return grouped_item_bh(it, group, heads, n_blocks);
+    const int g0 = group_first(it);
+    return g0 + (it - g0 * n_blocks) % min(group, heads - g0);
   };
   // Causal: queries before an item's first key see none of it.
   auto first_m_of = [&](int n_block) { return kCausal ? n_block * BN / BM : 0; };
@@ -341,22 +319,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   };
 
   int item = int(blockIdx.x) * (kOwner ? n_blocks : 1);
-  // kTail: block j of gridDim.x pieces runs piece j, the tail's steps [tail_piece_begin(j),
-  // tail_piece_begin(j + 1)) (dq_mode.h) after the whole items: query tiles m_begin ..
-  // m_end − 1 of one item and, when the piece goes on (tail_rest steps), the first ones of
-  // the next. It claims nothing: sItem holds that next item (or none) and no item after it.
-  int m_begin = 0, m_end = m_blocks, tail_rest = 0;
-  if constexpr (kTail) {
-    const int tail_steps = (all_items - whole_items) * m_blocks;  // (< 2^31: plan_backward_tail)
-    const int s0 = tail_piece_begin(int(blockIdx.x), tail_steps, int(gridDim.x));
-    const int s1 = tail_piece_begin(int(blockIdx.x) + 1, tail_steps, int(gridDim.x));
-    item = whole_items + s0 / m_blocks;
-    m_begin = s0 % m_blocks;
-    m_end = min(m_blocks, m_begin + s1 - s0);
-    tail_rest = s1 - s0 - (m_end - m_begin);
-  }
   if (item >= items) return;
-  int m = kTail ? m_begin : start_m(item);
+  int m = start_m(item);
   if (tid == 0) {
     sm90::mbar_init(&q_full[0], 1);
     sm90::mbar_init(&q_full[1], 1);
@@ -374,12 +338,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   if (tid == 0) {
     const int bh = item_bh(item);
     issue_q_tile(bh, bh / p.H, bh % p.H, m, 0);
-    if constexpr (kTail) {
-      sItem[1] = tail_rest > 0 ? item + 1 : items;
-      sItem[0] = items;
-    } else {
-      sItem[1] = claim();  // ordinal 1
-    }
+    sItem[1] = claim();  // ordinal 1
   }
 
   float dk[Tile::kDTiles][4], dv[Tile::kDTiles][4];
@@ -478,7 +437,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   }
   for (;;) {
     const int buf = step & 1;
-    const bool first_step = m == (kTail ? m_begin : start_m_of(n_block));
+    const bool first_step = m == start_m_of(n_block);
     // K/V buffer: the parity of the items begun before this one.
     const int kv_buf = kKvBufs == 1 ? 0 : (kOwner ? ordinal * n_blocks + n_block : ordinal) & 1;
     // Owner mode: this step's dQ contribution is the query tile's first (a TMA store)
@@ -533,7 +492,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // The next step's query tile: its item and tile (issued below, after this step's matmuls).
     const int next_item = kOwner && n_block + 1 < n_blocks ? item + 1 : sItem[(ordinal + 1) & 1];
     // Whether the item has another query tile (else the next item's first comes next).
-    const bool same_item = kDescending ? m > first_m_of(n_block) : m + 1 < (kTail ? m_end : m_blocks);
+    const bool same_item = kDescending ? m > first_m_of(n_block) : m + 1 < m_blocks;
     const int q_item = same_item ? item : next_item;
     // (One K/V buffer: the next item's K and V load at its first step, above.)
     if (kKvBufs == 2 && first_step && next_item < items) load_kv(next_item, kv_buf ^ 1);
@@ -578,8 +537,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // behind the atomic held warp 0, and with it the block at the barrier, for all of it),
     // and is read after the next step's barrier (thread 0 wrote the other slot).
     int claimed = -1;
-    if (!kTail && tid == 0 && first_step && (!kOwner || n_block == 0) && sItem[(ordinal + 1) & 1] < items)
-      claimed = claim();
+    if (tid == 0 && first_step && (!kOwner || n_block == 0) && sItem[(ordinal + 1) & 1] < items) claimed = claim();
     sm90::wgmma_wait<1>();
     sm90::fence_accumulators(s);
 
@@ -781,26 +739,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if constexpr (kSpreadDkDv) sm90::wgmma_wait<0>();  // dK
     sm90::fence_accumulators(dk);
     ++step;
-    if (kDescending ? --m >= first_m_of(n_block) : ++m < (kTail ? m_end : m_blocks)) continue;  // = same_item (the flag itself compiled differently)
+    if (kDescending ? --m >= first_m_of(n_block) : ++m < m_blocks) continue;  // = same_item (the flag itself compiled differently)
 
     // The item's last step: dK·scale and dV → bf16 into the K and V slots of dqkv
-    // (B,T,3,H,D), and the accumulators start again for the next item. kTail: this piece's
-    // share of the item (its ordinal-th) in fp32, dK·scale and dV, into its own slot of
-    // the workspace's tail region, 16 bytes past the work counter (the postprocess adds up
-    // an item's slots).
-    if constexpr (kTail) {
-      float* dst = reinterpret_cast<float*>(p.item_counter) + 4 + int64_t(2 * int(blockIdx.x) + ordinal) * (2 * BN * D);
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float* dk_dst = dst + (warp_key0 + g + 8 * half) * D + 2 * t;
-        float* dv_dst = dk_dst + BN * D;
-#pragma unroll
-        for (int dt = 0; dt < Tile::kDTiles; ++dt) {
-          *reinterpret_cast<float2*>(dk_dst + dt * 8) = make_float2(dk[dt][2 * half] * p.scale, dk[dt][2 * half + 1] * p.scale);
-          *reinterpret_cast<float2*>(dv_dst + dt * 8) = make_float2(dv[dt][2 * half], dv[dt][2 * half + 1]);
-        }
-      }
-    } else if constexpr (kStageDkDv) {
+    // (B,T,3,H,D), and the accumulators start again for the next item.
+    if constexpr (kStageDkDv) {
       // Warpgroup wg's keys: its dK and its dV, each D/64 boxes of 64 rows × 64 columns
       // (sm90::stage_accumulator_bf16), once both warpgroups are done with the step (its
       // dQ read all of dSᵀ and K, its dK and dV all of Q and dO); keys >= T are not stored.
@@ -867,7 +810,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     cur_b = cur_bh / p.H;
     cur_h = cur_bh % p.H;
     m = start_m_of(n_block);
-    if constexpr (kTail) m_begin = 0, m_end = tail_rest;  // the piece's second item
   }
   if constexpr (kPreissueS) sm90::wgmma_wait<0>();  // the Sᵀ issued after the last step
   if (kStageDkDv && tid % 128 == 0) sm90::bulk_wait_read<0>();  // the shared memory stays until the TMA has read it
@@ -883,10 +825,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #endif
 }
 
-template <class Tile, bool kCausal, bool kOwner, bool kTmaDq, bool kFlatDq = false, bool kStageDkDv = false,
-          bool kTail = false>
-void launch_main(const FlashParams& p, int64_t grid, int whole_items, cudaStream_t stream) {
-  auto kernel = flash_bwd_sm90_kernel<Tile, kCausal, kOwner, kTmaDq, kFlatDq, kStageDkDv, kTail>;
+template <class Tile, bool kCausal, bool kOwner, bool kTmaDq, bool kFlatDq = false, bool kStageDkDv = false>
+void launch_main(const FlashParams& p, int64_t grid, cudaStream_t stream) {
+  auto kernel = flash_bwd_sm90_kernel<Tile, kCausal, kOwner, kTmaDq, kFlatDq, kStageDkDv>;
   constexpr size_t smem = Tile::smem_bytes(kOwner, kTmaDq);
   static const bool opted_in = opt_in_dynamic_smem(kernel, smem);  // once
   (void)opted_in;
@@ -917,53 +858,19 @@ void launch_main(const FlashParams& p, int64_t grid, int whole_items, cudaStream
     const uint32_t box[3] = {dq_tile::kBoxCols, dq_tile::kBoxRows, 1};
     maps.dq = tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.dq_accum, dims, strides, box, "dQ accumulator");
   }
-  kernel<<<unsigned(grid), Tile::kThreads, smem, stream>>>(maps, p, whole_items);
+  kernel<<<unsigned(grid), Tile::kThreads, smem, stream>>>(maps, p);
   CUDA_CHECK_LAUNCH();
-}
-
-// Tail item t's dK and dV (item tail.whole_items + t; dq_mode.h's plan_backward_tail):
-// the slots of the pieces that cover its steps added up (each piece's first item in its
-// slot 2j, a second one in 2j + 1) and rounded to bf16 into dqkv, a float4 at a time,
-// rows of keys >= T skipped.
-template <class Tile>
-__device__ void sum_tail_item(const FlashParams& p, int t, BackwardTail tail) {
-  constexpr int D = Tile::kHeadDim, BN = Tile::kBlockN, BM = Tile::kBlockM;
-  const int heads = p.B * p.H, n_blocks = (p.T + BN - 1) / BN, m_blocks = (p.T + BM - 1) / BM;
-  const int whole = int(tail.whole_items), pieces = int(tail.pieces);
-  const int group = min(max(p.bwd_head_group, 1), heads), it = whole + t;
-  const int key0 = grouped_item_n(it, group, heads, n_blocks) * BN, bh = grouped_item_bh(it, group, heads, n_blocks);
-  const int b = bh / p.H, h = bh % p.H;
-  const int tail_steps = (n_blocks * heads - whole) * m_blocks, s = t * m_blocks;
-  const int j0 = tail_piece_of(s, tail_steps, pieces), j1 = tail_piece_of(s + m_blocks - 1, tail_steps, pieces);
-  const float4* slots = reinterpret_cast<const float4*>(reinterpret_cast<const float*>(p.item_counter) + 4);
-  constexpr int kSlotVec4 = 2 * BN * D / 4;
-  for (int k = threadIdx.x; k < kSlotVec4; k += blockDim.x) {
-    const int row = k / (D / 4), c = (k % (D / 4)) * 4, key = key0 + row % BN;
-    if (key >= p.T) continue;
-    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int j = j0; j <= j1; ++j) {
-      const float4 y = slots[int64_t(2 * j + (tail_piece_begin(j, tail_steps, pieces) < s ? 1 : 0)) * kSlotVec4 + k];
-      x.x += y.x, x.y += y.y, x.z += y.z, x.w += y.w;
-    }
-    bf16* dst = p.dqkv + (int64_t(b) * p.T + key) * p.qkv_row_stride + int64_t((1 + row / BN) * p.H + h) * D + c;
-    *reinterpret_cast<uint2*>(dst) = make_uint2(pack_bf16(x.x, x.y), pack_bf16(x.z, x.w));
-  }
 }
 
 // Flat mode's postprocess: one block per (batch·head, query tile); its accumulator region
 // (BM·D floats in dq_tile.h's flat order) read in float4s, scaled, rounded to bf16 into a
 // shared-memory tile at each element's place (rows padded by 16 bytes: the four rows of a
 // warp's store meet different banks), then written to dqkv a row of D at a time.
-// Blocks past the tiles add up the tail items' dK and dV (sum_tail_item), one each.
 template <class Tile>
-__global__ void __launch_bounds__(256) flash_bwd_flat_dq_postprocess_kernel(const FlashParams p, BackwardTail tail) {
+__global__ void __launch_bounds__(256) flash_bwd_flat_dq_postprocess_kernel(const FlashParams p) {
   constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, kStride = D + 8;
   __shared__ alignas(16) bf16 sOut[BM * kStride];
   const int m_blocks = (p.T + BM - 1) / BM;
-  if (const int64_t tiles = int64_t(p.B) * p.H * m_blocks; blockIdx.x >= tiles) {
-    sum_tail_item<Tile>(p, int(blockIdx.x - tiles), tail);
-    return;
-  }
   const int64_t bh = blockIdx.x / m_blocks;
   const int m = int(blockIdx.x % m_blocks);
   const float4* src = reinterpret_cast<const float4*>(p.dq_accum + int64_t(blockIdx.x) * BM * D);
@@ -990,17 +897,11 @@ __global__ void __launch_bounds__(256) flash_bwd_flat_dq_postprocess_kernel(cons
 }  // namespace
 
 template <int kHeadDim, bool kCausal>
-void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, BackwardTail tail, cudaStream_t stream) {
+void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream_t stream) {
   using Tile = typename Sm90BwdConfig<kHeadDim>::Tile;
   const bool owner = dq == DqMode::owner;
-  static_assert(Tile::kBlockN == kBwdKeyTile && Tile::kBlockM == bwd_query_tile(kHeadDim), "dq_mode.h's tile sizes");
-  // flash_attention.cu checks that the item count fits in an int. With a tail launch
-  // (flat mode, no mask: tail.pieces > 0, flash_attention.cu's plan_backward_tail) the
-  // persistent launch runs the whole items.
-  const int64_t items = int64_t((p.T + Tile::kBlockN - 1) / Tile::kBlockN) * p.B * p.H;
-  const int64_t tail_items = tail.pieces > 0 ? items - tail.whole_items : 0;
-  const int whole = int(items - tail_items);
-  const int64_t units = owner ? int64_t(p.B) * p.H : items - tail_items;
+  // flash_attention.cu checks that the item count fits in an int.
+  const int64_t units = owner ? int64_t(p.B) * p.H : int64_t((p.T + Tile::kBlockN - 1) / Tile::kBlockN) * p.B * p.H;
   const int64_t grid = max_blocks > 0 ? std::min<int64_t>(units, max_blocks) : units;
   const bool flat = dq == DqMode::flat;
   // The accumulator: (B·H, T, D) floats, or, flat, BM·D floats a (batch·head, query tile),
@@ -1010,36 +911,30 @@ void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, BackwardTa
   launch_bwd_preprocess<kHeadDim>(p, /*zero_floats=*/owner ? 0 : accum_floats, stream);
   CUDA_CHECK(cudaMemsetAsync(p.item_counter, 0, sizeof(int), stream));
   if (owner) {
-    launch_main<Tile, kCausal, /*kOwner=*/true, /*kTmaDq=*/true>(p, grid, whole, stream);
+    launch_main<Tile, kCausal, /*kOwner=*/true, /*kTmaDq=*/true>(p, grid, stream);
     return;  // dQ is written in bf16 by the kernel: no postprocess
   }
   if (flat) {
-    if (grid == 0) {  // every item in the tail launch
-    } else if (stages_dk_dv(dq, kHeadDim, p.T, kCausal)) {
-      launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/true, /*kStageDkDv=*/true>(
-          p, grid, whole, stream);
-    } else {
-      launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/true>(p, grid, whole, stream);
-    }
-    if constexpr (!kCausal)
-      if (tail_items > 0)
-        launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/true, /*kStageDkDv=*/false,
-                    /*kTail=*/true>(p, tail.pieces, whole, stream);
-    flash_bwd_flat_dq_postprocess_kernel<Tile><<<unsigned(tiles + tail_items), 256, 0, stream>>>(p, tail);
+    if (stages_dk_dv(dq, kHeadDim, p.T, kCausal))
+      launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/true, /*kStageDkDv=*/true>(p, grid,
+                                                                                                        stream);
+    else
+      launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/true>(p, grid, stream);
+    flash_bwd_flat_dq_postprocess_kernel<Tile><<<unsigned(tiles), 256, 0, stream>>>(p);
     CUDA_CHECK_LAUNCH();
     return;
   }
   if (dq == DqMode::tma && stages_dk_dv(dq, kHeadDim, p.T, kCausal))  // (D = 128 only)
     launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/false, /*kStageDkDv=*/kHeadDim == 128>(
-        p, grid, whole, stream);
-  else if (dq == DqMode::tma) launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true>(p, grid, whole, stream);
-  else launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/false>(p, grid, whole, stream);
+        p, grid, stream);
+  else if (dq == DqMode::tma) launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true>(p, grid, stream);
+  else launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/false>(p, grid, stream);
   launch_bwd_postprocess<kHeadDim>(p, stream);
 }
 
-template void launch_bwd_sm90<64, /*kCausal=*/true>(const FlashParams&, int, DqMode, BackwardTail, cudaStream_t);
-template void launch_bwd_sm90<64, /*kCausal=*/false>(const FlashParams&, int, DqMode, BackwardTail, cudaStream_t);
-template void launch_bwd_sm90<128, /*kCausal=*/true>(const FlashParams&, int, DqMode, BackwardTail, cudaStream_t);
-template void launch_bwd_sm90<128, /*kCausal=*/false>(const FlashParams&, int, DqMode, BackwardTail, cudaStream_t);
+template void launch_bwd_sm90<64, /*kCausal=*/true>(const FlashParams&, int, DqMode, cudaStream_t);
+template void launch_bwd_sm90<64, /*kCausal=*/false>(const FlashParams&, int, DqMode, cudaStream_t);
+template void launch_bwd_sm90<128, /*kCausal=*/true>(const FlashParams&, int, DqMode, cudaStream_t);
+template void launch_bwd_sm90<128, /*kCausal=*/false>(const FlashParams&, int, DqMode, cudaStream_t);
 
 }  // namespace flashgpt::cuda::attn

@@ -57,11 +57,9 @@ template <int kHeadDim, bool kCausal>
 void launch_fwd_sm90(const FlashParams& p, cudaStream_t stream);
 // The backward's work items (key tile × batch·head) go to at most max_blocks blocks,
 // each looping over items it claims from p.item_counter (persistent: max_blocks = the SM
-// count); 0: one block per item. dq: how dQ is added up (dq_mode.h). `tail` (flat mode,
-// no mask; dq_mode.h's plan_backward_tail): with tail.pieces > 0 the persistent launch
-// runs the first tail.whole_items items and a second launch the rest, in that many pieces.
+// count); 0: one block per item. dq: how dQ is added up (dq_mode.h).
 template <int kHeadDim, bool kCausal>
-void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, BackwardTail tail, cudaStream_t stream);
+void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream_t stream);
 // Warp-specialised Hopper forward (TMA producer, two consumer warpgroups in ping-pong;
 // flash_fwd_sm90_ws.cu), each consumer's softmax under its previous P·V. Tile 0: 128-key
 // tiles; tile 1: at D = 128 176-key tiles, at D = 64 three consumer warpgroups (192 query
