@@ -14,7 +14,6 @@ using cuda::attn::choose_dq_mode;
 using cuda::attn::backward_workspace_bytes;
 using cuda::attn::choose_head_group;
 using cuda::attn::dq_accum_floats;
-using cuda::attn::dq_flag_ints;
 using cuda::attn::DqMode;
 using cuda::attn::stages_dk_dv;
 constexpr int64_t kSms = 132;
@@ -65,17 +64,13 @@ TEST(DqMode, ARequestedModeIsTaken) {
 }
 
 // The workspace: the (B, H, T, D) fp32 accumulator with T in whole 128-row tiles, then 16
-// bytes of counters, then flat mode's flags: an int a (batch, head) pair and one a query
-// tile of 64 rows or more (BM: 128 at D = 64, 64 at D = 128), rounded up to 16 bytes;
-// flat mode's accumulator (whole tiles of BM rows) fits in the first part at every T.
-TEST(DqMode, TheWorkspaceHoldsWholeQueryTilesTheCountersAndTheFlags) {
+// bytes for the work counter; flat mode's accumulator (whole tiles of BM rows: 128 at
+// D = 64, 64 at D = 128) fits in it at every T.
+TEST(DqMode, TheWorkspaceHoldsWholeQueryTilesAndTheCounter) {
   EXPECT_EQ(dq_accum_floats(2, 1, 3, 64), 2 * 3 * 128 * 64);
   EXPECT_EQ(dq_accum_floats(1, 128, 1, 128), 128 * 128);
   EXPECT_EQ(dq_accum_floats(1, 129, 1, 64), 256 * 64);
-  EXPECT_EQ(dq_flag_ints(1, 129, 2), 8);  // 2 pairs + 2 × 3 tiles of 64 rows
-  EXPECT_EQ(dq_flag_ints(16, 1024, 16), 256 * 17);
-  EXPECT_EQ(dq_flag_ints(1, 1, 1), 4);  // 2, rounded up
-  EXPECT_EQ(backward_workspace_bytes(1, 129, 2, 64), 2 * 256 * 64 * 4 + 16 + 8 * 4);
+  EXPECT_EQ(backward_workspace_bytes(1, 129, 2, 64), 2 * 256 * 64 * 4 + 16);
   for (int64_t T : {1, 17, 63, 64, 65, 127, 128, 129, 1023, 4100, 65537})
     for (auto [D, BM] : {std::pair<int64_t, int64_t>{64, 128}, {128, 64}}) {
       const int64_t B = 2, H = 3, flat = B * H * ((T + BM - 1) / BM) * BM * D;

@@ -46,7 +46,6 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/attention/dq_mode.h"
 #include "kernels/cuda/attention/flash_attention.h"
 #include "src/errors.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -261,7 +260,6 @@ Problem random_problem(int B, int T, int H, int D, bool causal, uint32_t seed) {
 // ---- the device side -------------------------------------------------------------------
 struct DeviceRun {
   std::vector<float> out, lse, dqkv;
-  std::vector<unsigned char> workspace;  // the backward's, when asked for (keep_workspace)
 };
 
 template <class T>
@@ -280,7 +278,7 @@ std::vector<uint16_t> to_bf16_vec(const std::vector<float>& v) {
 }
 
 // Runs forward then backward on the GPU; outputs are NaN-poisoned first.
-void run_flash(const Problem& pb, DeviceRun& res, bool keep_workspace = false) {
+void run_flash(const Problem& pb, DeviceRun& res) {
   const int B = pb.B, T = pb.T, H = pb.H, D = pb.D;
   const size_t n_qkv = pb.qkv.size(), n_o = pb.dout.size(), n_lse = size_t(B) * H * T;
   DeviceBuffer<uint16_t> qkv(n_qkv), out(n_o), dout(n_o), dqkv(n_qkv);
@@ -327,10 +325,6 @@ void run_flash(const Problem& pb, DeviceRun& res, bool keep_workspace = false) {
   res.dqkv.resize(n_qkv);
   for (size_t i = 0; i < n_o; ++i) res.out[i] = from_bf16(h_out[i]);
   for (size_t i = 0; i < n_qkv; ++i) res.dqkv[i] = from_bf16(h_dqkv[i]);
-  if (keep_workspace) {
-    res.workspace.resize(ws_bytes);
-    CUDA_OK(cudaMemcpy(res.workspace.data(), ws.ptr, ws_bytes, cudaMemcpyDeviceToHost));
-  }
 }
 
 // The elements of got, ref and naive for which select(i) holds (the Q, K or V slot of
@@ -360,11 +354,9 @@ class FlashAttentionVsReference : public testing::TestWithParam<Case> {};
 using test::is_hopper;
 using test::ScopedEnv;
 
-void check_against(const Problem& pb, const Result& ref, const Result& naive, const std::string& label,
-                   DeviceRun* kept = nullptr) {
-  DeviceRun local;
-  DeviceRun& run = kept ? *kept : local;
-  run_flash(pb, run, kept != nullptr);
+void check_against(const Problem& pb, const Result& ref, const Result& naive, const std::string& label) {
+  DeviceRun run;
+  run_flash(pb, run);
   if (testing::Test::HasFatalFailure()) return;
   const size_t HD = size_t(pb.H) * pb.D;
   auto all = [](size_t) { return true; };
@@ -613,47 +605,6 @@ TEST(CudaFlashAttention, MillionTokenSequenceOnSampledRowsAndColumns) {
     test::expect_rule(dk, naive.dk, ref.dk, D, test::unit_roundoff(DType::bf16), label + " dK", &ref.dk_floor);
     test::expect_rule(dv, naive.dv, ref.dv, D, test::unit_roundoff(DType::bf16), label + " dV", &none_v);
   }
-}
-
-// Flat mode without a mask: blocks that run out of items round the dQ tiles of finished
-// head groups while others still work (flash_bwd_sm90.cu, kEarlyRound), and the
-// postprocess skips those tiles. 4 pairs in groups of 1, 32 key tiles of 64 each on 7
-// blocks: 128 items, 18 rounds and 2 items, so 5 blocks are idle for an item's time while
-// three groups are finished. The gradients match the reference, and the workspace's flags
-// (dq_mode.h's layout: after the accumulator, 16 bytes of counters and an int a pair, an
-// int a tile) show tiles that the main kernel rounded; with one group (every pair), which
-// is finished only when every item is, the postprocess rounds every tile.
-TEST(CudaFlashAttention, FlatBackwardRoundsFinishedGroupsTilesInTheLastWave) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  if (!is_hopper()) GTEST_SKIP() << "the sm90 backward needs a Hopper GPU";
-  const int B = 1, H = 4, T = 4096, D = 64;
-  const Problem pb = random_problem(B, T, H, D, /*causal=*/false, uint32_t(test::test_rng()()));
-  const Result ref = attention_reference<double, false>(pb);
-  const Result naive = attention_reference<float, true>(pb);
-  ScopedEnv path("FLASHGPT_ATTENTION_PATH", "sm90"), sched("FLASHGPT_ATTENTION_BWD_SCHEDULE", "persistent"),
-      blocks("FLASHGPT_ATTENTION_BWD_BLOCKS", "7"), dq("FLASHGPT_ATTENTION_BWD_DQ", "flat");
-  const int64_t tiles = int64_t(B) * H * ((T + 127) / 128);  // BM = 128 at D = 64
-  auto rounded = [&](const DeviceRun& run) {
-    const size_t flags = size_t(cuda::attn::dq_accum_floats(B, T, H, D)) * 4 + 16 + size_t(B) * H * 4;
-    int n = 0;
-    for (int64_t t = 0; t < tiles; ++t) {
-      int32_t f;
-      std::memcpy(&f, run.workspace.data() + flags + 4 * t, 4);
-      EXPECT_TRUE(f == 0 || f == 1) << t;
-      n += f;
-    }
-    return n;
-  };
-  {
-    ScopedEnv group("FLASHGPT_ATTENTION_BWD_HEAD_GROUP", "1");
-    DeviceRun run;
-    check_against(pb, ref, naive, "flat, groups of 1", &run);
-    EXPECT_GT(rounded(run), 0) << "no tile rounded by the main kernel";
-  }
-  ScopedEnv group("FLASHGPT_ATTENTION_BWD_HEAD_GROUP", "all");
-  DeviceRun run;
-  check_against(pb, ref, naive, "flat, one group", &run);
-  EXPECT_EQ(rounded(run), 0);
 }
 
 // Deterministic mode gives the same bits twice. (Suite names hold "Cuda" so that the GPU

@@ -83,16 +83,12 @@ inline bool stages_dk_dv(DqMode mode, int D, int T, bool causal) {
 
 // The fp32 dQ accumulator's floats: (B, H, T, D), with T rounded up to whole query tiles
 // of the sm90 backward (128 rows; flat mode's accumulator holds whole tiles), and the
-// backward's workspace: the accumulator, then 16 bytes of counters (the sm90 backward's
-// work counter, flat mode's tile counter and its finished items), then flat mode's flags
-// (dq_flag_ints: an int per (batch, head) pair, the finished items of a head group, and
-// one per dQ tile, converted by the main kernel), rounded up to 16 bytes.
-// flash_attention.cu sizes and lays out the workspace by them, and the memory plan
-// (train/memory_plan.cpp) counts it.
+// backward's workspace: the accumulator, then 16 bytes for the sm90 backward's work
+// counter (so that the size stays a multiple of 16). flash_attention.cu sizes and lays
+// out the workspace by them, and the memory plan (train/memory_plan.cpp) counts it.
 inline int64_t dq_accum_floats(int64_t B, int64_t T, int64_t H, int64_t D) { return B * H * ((T + 127) / 128 * 128) * D; }
-inline int64_t dq_flag_ints(int64_t B, int64_t T, int64_t H) { return (B * H * (1 + (T + 63) / 64) + 3) / 4 * 4; }
 inline int64_t backward_workspace_bytes(int64_t B, int64_t T, int64_t H, int64_t D) {
-  return (dq_accum_floats(B, T, H, D) + 4 + dq_flag_ints(B, T, H)) * int64_t(sizeof(float));
+  return dq_accum_floats(B, T, H, D) * int64_t(sizeof(float)) + 16;
 }
 
 // In tma, flat and atomic modes an item is one key tile of one (batch, head) pair, and the

@@ -156,48 +156,6 @@ struct Sm90BwdMaps {
   CUtensorMap q, dout, lse, delta, dq, dqkv;
 };
 
-// An int another block wrote before a release (fence and atomic): read with acquire
-// semantics at GPU scope, so that what it wrote before is visible after.
-__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-// Flat mode's postprocess for one tile of the accumulator (tile = (batch·head)·m_blocks +
-// query tile): its BM·D floats, in dq_tile.h's flat order, read in float4s (from the L2:
-// the main kernel calls this for tiles other blocks added to), scaled, rounded to bf16
-// into a shared-memory tile at each element's place (rows padded by 16 bytes: the four
-// rows of a warp's store meet different banks), then written to dqkv a row of D at a time.
-// Every thread of the block calls it (two barriers).
-template <class Tile>
-__device__ void round_flat_tile(const FlashParams& p, int64_t tile, __nv_bfloat16* sOut) {
-  constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, kStride = D + 8;
-  const int m_blocks = (p.T + BM - 1) / BM;
-  const int64_t bh = tile / m_blocks;
-  const int m = int(tile % m_blocks);
-  const float4* src = reinterpret_cast<const float4*>(p.dq_accum + tile * BM * D);
-#pragma unroll 4
-  for (int k = threadIdx.x; k < BM * D / 4; k += blockDim.x) {
-    const float4 x = __ldcg(src + k);
-    const dq_tile::Element e = dq_tile::flat_element(4 * k, D);  // floats 4k + r: rows + (r & 1), columns + 8·(r >> 1)
-    __nv_bfloat16* o = sOut + e.q * kStride + e.c;
-    o[0] = __float2bfloat16_rn(x.x * p.scale);
-    o[kStride] = __float2bfloat16_rn(x.y * p.scale);
-    o[8] = __float2bfloat16_rn(x.z * p.scale);
-    o[kStride + 8] = __float2bfloat16_rn(x.w * p.scale);
-  }
-  __syncthreads();
-  const int b = int(bh / p.H), h = int(bh % p.H);
-  for (int k = threadIdx.x; k < BM * D / 8; k += blockDim.x) {
-    const int q = k / (D / 8), c = (k % (D / 8)) * 8, row = m * BM + q;
-    if (row >= p.T) continue;
-    *reinterpret_cast<uint4*>(p.dqkv + (int64_t(b) * p.T + row) * p.qkv_row_stride + int64_t(h) * D + c) =
-        *reinterpret_cast<const uint4*>(sOut + q * kStride + c);
-  }
-  __syncthreads();
-}
-
 #if FLASHGPT_HAS_WGMMA
 // dst[0] += x, dst[1] += y in one 8-byte vector atomic (sm_90 only).
 __device__ __forceinline__ void atomic_add_pair(float* dst, float x, float y) {
@@ -430,31 +388,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   constexpr int kDqThread = Tile::kThreads / 2;
   __shared__ int4 sDqPending;
   if (kTmaDq && tid == kDqThread) sDqPending = make_int4(-1, 0, 0, 0);
-  // kEarlyRound (flat mode without a mask): the dQ tiles of head groups whose items are
-  // all finished are rounded to bf16 by blocks that have no item left while others still
-  // work on theirs (the last wave: 2048 items on 132 SMs leave 64 of them idle for an
-  // item's time), and flat mode's postprocess skips them. (Under a causal mask the items
-  // come longest first and the blocks run out of them at about the same time.) The workspace holds, 16 bytes on from the work
-  // counter p.item_counter[0] (dq_mode.h): [1] the tiles claimed for rounding, [2] the
-  // items finished, [4 + g] head group g's finished items, [4 + B·H + t] tile t rounded
-  // (all zeroed by the preprocess). An item is finished once its dQ tiles have been added
-  // into the accumulator: kDqThread, which issues those adds, counts each item at the end
-  // of the next (its last tile is handed over at the next item's first step), after
-  // waiting for all but the two latest of its bulk groups (those of this item's last
-  // steps), and the block's last item as it leaves. sPrevItem: that item before.
-  constexpr bool kEarlyRound = kFlatDq && !kCausal;
-  __shared__ int sPrevItem;
-  if (kEarlyRound && tid == kDqThread) sPrevItem = -1;
-  // The total first, then the group's: a group seen finished implies every item counted
-  // before its last one in the total (so the group that finishes last is never rounded
-  // here: when its count is full, so is the total).
-  auto count_finished = [&](int it) {  // kDqThread, once the item's adds are complete
-    sm90::fence_proxy_async_global();
-    __threadfence();
-    atomicAdd(p.item_counter + 2, 1);
-    __threadfence();
-    atomicAdd(p.item_counter + 4 + it / (group * n_blocks), 1);
-  };
   auto dq_slot = [](int step_parity) { return kDqBufs == 2 ? step_parity : 0; };
   // The pending tile, written at a step of parity step_parity.
   auto issue_pending_dq = [&](int step_parity) {
@@ -808,22 +741,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     ++step;
     if (kDescending ? --m >= first_m_of(n_block) : ++m < m_blocks) continue;  // = same_item (the flag itself compiled differently)
 
-    if constexpr (kEarlyRound) {
-      if (tid == kDqThread) {
-        // This item committed a bulk group at each of its steps, the first with the last
-        // tile of the item before: with the latest min(2, steps − 1) groups left pending,
-        // that one is complete.
-        const int prev = sPrevItem, steps = m_blocks - first_m_of(n_block);
-        if (prev >= 0) {
-          if (steps >= 3) sm90::bulk_wait<2>();
-          else if (steps == 2) sm90::bulk_wait<1>();
-          else sm90::bulk_wait<0>();
-          count_finished(prev);
-        }
-        sPrevItem = item;
-      }
-    }
-
     // The item's last step: dK·scale and dV → bf16 into the K and V slots of dqkv
     // (B,T,3,H,D), and the accumulators start again for the next item.
     if constexpr (kStageDkDv) {
@@ -902,36 +819,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     issue_pending_dq((step - 1) & 1);
     if (tid == kDqThread) sm90::bulk_wait_all();
   }
-  if constexpr (kEarlyRound) {
-    // The block's last item is finished (the wait above). Then, while other blocks still
-    // have items, round the tiles of finished head groups, in order, from a counter; at
-    // the first tile whose group is not finished yet, or once every item is, stop (the
-    // postprocess, on the whole GPU, does the rest). The Q buffers hold the bf16 tile.
-    if (tid == kDqThread && sPrevItem >= 0) count_finished(sPrevItem);
-    __shared__ int sTile;
-    __syncthreads();
-    const int tiles = heads * m_blocks;
-    for (;;) {
-      if (tid == 0) {
-        int k = -1;
-        if (ld_acquire_gpu(p.item_counter + 2) < items) {
-          k = atomicAdd(p.item_counter + 1, 1);
-          if (k < tiles) {
-            const int g = k / m_blocks / group, in_group = min(group, heads - g * group) * n_blocks;
-            if (ld_acquire_gpu(p.item_counter + 4 + g) < in_group || ld_acquire_gpu(p.item_counter + 2) == items) k = -1;
-          } else {
-            k = -1;
-          }
-        }
-        sTile = k;
-      }
-      __syncthreads();
-      const int k = sTile;
-      if (k < 0) break;
-      round_flat_tile<Tile>(p, k, sQ);
-      if (tid == 0) p.item_counter[4 + heads + k] = 1;
-    }
-  }
 #else
   static_assert(Tile::kMTiles > 0 && Tile::kDTiles > 0, "tile shape");
   __trap();  // never launched: the dispatcher checks that sm_90a code was built
@@ -975,14 +862,36 @@ void launch_main(const FlashParams& p, int64_t grid, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH();
 }
 
-// Flat mode's postprocess: one block per (batch·head, query tile), round_flat_tile, but
-// for the tiles that the main kernel converted already (their flags; kernel comment).
+// Flat mode's postprocess: one block per (batch·head, query tile); its accumulator region
+// (BM·D floats in dq_tile.h's flat order) read in float4s, scaled, rounded to bf16 into a
+// shared-memory tile at each element's place (rows padded by 16 bytes: the four rows of a
+// warp's store meet different banks), then written to dqkv a row of D at a time.
 template <class Tile>
 __global__ void __launch_bounds__(256) flash_bwd_flat_dq_postprocess_kernel(const FlashParams p) {
-  constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM;
-  __shared__ alignas(16) bf16 sOut[BM * (D + 8)];
-  if (p.item_counter[4 + p.B * p.H + blockIdx.x]) return;
-  round_flat_tile<Tile>(p, blockIdx.x, sOut);
+  constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, kStride = D + 8;
+  __shared__ alignas(16) bf16 sOut[BM * kStride];
+  const int m_blocks = (p.T + BM - 1) / BM;
+  const int64_t bh = blockIdx.x / m_blocks;
+  const int m = int(blockIdx.x % m_blocks);
+  const float4* src = reinterpret_cast<const float4*>(p.dq_accum + int64_t(blockIdx.x) * BM * D);
+#pragma unroll 4
+  for (int k = threadIdx.x; k < BM * D / 4; k += blockDim.x) {
+    const float4 x = src[k];
+    const dq_tile::Element e = dq_tile::flat_element(4 * k, D);  // floats 4k + r: rows + (r & 1), columns + 8·(r >> 1)
+    bf16* o = sOut + e.q * kStride + e.c;
+    o[0] = __float2bfloat16_rn(x.x * p.scale);
+    o[kStride] = __float2bfloat16_rn(x.y * p.scale);
+    o[8] = __float2bfloat16_rn(x.z * p.scale);
+    o[kStride + 8] = __float2bfloat16_rn(x.w * p.scale);
+  }
+  __syncthreads();
+  const int b = int(bh / p.H), h = int(bh % p.H);
+  for (int k = threadIdx.x; k < BM * D / 8; k += blockDim.x) {
+    const int q = k / (D / 8), c = (k % (D / 8)) * 8, row = m * BM + q;
+    if (row >= p.T) continue;
+    *reinterpret_cast<uint4*>(p.dqkv + (int64_t(b) * p.T + row) * p.qkv_row_stride + int64_t(h) * D + c) =
+        *reinterpret_cast<const uint4*>(sOut + q * kStride + c);
+  }
 }
 
 }  // namespace
@@ -998,10 +907,7 @@ void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream
   // The accumulator: (B·H, T, D) floats, or, flat, BM·D floats a (batch·head, query tile),
   // the last tile's rows past T too (zeroed by the preprocess; owner mode needs none).
   const int64_t tiles = int64_t(p.B) * p.H * ((p.T + Tile::kBlockM - 1) / Tile::kBlockM);
-  // Flat mode: the whole workspace, the counters and flags after the accumulator too
-  // (dq_mode.h; the kernel comment's early conversion).
-  const int64_t accum_floats = flat ? dq_accum_floats(p.B, p.T, p.H, kHeadDim) + 4 + dq_flag_ints(p.B, p.T, p.H)
-                                    : int64_t(p.B) * p.H * p.T * kHeadDim;
+  const int64_t accum_floats = flat ? tiles * Tile::kBlockM * kHeadDim : int64_t(p.B) * p.H * p.T * kHeadDim;
   launch_bwd_preprocess<kHeadDim>(p, /*zero_floats=*/owner ? 0 : accum_floats, stream);
   CUDA_CHECK(cudaMemsetAsync(p.item_counter, 0, sizeof(int), stream));
   if (owner) {

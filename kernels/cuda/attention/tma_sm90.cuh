@@ -135,11 +135,6 @@ __device__ __forceinline__ void bulk_wait_read() {
 }
 // Every bulk group of this thread is complete (its writes performed).
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
-// At most kPending of this thread's bulk groups are not complete.
-template <int kPending>
-__device__ __forceinline__ void bulk_wait() {
-  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
 
 // Register reallocation between the warpgroups of a block (every warp of the warpgroup
 // executes it): the producer gives registers back, the consumers take them.
