@@ -316,6 +316,12 @@ TEST(TileChoice, Sm90wsPersistentKernelsAreTwoConsumersAndCausalThree) {
     EXPECT_FALSE(sm90ws_has_persistent_kernel(2, 176, causal));
     EXPECT_EQ(sm90ws_has_persistent_kernel(3, 128, causal), causal);
   }
+  // Only the three-consumer persistent kernel claims its tiles.
+  using cuda::attn::sm90ws_claims_tiles;
+  EXPECT_TRUE(sm90ws_claims_tiles(sm90ws_consumers(1, 64)));
+  EXPECT_FALSE(sm90ws_claims_tiles(sm90ws_consumers(0, 64)));
+  EXPECT_FALSE(sm90ws_claims_tiles(sm90ws_consumers(0, 128)));
+  EXPECT_FALSE(sm90ws_claims_tiles(sm90ws_consumers(kSm90WsOneConsumer, 64)));
 }
 
 TEST(TileChoice, Sm90wsScheduleRejectsUnknownValues) {

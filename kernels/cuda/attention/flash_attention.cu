@@ -242,7 +242,7 @@ void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
       const int ws_tile = one_consumer_forward() ? attn::kSm90WsOneConsumer
                                                  : attn::sm90ws_forward_tile(fwd_tile, a.D, a.T, a.causal, schedule);
       const PersistentGrid g = forward_persistent_grid(schedule, ws_tile, a);
-      if (g.blocks > 0 && attn::sm90ws_consumers(ws_tile, a.D) == 3) {  // the kernel that claims
+      if (g.blocks > 0 && attn::sm90ws_claims_tiles(attn::sm90ws_consumers(ws_tile, a.D))) {
         p.fwd_head_group = attn::forward_head_group(std::getenv("FLASHGPT_ATTENTION_FWD_HEAD_GROUP"),
                                                     int64_t(a.B) * a.H);
         if (p.fwd_head_group > 0) p.fwd_tile_counter = forward_tile_counter(stream);

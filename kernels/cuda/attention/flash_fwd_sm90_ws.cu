@@ -406,7 +406,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // the tile index read from shared memory their wgmma descriptors left the uniform
   // registers (an R2UR pair before each P·V wgmma; "Forty-first session"). An order made on
   // the host and passed with the launch kept their code, but measured no faster there.
-  constexpr bool kClaims = kConsumers == 3;
+  constexpr bool kClaims = sm90ws_claims_tiles(kConsumers);
   const bool claimed = kClaims && p.fwd_head_group > 0;
   auto tile_at = [&](int k) { return k < 0 || !claimed ? k : grouped_tile(k, p.B * p.H, m_blocks, p.fwd_head_group); };
   struct Coords { int m_block, h, b, n_blocks; };

@@ -45,11 +45,11 @@ struct FlashParams {
   // launches. (Last, so that the other fields keep their offsets.)
   int* fwd_tile_counter = nullptr;
   int fwd_head_group = 0;
-  // (Before adding a field: in the forty-second session two more ints here made ptxas
-  // spill 8-12 bytes in two D = 64 backward kernels that never read them, and one int in
-  // the padding above still changed the three-consumer forward's SASS; a value only some
-  // kernels need went in as their own kernel parameter instead. Check a change with
-  // scripts/same_cubin.sh --kernels and scripts/sass.sh --counts.)
+  // (Before adding a field: in the forty-second session a pointer and two ints here made
+  // ptxas spill 8-12 bytes in two D = 64 backward kernels that never read them, and one
+  // int in the padding after fwd_head_group still changed the three-consumer forward's
+  // SASS; a value only some kernels need went in as their own kernel parameter instead.
+  // Check a change with scripts/same_cubin.sh --kernels and scripts/sass.sh --counts.)
 };
 
 // Portable path (mma.sync, cp.async): sm_80 and newer.

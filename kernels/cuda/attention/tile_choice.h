@@ -101,6 +101,11 @@ constexpr int sm90ws_block_n(int tile, int D) {
 constexpr bool sm90ws_has_persistent_kernel(int consumers, int block_n, bool causal) {
   return block_n <= 128 && (consumers == 2 || (consumers == 3 && causal));
 }
+// Whether the persistent kernel of `consumers` consumer warpgroups claims its query tiles
+// from a counter (FLASHGPT_ATTENTION_FWD_HEAD_GROUP, below): three consumers only; the
+// two-consumer kernels walk the rounds (flash_fwd_sm90_ws.cu says why). The launch sets
+// the counter up by it and the kernel compiles the claims by it.
+constexpr bool sm90ws_claims_tiles(int consumers) { return consumers == 3; }
 
 // The consumers of an sm90ws grid block whose query tile starts at row m0 that have rows
 // before T (64 rows a consumer, `consumers` of them): all of them but in a sequence's last
