@@ -42,11 +42,19 @@ __device__ __forceinline__ void atomic_add_pair(float* dst, float x, float y) {
 // warp a row reading 4-8 bytes a lane, with the zeroing a separate cudaMemsetAsync, took
 // 47 µs + the memset at 16 × 16 × 1K D 128 and 85 µs at 16 × 32 × 1K D 64 on an H200, ncu:
 // BENCHMARKS.md, "Thirty-fourth session".)
+// The blocks run in reverse: block 0 takes the last rows and the last part of the
+// accumulator, so that the first rows of dO and the first part of the accumulator, which
+// the sm90 main kernel's first head group reads, are what the kernel touches last and
+// are still in the L2 when that kernel starts; each warp zeroes one run of consecutive
+// float4s for the same reason. Thread 0 of the last block also zeroes the sm90 backward's
+// work counter (p.item_counter, when there is one), which took a memset launch of its own.
+// With the flat postprocess's tiles in reverse too: 0.8-1.3% faster backward at T = 1K and
+// 0.2-0.5% at 2K on an H200 (BENCHMARKS.md, "Forty-third session", call 2).
 template <int kHeadDim>
 __global__ void __launch_bounds__(256) flash_bwd_preprocess_kernel(const FlashParams p, int64_t zero_vec4) {
   constexpr int kLanesPerRow = kHeadDim / 8;
   static_assert(32 % kLanesPerRow == 0, "a row's lanes lie within one warp");
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t i = (int64_t(gridDim.x) - 1 - blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t row = i / kLanesPerRow;  // (b*T + t)*H + h
   const int part = int(i % kLanesPerRow);
   float acc = 0.f;
@@ -70,8 +78,12 @@ __global__ void __launch_bounds__(256) flash_bwd_preprocess_kernel(const FlashPa
     const int t = int(bt % p.T), b = int(bt / p.T);
     p.delta[(int64_t(b) * p.H + h) * p.T + t] = acc;
   }
+  if (i == 0 && p.item_counter) *p.item_counter = 0;
+  // Warp w zeroes float4s [w·32·per, (w + 1)·32·per), 32 consecutive ones a store.
+  const int64_t threads = int64_t(gridDim.x) * blockDim.x, per = (zero_vec4 + threads - 1) / threads;
   float4* acc4 = reinterpret_cast<float4*>(p.dq_accum);
-  for (int64_t k = i; k < zero_vec4; k += int64_t(gridDim.x) * blockDim.x) acc4[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int64_t k = i / 32 * 32 * per + i % 32, end = k + 32 * per; k < end && k < zero_vec4; k += 32)
+    acc4[k] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
 // ---- 2. main kernel ----------------------------------------------------------------------

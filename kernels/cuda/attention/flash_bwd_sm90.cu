@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // keep their Q, dO and dQ rows in the L2), key tile major within a group, so that under
   // a causal mask the items with the most query tiles come first. Block x
   // starts with item x; every further item comes from the counter p.item_counter (zeroed
-  // before the launch), in order, to whichever block asks first: the longest items
+  // by the preprocess), in order, to whichever block asks first: the longest items
   // first, and no block left with more than its share. With a block per item, each
   // block's one claim comes back past the end. A block claims the item after next at the
   // first step of each item (thread 0; the answer lands in sItem a step later), so it
@@ -865,15 +865,19 @@ void launch_main(const FlashParams& p, int64_t grid, cudaStream_t stream) {
 // Flat mode's postprocess: one block per (batch·head, query tile); its accumulator region
 // (BM·D floats in dq_tile.h's flat order) read in float4s, scaled, rounded to bf16 into a
 // shared-memory tile at each element's place (rows padded by 16 bytes: the four rows of a
-// warp's store meet different banks), then written to dqkv a row of D at a time.
+// warp's store meet different banks), then written to dqkv a row of D at a time. The
+// blocks take the tiles in reverse, last first: the main kernel's last head group added
+// to those last, so they are the ones still in the L2 (the preprocess's comment has the
+// gain).
 template <class Tile>
 __global__ void __launch_bounds__(256) flash_bwd_flat_dq_postprocess_kernel(const FlashParams p) {
   constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, kStride = D + 8;
   __shared__ alignas(16) bf16 sOut[BM * kStride];
   const int m_blocks = (p.T + BM - 1) / BM;
-  const int64_t bh = blockIdx.x / m_blocks;
-  const int m = int(blockIdx.x % m_blocks);
-  const float4* src = reinterpret_cast<const float4*>(p.dq_accum + int64_t(blockIdx.x) * BM * D);
+  const int64_t tile = int64_t(gridDim.x) - 1 - blockIdx.x;
+  const int64_t bh = tile / m_blocks;
+  const int m = int(tile % m_blocks);
+  const float4* src = reinterpret_cast<const float4*>(p.dq_accum + tile * BM * D);
 #pragma unroll 4
   for (int k = threadIdx.x; k < BM * D / 4; k += blockDim.x) {
     const float4 x = src[k];
@@ -908,8 +912,7 @@ void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream
   // the last tile's rows past T too (zeroed by the preprocess; owner mode needs none).
   const int64_t tiles = int64_t(p.B) * p.H * ((p.T + Tile::kBlockM - 1) / Tile::kBlockM);
   const int64_t accum_floats = flat ? tiles * Tile::kBlockM * kHeadDim : int64_t(p.B) * p.H * p.T * kHeadDim;
-  launch_bwd_preprocess<kHeadDim>(p, /*zero_floats=*/owner ? 0 : accum_floats, stream);
-  CUDA_CHECK(cudaMemsetAsync(p.item_counter, 0, sizeof(int), stream));
+  launch_bwd_preprocess<kHeadDim>(p, /*zero_floats=*/owner ? 0 : accum_floats, stream);  // and the work counter
   if (owner) {
     launch_main<Tile, kCausal, /*kOwner=*/true, /*kTmaDq=*/true>(p, grid, stream);
     return;  // dQ is written in bf16 by the kernel: no postprocess
