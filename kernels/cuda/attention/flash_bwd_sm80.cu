@@ -19,7 +19,6 @@
 #include <cmath>
 #include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/flash_params.h"
-#include "kernels/cuda/attention/pdl.cuh"
 #include "kernels/cuda/attention/sm80_primitives.cuh"
 
 namespace flashgpt::cuda::attn {
@@ -55,7 +54,6 @@ template <int kHeadDim>
 __global__ void __launch_bounds__(256) flash_bwd_preprocess_kernel(const FlashParams p, int64_t zero_vec4) {
   constexpr int kLanesPerRow = kHeadDim / 8;
   static_assert(32 % kLanesPerRow == 0, "a row's lanes lie within one warp");
-  pdl_launch_dependents();
   const int64_t i = (int64_t(gridDim.x) - 1 - blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t row = i / kLanesPerRow;  // (b*T + t)*H + h
   const int part = int(i % kLanesPerRow);

@@ -90,20 +90,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/dq_tile.h"
 #include "kernels/cuda/attention/flash_params.h"
-#include "kernels/cuda/attention/pdl.cuh"
 #include "kernels/cuda/attention/tma_sm90.cuh"
 #include "kernels/cuda/attention/wgmma_sm90.cuh"
 
 namespace flashgpt::cuda::attn {
 namespace {
-bool exp_pdl() {
-  static const bool v = std::getenv("FLASHGPT_EXP_PDL") && std::getenv("FLASHGPT_EXP_PDL")[0] == '1';
-  return v;
-}
 
 template <int kHeadDim_, int kBlockM_>
 struct Sm90BwdTile {
@@ -324,8 +318,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     sm90::tma_load_3d(sDelta + buf * Tile::kLseStride, &maps.delta, &q_full[buf], lse0, 0, 0);
   };
 
-  pdl_launch_dependents();
-  pdl_wait();
   int item = int(blockIdx.x) * (kOwner ? n_blocks : 1);
   if (item >= items) return;
   int m = start_m(item);
@@ -866,7 +858,8 @@ void launch_main(const FlashParams& p, int64_t grid, cudaStream_t stream) {
     const uint32_t box[3] = {dq_tile::kBoxCols, dq_tile::kBoxRows, 1};
     maps.dq = tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.dq_accum, dims, strides, box, "dQ accumulator");
   }
-  launch_pdl(exp_pdl(), kernel, dim3(unsigned(grid)), dim3(Tile::kThreads), smem, stream, maps, p);
+  kernel<<<unsigned(grid), Tile::kThreads, smem, stream>>>(maps, p);
+  CUDA_CHECK_LAUNCH();
 }
 
 // Flat mode's postprocess: one block per (batch·head, query tile); its accumulator region
@@ -881,7 +874,6 @@ __global__ void __launch_bounds__(256) flash_bwd_flat_dq_postprocess_kernel(cons
   constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, kStride = D + 8;
   __shared__ alignas(16) bf16 sOut[BM * kStride];
   const int m_blocks = (p.T + BM - 1) / BM;
-  pdl_wait();
   const int64_t tile = int64_t(gridDim.x) - 1 - blockIdx.x;
   const int64_t bh = tile / m_blocks;
   const int m = int(tile % m_blocks);
@@ -931,7 +923,8 @@ void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream
                                                                                                         stream);
     else
       launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/true>(p, grid, stream);
-    launch_pdl(exp_pdl(), flash_bwd_flat_dq_postprocess_kernel<Tile>, dim3(unsigned(tiles)), dim3(256), 0, stream, p);
+    flash_bwd_flat_dq_postprocess_kernel<Tile><<<unsigned(tiles), 256, 0, stream>>>(p);
+    CUDA_CHECK_LAUNCH();
     return;
   }
   if (dq == DqMode::tma && stages_dk_dv(dq, kHeadDim, p.T, kCausal))  // (D = 128 only)
