@@ -90,7 +90,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/dq_tile.h"
 #include "kernels/cuda/attention/flash_params.h"
@@ -870,7 +869,7 @@ void launch_main(const FlashParams& p, int64_t grid, cudaStream_t stream) {
 // blocks take the tiles in reverse, last first: the main kernel's last head group added
 // to those last, so they are the ones still in the L2 (the preprocess's comment has the
 // gain).
-template <class Tile, int kVariant = 0>
+template <class Tile>
 __global__ void __launch_bounds__(256) flash_bwd_flat_dq_postprocess_kernel(const FlashParams p) {
   constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, kStride = D + 8;
   __shared__ alignas(16) bf16 sOut[BM * kStride];
@@ -879,33 +878,22 @@ __global__ void __launch_bounds__(256) flash_bwd_flat_dq_postprocess_kernel(cons
   const int64_t bh = tile / m_blocks;
   const int m = int(tile % m_blocks);
   const float4* src = reinterpret_cast<const float4*>(p.dq_accum + tile * BM * D);
-  if constexpr (kVariant == 0) {
-#pragma unroll 4
-  for (int k = threadIdx.x; k < BM * D / 4; k += blockDim.x) {
-    const float4 x = src[k];
-    const dq_tile::Element e = dq_tile::flat_element(4 * k, D);  // floats 4k + r: rows + (r & 1), columns + 8·(r >> 1)
+  // A thread's float4s all loaded before any is stored: 0.1-0.3% faster backward at
+  // T = 1K-2K than 4 in flight (BENCHMARKS.md, "Forty-third session", call 6).
+  constexpr int kPer = BM * D / 4 / 256;
+  static_assert(kPer * 256 * 4 == BM * D, "whole float4s a thread");
+  float4 x[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) x[j] = src[threadIdx.x + 256 * j];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    // floats 4k + r: rows + (r & 1), columns + 8·(r >> 1)
+    const dq_tile::Element e = dq_tile::flat_element(4 * (threadIdx.x + 256 * j), D);
     bf16* o = sOut + e.q * kStride + e.c;
-    o[0] = __float2bfloat16_rn(x.x * p.scale);
-    o[kStride] = __float2bfloat16_rn(x.y * p.scale);
-    o[8] = __float2bfloat16_rn(x.z * p.scale);
-    o[kStride + 8] = __float2bfloat16_rn(x.w * p.scale);
-  }
-  } else {
-    constexpr int kPer = BM * D / 4 / 256;
-    float4 xs[kPer];
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) xs[j] = kVariant == 2 ? __ldcs(src + threadIdx.x + 256 * j) : src[threadIdx.x + 256 * j];
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      const int k = threadIdx.x + 256 * j;
-      const float4 x = xs[j];
-      const dq_tile::Element e = dq_tile::flat_element(4 * k, D);
-      bf16* o = sOut + e.q * kStride + e.c;
-      o[0] = __float2bfloat16_rn(x.x * p.scale);
-      o[kStride] = __float2bfloat16_rn(x.y * p.scale);
-      o[8] = __float2bfloat16_rn(x.z * p.scale);
-      o[kStride + 8] = __float2bfloat16_rn(x.w * p.scale);
-    }
+    o[0] = __float2bfloat16_rn(x[j].x * p.scale);
+    o[kStride] = __float2bfloat16_rn(x[j].y * p.scale);
+    o[8] = __float2bfloat16_rn(x[j].z * p.scale);
+    o[kStride + 8] = __float2bfloat16_rn(x[j].w * p.scale);
   }
   __syncthreads();
   const int b = int(bh / p.H), h = int(bh % p.H);
@@ -942,10 +930,7 @@ void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream
                                                                                                         stream);
     else
       launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/true>(p, grid, stream);
-    static const int v = std::getenv("FLASHGPT_EXP_POST") ? std::atoi(std::getenv("FLASHGPT_EXP_POST")) : 0;
-    if (v == 1) flash_bwd_flat_dq_postprocess_kernel<Tile, 1><<<unsigned(tiles), 256, 0, stream>>>(p);
-    else if (v == 2) flash_bwd_flat_dq_postprocess_kernel<Tile, 2><<<unsigned(tiles), 256, 0, stream>>>(p);
-    else flash_bwd_flat_dq_postprocess_kernel<Tile><<<unsigned(tiles), 256, 0, stream>>>(p);
+    flash_bwd_flat_dq_postprocess_kernel<Tile><<<unsigned(tiles), 256, 0, stream>>>(p);  // 256 threads: kPer
     CUDA_CHECK_LAUNCH();
     return;
   }
