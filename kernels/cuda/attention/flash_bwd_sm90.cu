@@ -878,8 +878,9 @@ __global__ void __launch_bounds__(256) flash_bwd_flat_dq_postprocess_kernel(cons
   const int64_t bh = tile / m_blocks;
   const int m = int(tile % m_blocks);
   const float4* src = reinterpret_cast<const float4*>(p.dq_accum + tile * BM * D);
-  // A thread's float4s all loaded before any is stored: 0.1-0.3% faster backward at
-  // T = 1K-2K than 4 in flight (BENCHMARKS.md, "Forty-third session", call 6).
+  // A thread's float4s all loaded before any is stored, rather than 4 at a time: on an
+  // H200 a first version 0.1-0.3% faster backward at T = 1K-2K (three rounds), this one
+  // level to 0.3% faster (two rounds; BENCHMARKS.md, "Forty-third session", calls 6-7).
   constexpr int kPer = BM * D / 4 / 256;
   static_assert(kPer * 256 * 4 == BM * D, "whole float4s a thread");
   float4 x[kPer];
