@@ -49,7 +49,7 @@ __device__ __forceinline__ void atomic_add_pair(float* dst, float x, float y) {
 // float4s for the same reason. Thread 0 of the last block also zeroes the sm90 backward's
 // work counter (p.item_counter, when there is one), which took a memset launch of its own.
 // With the flat postprocess's tiles in reverse too: 0.8-1.3% faster backward at T = 1K and
-// 0.2-0.5% at 2K on an H200 (BENCHMARKS.md, "Forty-third session", call 2).
+// 0.3-0.6% at 2K on an H200 (BENCHMARKS.md, "Forty-third session", call 2).
 template <int kHeadDim>
 __global__ void __launch_bounds__(256) flash_bwd_preprocess_kernel(const FlashParams p, int64_t zero_vec4) {
   constexpr int kLanesPerRow = kHeadDim / 8;
