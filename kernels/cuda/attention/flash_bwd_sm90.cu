@@ -869,8 +869,9 @@ void launch_main(const FlashParams& p, int64_t grid, cudaStream_t stream) {
 // blocks take the tiles in reverse, last first: the main kernel's last head group added
 // to those last, so they are the ones still in the L2 (the preprocess's comment has the
 // gain).
+constexpr int kFlatPostThreads = 256;  // the flat postprocess's block
 template <class Tile>
-__global__ void __launch_bounds__(256) flash_bwd_flat_dq_postprocess_kernel(const FlashParams p) {
+__global__ void __launch_bounds__(kFlatPostThreads) flash_bwd_flat_dq_postprocess_kernel(const FlashParams p) {
   constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, kStride = D + 8;
   __shared__ alignas(16) bf16 sOut[BM * kStride];
   const int m_blocks = (p.T + BM - 1) / BM;
@@ -881,15 +882,15 @@ __global__ void __launch_bounds__(256) flash_bwd_flat_dq_postprocess_kernel(cons
   // A thread's float4s all loaded before any is stored, rather than 4 at a time: on an
   // H200 a first version 0.1-0.3% faster backward at T = 1K-2K (three rounds), this one
   // level to 0.3% faster (two rounds; BENCHMARKS.md, "Forty-third session", calls 6-7).
-  constexpr int kPer = BM * D / 4 / 256;
-  static_assert(kPer * 256 * 4 == BM * D, "whole float4s a thread");
+  constexpr int kPer = BM * D / 4 / kFlatPostThreads;
+  static_assert(kPer * kFlatPostThreads * 4 == BM * D, "whole float4s a thread");
   float4 x[kPer];
 #pragma unroll
-  for (int j = 0; j < kPer; ++j) x[j] = src[threadIdx.x + 256 * j];
+  for (int j = 0; j < kPer; ++j) x[j] = src[threadIdx.x + kFlatPostThreads * j];
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     // floats 4k + r: rows + (r & 1), columns + 8·(r >> 1)
-    const dq_tile::Element e = dq_tile::flat_element(4 * (threadIdx.x + 256 * j), D);
+    const dq_tile::Element e = dq_tile::flat_element(4 * (threadIdx.x + kFlatPostThreads * j), D);
     bf16* o = sOut + e.q * kStride + e.c;
     o[0] = __float2bfloat16_rn(x[j].x * p.scale);
     o[kStride] = __float2bfloat16_rn(x[j].y * p.scale);
@@ -931,7 +932,7 @@ void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream
                                                                                                         stream);
     else
       launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/true>(p, grid, stream);
-    flash_bwd_flat_dq_postprocess_kernel<Tile><<<unsigned(tiles), 256, 0, stream>>>(p);  // 256 threads, as its kPer takes
+    flash_bwd_flat_dq_postprocess_kernel<Tile><<<unsigned(tiles), kFlatPostThreads, 0, stream>>>(p);
     CUDA_CHECK_LAUNCH();
     return;
   }
