@@ -65,14 +65,16 @@ TEST(DqMode, ARequestedModeIsTaken) {
 
 // The workspace: the (B, H, T, D) fp32 accumulator with T in whole 128-row tiles, then 16
 // bytes for the work counter; flat mode's accumulator (whole tiles of BM rows: 128 at
-// D = 64, 64 at D = 128) fits in it at every T.
+// D = 64, 64 or, without a mask, 80 at D = 128) fits in it at every T.
 TEST(DqMode, TheWorkspaceHoldsWholeQueryTilesAndTheCounter) {
   EXPECT_EQ(dq_accum_floats(2, 1, 3, 64), 2 * 3 * 128 * 64);
-  EXPECT_EQ(dq_accum_floats(1, 128, 1, 128), 128 * 128);
+  EXPECT_EQ(dq_accum_floats(1, 128, 1, 128), 160 * 128);  // two 80-row tiles
   EXPECT_EQ(dq_accum_floats(1, 129, 1, 64), 256 * 64);
   EXPECT_EQ(backward_workspace_bytes(1, 129, 2, 64), 2 * 256 * 64 * 4 + 16);
-  for (int64_t T : {1, 17, 63, 64, 65, 127, 128, 129, 1023, 4100, 65537})
-    for (auto [D, BM] : {std::pair<int64_t, int64_t>{64, 128}, {128, 64}}) {
+  EXPECT_EQ(dq_accum_floats(1, 1024, 1, 128), 1040 * 128);  // 13 tiles of 80 rows
+  EXPECT_EQ(dq_accum_floats(1, 1024, 1, 64), 1024 * 64);
+  for (int64_t T : {1, 17, 63, 64, 65, 79, 81, 127, 128, 129, 1023, 1024, 4100, 65537})
+    for (auto [D, BM] : {std::pair<int64_t, int64_t>{64, 128}, {128, 64}, {128, 80}}) {
       const int64_t B = 2, H = 3, flat = B * H * ((T + BM - 1) / BM) * BM * D;
       EXPECT_LE(flat, dq_accum_floats(B, T, H, D)) << "T=" << T << " D=" << D;
       EXPECT_GE(dq_accum_floats(B, T, H, D), B * H * T * D);

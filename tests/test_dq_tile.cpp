@@ -74,19 +74,21 @@ TEST(DqTile, TransposedStoresLandOnTheirElementsAndMeet32Banks) {
 
 // Flat mode: the float each thread's register quad goes to, and back (the postprocess's
 // flat_element), for every register; every element of the tile once; a warp's v4 store
-// of one quad covers 512 consecutive bytes.
+// of one quad covers 512 consecutive bytes. For each tile of the kernel: D = 64 with 128
+// query rows, D = 128 with 64 and (without a mask) 80.
 TEST(DqTile, FlatTileHoldsEveryElementOnceInRegisterOrder) {
-  for (int D : {64, 128}) {
-    const int rows = D == 64 ? 128 : 64;
+  for (auto [D, rows] : {std::pair<int, int>{64, 128}, {128, 64}, {128, 80}}) {
+    const int quads = D == 64 ? 8 : rows / 8;  // dq[j] a thread: 64 or BM query rows of its block
+    EXPECT_EQ(dq_tile::flat_block_floats(D, rows), quads * 128 * 4);
     std::set<std::pair<int, int>> seen;
     for (int wg = 0; wg < 2; ++wg) {
       const Block b = blocks(D)[size_t(wg)];
       for (int i = 0; i < 128; ++i) {
         const int w = i / 32, g = (i % 32) / 4, t = i % 4;
-        for (int j = 0; j < 8; ++j)
+        for (int j = 0; j < quads; ++j)
           for (int r = 0; r < 4; ++r) {
-            const int f = wg * dq_tile::kFlatBlockFloats + dq_tile::flat_index(i, j) + r;
-            const dq_tile::Element e = dq_tile::flat_element(f, D);
+            const int f = wg * dq_tile::flat_block_floats(D, rows) + dq_tile::flat_index(i, j) + r;
+            const dq_tile::Element e = dq_tile::flat_element(f, D, rows);
             // dQᵀ's register dq[j][2h + e]: column d0 + 16w + 8h + g of query row q0 + 8j + 2t + e.
             ASSERT_EQ(e.q, b.q0 + 8 * j + 2 * t + (r & 1)) << "D " << D << " thread " << i << " j " << j << " r " << r;
             ASSERT_EQ(e.c, b.d0 + 16 * w + 8 * (r >> 1) + g) << "D " << D << " thread " << i << " j " << j << " r " << r;
@@ -95,7 +97,7 @@ TEST(DqTile, FlatTileHoldsEveryElementOnceInRegisterOrder) {
             EXPECT_TRUE(seen.insert({e.q, e.c}).second);
           }
         if (i % 32 == 0)  // a warp's store of quad j: lanes 16 bytes apart
-          for (int j = 0; j < 8; ++j) EXPECT_EQ(dq_tile::flat_index(i + 31, j) - dq_tile::flat_index(i, j), 31 * 4);
+          for (int j = 0; j < quads; ++j) EXPECT_EQ(dq_tile::flat_index(i + 31, j) - dq_tile::flat_index(i, j), 31 * 4);
       }
     }
     EXPECT_EQ(seen.size(), size_t(rows) * D);

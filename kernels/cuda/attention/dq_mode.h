@@ -82,11 +82,15 @@ inline bool stages_dk_dv(DqMode mode, int D, int T, bool causal) {
 }
 
 // The fp32 dQ accumulator's floats: (B, H, T, D), with T rounded up to whole query tiles
-// of the sm90 backward (128 rows; flat mode's accumulator holds whole tiles), and the
-// backward's workspace: the accumulator, then 16 bytes for the sm90 backward's work
-// counter (so that the size stays a multiple of 16). flash_attention.cu sizes and lays
-// out the workspace by them, and the memory plan (train/memory_plan.cpp) counts it.
-inline int64_t dq_accum_floats(int64_t B, int64_t T, int64_t H, int64_t D) { return B * H * ((T + 127) / 128 * 128) * D; }
+// of the sm90 backward (128 rows, and at D = 128 80 rows too, the full-mask tile: flat
+// mode's accumulator holds whole tiles), and the backward's workspace: the accumulator,
+// then 16 bytes for the sm90 backward's work counter (so that the size stays a multiple
+// of 16). flash_attention.cu sizes and lays out the workspace by them, and the memory
+// plan (train/memory_plan.cpp) counts it.
+inline int64_t dq_accum_floats(int64_t B, int64_t T, int64_t H, int64_t D) {
+  const int64_t rows = std::max((T + 127) / 128 * 128, D == 128 ? (T + 79) / 80 * 80 : 0);
+  return B * H * rows * D;
+}
 inline int64_t backward_workspace_bytes(int64_t B, int64_t T, int64_t H, int64_t D) {
   return dq_accum_floats(B, T, H, D) * int64_t(sizeof(float)) + 16;
 }

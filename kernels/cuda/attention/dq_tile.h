@@ -49,23 +49,27 @@ FG_DQ_TILE_FN Transposed transposed(int D, int q0, int d0, int w, int g, int t) 
 }
 FG_DQ_TILE_FN uint32_t transposed_offset(int x, int h, int e) { return e * kRowBytes + ((x ^ (2 * h + e)) << 4); }
 
-// The flat tile (flat mode): each warpgroup's 64×64 block of dQᵀ in the order of its
-// registers, not as the TMA boxes: register quad j (dq[j][0..3]) of thread i (0..127 in
-// the warpgroup) at floats (j·128 + i)·4 of the block, warpgroup 0's block first. A warp's
-// st.shared.v4 of quad j then writes 512 consecutive bytes (four wavefronts, no bank met
-// twice: a quarter of the instructions of the transposed stores above), and the whole
-// tile goes to the accumulator in one bulk reduce-add. The accumulator keeps that order:
-// BM·D floats a (batch·head, query tile), which the postprocess reads back through
-// flat_element.
-constexpr int kFlatBlockFloats = 64 * 64;
+// The flat tile (flat mode): each warpgroup's block of dQᵀ in the order of its registers,
+// not as the TMA boxes: register quad j (dq[j][0..3]) of thread i (0..127 in the
+// warpgroup) at floats (j·128 + i)·4 of the block, warpgroup 0's block first. A block is
+// 64 query rows × 64 columns at D = 64 (the tile split along the queries, 8 quads a
+// thread) and BM rows × 64 columns at D = 128 (split along the head dim, BM / 8 quads:
+// BM = 64 or, without a mask, 80). A warp's st.shared.v4 of quad j then writes 512
+// consecutive bytes (four wavefronts, no bank met twice: a quarter of the instructions of
+// the transposed stores above), and the whole tile goes to the accumulator in one bulk
+// reduce-add. The accumulator keeps that order: BM·D floats a (batch·head, query tile),
+// which the postprocess reads back through flat_element.
+FG_DQ_TILE_FN int flat_block_floats(int D, int BM) { return (D == 64 ? 64 : BM) * 64; }
 FG_DQ_TILE_FN int flat_index(int i, int j) { return (j * 128 + i) * 4; }
 struct Element {
   int q, c;  // query row within the tile, column
 };
-// Where float f of a flat tile of head dim D belongs (dQᵀ's register dq[j][2h + e] of
-// thread (w, g, t) is column d0 + 16w + 8h + g of query row q0 + 8j + 2t + e, as above).
-FG_DQ_TILE_FN Element flat_element(int f, int D) {
-  const int block = f / kFlatBlockFloats, rest = f % kFlatBlockFloats;
+// Where float f of a flat tile of head dim D and BM query rows belongs (dQᵀ's register
+// dq[j][2h + e] of thread (w, g, t) is column d0 + 16w + 8h + g of query row q0 + 8j + 2t
+// + e, as above).
+FG_DQ_TILE_FN Element flat_element(int f, int D, int BM) {
+  const int block_floats = flat_block_floats(D, BM);
+  const int block = f / block_floats, rest = f % block_floats;
   const int r = rest % 4, i = (rest / 4) % 128, j = rest / 512;
   const int w = i / 32, g = (i % 32) / 4, t = i % 4;
   const int q0 = D == 64 ? 64 * block : 0, d0 = D == 64 ? 0 : 64 * block;

@@ -90,6 +90,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/dq_tile.h"
 #include "kernels/cuda/attention/flash_params.h"
@@ -108,22 +109,28 @@ struct Sm90BwdTile {
   static constexpr int kBlockM = kBlockM_;          // queries per inner step
   static constexpr int kMTiles = kBlockM / 8;       // 8-column accumulator tiles of Sᵀ
   static constexpr int kDTiles = kHeadDim / 8;
-  // dQ (kBlockM × kHeadDim) in 64×64 blocks, one per warpgroup: split along the queries
-  // when kBlockM = 128 (D = 64), along the head dim when kHeadDim = 128 (kBlockM = 64).
+  // dQ (kBlockM × kHeadDim) in two blocks, one per warpgroup: split along the queries
+  // when kBlockM = 128 (D = 64: 64×64 blocks), along the head dim when kHeadDim = 128
+  // (kBlockM × 64 blocks). kDqTiles: the 8-column accumulator tiles of a warpgroup's
+  // block of dQᵀ (its columns are queries).
   static constexpr bool kDqSplitsD = kHeadDim == 128;
+  static constexpr int kDqTiles = kDqSplitsD ? kBlockM / 8 : 8;
+  // A row (key) of dSᵀ: whole 64-query swizzle atoms (80 queries: the second atom holds 16).
+  static constexpr int kDsCols = (kBlockM + 63) / 64 * 64;
   // Owner mode (below): the dQ partial of one query tile, fp32, rows padded by 4 floats
   // (16 bytes, so rows stay cp.async-aligned and the fragment reads spread over banks).
   static constexpr int kAccStride = kHeadDim + 4;
   // TMA dQ: the query tile's dQ partial (fp32) in boxes of 64 rows × 32 columns (128-byte
   // rows, the TMA's 128-byte swizzle), kDqBufs of them; with them the K/V pair is not
-  // double-buffered at D = 128 (kKvBufs), or shared memory would not hold it all.
+  // double-buffered at D = 128 (kKvBufs), or shared memory would not hold it all. (Two
+  // slots at D = 128 with 64-query tiles; with 80, two would not fit.)
   static constexpr int kv_bufs(bool tma) { return tma && kHeadDim == 128 ? 1 : 2; }
-  static constexpr int dq_bufs(bool tma) { return !tma ? 0 : kHeadDim == 128 ? 2 : 1; }
+  static constexpr int dq_bufs(bool tma) { return !tma ? 0 : kHeadDim == 128 && kBlockM == 64 ? 2 : 1; }
   static constexpr size_t kDqTileBytes = size_t(kBlockM) * kHeadDim * sizeof(float);
   // LSE and D of a query tile: the TMA reads kBlockM + 4 floats from the 16-byte boundary
   // at or before the tile's first row (a box must start 16-byte aligned in global
   // memory), into buffers of kLseStride floats (128-byte aligned).
-  static constexpr int kLseBox = kBlockM + 4, kLseStride = kBlockM + 32;
+  static constexpr int kLseBox = kBlockM + 4, kLseStride = (kLseBox + 31) / 32 * 32;
   static constexpr size_t kAccBytes = size_t(kBlockM) * kAccStride * sizeof(float);
   // The dQ tiles (tma); with owner mode the partial of a tile's last contribution shares
   // their room (it is read only at steps that write no tile, after the TMA is done).
@@ -134,18 +141,24 @@ struct Sm90BwdTile {
   // 2 × (LSE, D); slack to align the base to 1024 bytes.
   static constexpr size_t smem_bytes(bool owner, bool tma) {
     return size_t(2 * kv_bufs(tma) * kBlockN + 4 * kBlockM) * kHeadDim * sizeof(bf16) +
-           size_t(kBlockN) * kBlockM * sizeof(bf16) + dq_region(owner, tma) + 4 * kLseStride * sizeof(float) + 1024;
+           size_t(kBlockN) * kDsCols * sizeof(bf16) + dq_region(owner, tma) + 4 * kLseStride * sizeof(float) + 1024;
   }
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim 64 or 128");
-  static_assert(kBlockM == 64 || kBlockM == 128, "wgmma wrappers exist for N = 64 and 128");
-  static_assert(kBlockM * kHeadDim == 2 * 64 * 64 && kBlockM == (kDqSplitsD ? 64 : 128),
-                "dQ is exactly one 64x64 block per warpgroup");
+  static_assert(kHeadDim == 64 ? kBlockM == 128 : kBlockM == 64 || kBlockM == 80,
+                "D = 64: 128-query tiles (two 64x64 dQ blocks); D = 128: 64 or 80 (wgmma wrappers for N = 64, 80)");
 };
 // Registers per thread decide the shapes: dK + dV hold 2·64·D/128 fp32 (128 at D = 128),
-// Sᵀ and dPᵀ 2·64·BM/128 (64 at BM = 64), which leaves no room for BM = 128 at D = 128.
+// Sᵀ and dPᵀ 2·64·BM/128 (64 at BM = 64, 80 at BM = 80), which leaves no room for BM = 128
+// at D = 128. FullFlatTile: the full-mask tile of flat mode (D = 128: 80 queries).
 template <int kHeadDim> struct Sm90BwdConfig;
-template <> struct Sm90BwdConfig<64> { using Tile = Sm90BwdTile<64, /*kBlockM=*/128>; };
-template <> struct Sm90BwdConfig<128> { using Tile = Sm90BwdTile<128, /*kBlockM=*/64>; };
+template <> struct Sm90BwdConfig<64> {
+  using Tile = Sm90BwdTile<64, /*kBlockM=*/128>;
+  using FullFlatTile = Tile;
+};
+template <> struct Sm90BwdConfig<128> {
+  using Tile = Sm90BwdTile<128, /*kBlockM=*/64>;
+  using FullFlatTile = Sm90BwdTile<128, /*kBlockM=*/80>;
+};
 
 // The TMA descriptors of one launch (kernel parameters, __grid_constant__): the loads of
 // each query tile (Q from qkv, dO: boxes of 64 columns × kBlockM rows, 128-byte swizzle;
@@ -153,7 +166,12 @@ template <> struct Sm90BwdConfig<128> { using Tile = Sm90BwdTile<128, /*kBlockM=
 // accumulator (else unused), and the staged stores of dK and dV (dqkv, boxes of 64
 // columns × 64 rows; else unused).
 struct Sm90BwdMaps {
-  CUtensorMap q, dout, lse, delta, dq, dqkv;
+  CUtensorMap q, dout, lse, delta;
+  union {
+    CUtensorMap dq;  // tma and owner modes
+    CUtensorMap kv;  // flat mode with 80-query tiles: K and V from qkv, boxes of 64 rows
+  };
+  CUtensorMap dqkv;
 };
 
 #if FLASHGPT_HAS_WGMMA
@@ -183,7 +201,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #if FLASHGPT_HAS_WGMMA
   constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN;
   constexpr int kKvBufs = Tile::kv_bufs(kTmaDq), kDqBufs = Tile::dq_bufs(kTmaDq);
-  static_assert(BN % BM == 0, "a key tile spans whole query tiles (owner mode's last contribution)");
+  static_assert(BN % BM == 0 || (!kCausal && !kOwner),
+                "a key tile spans whole query tiles (the causal diagonal, owner mode's last contribution)");
+  static_assert(kFlatDq || Tile::kDqTiles == 8, "80-query tiles: flat mode only");
   static_assert(!kOwner || kTmaDq, "owner mode writes dQ through the TMA tile");
   static_assert(!kFlatDq || (kTmaDq && !kOwner), "the flat tile is tma mode's");
   extern __shared__ unsigned char smem_raw[];
@@ -195,8 +215,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   bf16* sV = sK + kKvBufs * BN * D;          // [kv_bufs][BN][D]
   bf16* sQ = sV + kKvBufs * BN * D;          // [2][BM][D]   by step parity
   bf16* sdO = sQ + 2 * BM * D;               // [2][BM][D]
-  bf16* sdSt = sdO + 2 * BM * D;             // [BN][BM]  dSᵀ, keys × queries
-  float* sDq = reinterpret_cast<float*>(sdSt + BN * BM);   // tma: [dq_bufs][BM·D] boxes
+  bf16* sdSt = sdO + 2 * BM * D;             // [kDsCols/64][BN][64]  dSᵀ, keys × queries
+  float* sDq = reinterpret_cast<float*>(sdSt + BN * Tile::kDsCols);  // tma: [dq_bufs][BM·D] boxes
   float* sLse = sDq + Tile::dq_region(kOwner, kTmaDq) / sizeof(float);  // [2][kLseStride]  natural-log LSE
   float* sDelta = sLse + 2 * Tile::kLseStride;                            // [2][kLseStride]
   float* sAcc = sDq;  // owner: [BM][kAccStride], in the dQ tiles' room
@@ -280,14 +300,16 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // arrive as zeros), completing on kv_full, whose phase takes three arrivals: each
   // warpgroup's first thread for the warpgroup's 64 rows of V (only its dPᵀ reads them),
   // thread 0 for K (both warpgroups' dQ reads all of it). One thread issues what took all
-  // 256 threads' cp.async and a wait with a barrier.
+  // 256 threads' cp.async and a wait with a barrier. (80-query tiles: the Q map's boxes
+  // are 80 rows; K and V have a map of their own.)
   __shared__ alignas(8) uint64_t kv_full;
+  const CUtensorMap* kv_map = BM == 64 ? &maps.q : &maps.kv;
   auto issue_v_rows = [&](int it, int half) {
     const int bh = item_bh(it), n0 = item_n(it) * BN + half * 64;
     sm90::mbar_arrive_expect_tx(&kv_full, 64 * D * sizeof(bf16));
 #pragma unroll
     for (int c = 0; c < D / 64; ++c)
-      sm90::tma_load_3d(sV + c * BN * 64 + half * 64 * 64, &maps.q, &kv_full, (2 * p.H + bh % p.H) * D + c * 64, n0,
+      sm90::tma_load_3d(sV + c * BN * 64 + half * 64 * 64, kv_map, &kv_full, (2 * p.H + bh % p.H) * D + c * 64, n0,
                         bh / p.H);
   };
   auto issue_k = [&](int it) {
@@ -297,7 +319,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     for (int half = 0; half < BN / 64; ++half)
 #pragma unroll
       for (int c = 0; c < D / 64; ++c)
-        sm90::tma_load_3d(sK + c * BN * 64 + half * 64 * 64, &maps.q, &kv_full, (p.H + bh % p.H) * D + c * 64,
+        sm90::tma_load_3d(sK + c * BN * 64 + half * 64 * 64, kv_map, &kv_full, (p.H + bh % p.H) * D + c * 64,
                           n0 + half * 64, bh / p.H);
   };
   // Q, dO, LSE and D of query tile m of item it into buffer buf, by TMA from thread 0,
@@ -361,7 +383,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // kStageDkDv stages an item's dK and dV (the item's end, below): at D = 64 in sdSt's
   // room, which holds both; at D = 128 (64 KB, sdSt 16 KB) warpgroup 0's in the step's Q
   // and dO buffers and warpgroup 1's in the dQ slot that the TMA has finished reading.
-  static_assert(!kStageDkDv || (D == 64 ? 2 * BN * D <= BN * BM : kDqBufs == 2 && !kOwner),
+  static_assert(!kStageDkDv || (D == 64 ? 2 * BN * D <= BN * BM : !kOwner && (kDqBufs == 2 || BN * Tile::kDsCols >= 2 * 64 * D)),
                 "dK and dV of the key tile fit the stage");
   // kEarlyKv (one K/V buffer): the next item's K and V load during this item's last
   // step, each once its last reader is done with it (below), rather than at the next
@@ -638,15 +660,15 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // block dq_d0/64); both MN-major. TMA dQ (tma and owner modes): dQᵀ = Kᵀ·dSᵀ
     // instead, the same two operands swapped, so that each register's stores below meet
     // 32 banks (atomic mode keeps dQ: its float2 atomics go to global memory).
-    float dq[8][4];
+    float dq[Tile::kDqTiles][4];
     const uint64_t ds_desc_t = sm90::make_desc(dst_base + (dq_q0 / 64) * BN * 128, BN * 128, sm90::kSwizzleAtom);
     const uint64_t k_desc_t = sm90::make_desc(k_base + (dq_d0 / 64) * BN * 128, BN * 128, sm90::kSwizzleAtom);
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
       const uint64_t ds = sm90::desc_advance(ds_desc_t, kk * 16 * 128), kd = sm90::desc_advance(k_desc_t, kk * 16 * 128);
-      sm90::wgmma_ss_n64_t</*kTransA=*/1, /*kTransB=*/1>(dq, kTmaDq ? kd : ds, kTmaDq ? ds : kd,
-                                                         /*accumulate=*/kk > 0);
+      sm90::wgmma_ss_t<Tile::kDqTiles * 8, /*kTransA=*/1, /*kTransB=*/1>(dq, kTmaDq ? kd : ds, kTmaDq ? ds : kd,
+                                                                       /*accumulate=*/kk > 0);
     }
     sm90::wgmma_commit();
     if constexpr (kPreissueS) {
@@ -677,10 +699,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       if constexpr (kFlatDq) {
         // This warpgroup's 64×64 block of dQᵀ in register order: quad j of every thread of
         // a warp is 512 consecutive bytes (dq_tile.h's flat tile).
-        const uint32_t block = smem_u32(sDq) + (dq_slot(buf) * BM * D + wg * dq_tile::kFlatBlockFloats) * 4;
+        const uint32_t block = smem_u32(sDq) + (dq_slot(buf) * BM * D + wg * dq_tile::flat_block_floats(D, BM)) * 4;
         const uint32_t base = sm90::opaque(block + dq_tile::flat_index(tid % 128, 0) * 4);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) st_shared_v4_f32(base + dq_tile::flat_index(0, j) * 4, dq[j]);
+        for (int j = 0; j < Tile::kDqTiles; ++j) st_shared_v4_f32(base + dq_tile::flat_index(0, j) * 4, dq[j]);
       } else {
         // This warpgroup's 64×64 block into the tile's boxes (64 rows × 32 columns, 128-byte
         // rows whose 16-byte chunks are XOR-swizzled by row % 8, as the TMA reads them);
@@ -760,7 +782,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         dk_tile = sdSt + wg * 2 * 64 * D;
         dv_tile = dk_tile + 64 * D;
       } else {
-        dk_tile = wg == 0 ? sQ + buf * BM * D : reinterpret_cast<bf16*>(sDq + dq_slot(buf ^ 1) * BM * D);
+        dk_tile = wg == 0      ? sQ + buf * BM * D
+                  : kDqBufs == 2 ? reinterpret_cast<bf16*>(sDq + dq_slot(buf ^ 1) * BM * D)
+                                 : sdSt;  // (80-query tiles: one dQ slot; the padded dSᵀ holds the 32 KB)
         dv_tile = wg == 0 ? sdO + buf * BM * D : dk_tile + 64 * D;
       }
       // (Laundered: hoisted out of the loop, the address spilled.)
@@ -835,6 +859,7 @@ void launch_main(const FlashParams& p, int64_t grid, cudaStream_t stream) {
   Sm90BwdMaps maps{};
   maps.q = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, BM, "qkv");
   maps.dout = bf16_rows_tensor_map(p.dout, p.o_row_stride, p.T, p.B, BM, "dout");
+  if constexpr (BM != 64) maps.kv = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, 64, "qkv");
   if constexpr (kStageDkDv) maps.dqkv = bf16_rows_tensor_map(p.dqkv, p.qkv_row_stride, p.T, p.B, 64, "dqkv");
   {
     // Flat (B·H·T): the box at the 16-byte boundary at or before element bh·T + m·BM, so
@@ -890,7 +915,7 @@ __global__ void __launch_bounds__(kFlatPostThreads) flash_bwd_flat_dq_postproces
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     // floats 4k + r: rows + (r & 1), columns + 8·(r >> 1)
-    const dq_tile::Element e = dq_tile::flat_element(4 * (threadIdx.x + kFlatPostThreads * j), D);
+    const dq_tile::Element e = dq_tile::flat_element(4 * (threadIdx.x + kFlatPostThreads * j), D, BM);
     bf16* o = sOut + e.q * kStride + e.c;
     o[0] = __float2bfloat16_rn(x[j].x * p.scale);
     o[kStride] = __float2bfloat16_rn(x[j].y * p.scale);
@@ -907,34 +932,43 @@ __global__ void __launch_bounds__(kFlatPostThreads) flash_bwd_flat_dq_postproces
   }
 }
 
+// Flat mode: the preprocess, the main kernel and the postprocess with query tiles of
+// Tile::kBlockM rows.
+template <class Tile, bool kCausal>
+void launch_flat(const FlashParams& p, int64_t grid, cudaStream_t stream) {
+  constexpr int D = Tile::kHeadDim;
+  // The accumulator: BM·D floats a (batch·head, query tile), the last tile's rows past T
+  // too (zeroed by the preprocess).
+  const int64_t tiles = int64_t(p.B) * p.H * ((p.T + Tile::kBlockM - 1) / Tile::kBlockM);
+  launch_bwd_preprocess<D>(p, /*zero_floats=*/tiles * Tile::kBlockM * D, stream);  // and the work counter
+  if (stages_dk_dv(DqMode::flat, D, p.T, kCausal))
+    launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/true, /*kStageDkDv=*/true>(p, grid, stream);
+  else
+    launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/true>(p, grid, stream);
+  flash_bwd_flat_dq_postprocess_kernel<Tile><<<unsigned(tiles), kFlatPostThreads, 0, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 template <int kHeadDim, bool kCausal>
 void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream_t stream) {
-  using Tile = typename Sm90BwdConfig<kHeadDim>::Tile;
+  using Config = Sm90BwdConfig<kHeadDim>;
+  using Tile = typename Config::Tile;
   const bool owner = dq == DqMode::owner;
   // flash_attention.cu checks that the item count fits in an int.
   const int64_t units = owner ? int64_t(p.B) * p.H : int64_t((p.T + Tile::kBlockN - 1) / Tile::kBlockN) * p.B * p.H;
   const int64_t grid = max_blocks > 0 ? std::min<int64_t>(units, max_blocks) : units;
-  const bool flat = dq == DqMode::flat;
-  // The accumulator: (B·H, T, D) floats, or, flat, BM·D floats a (batch·head, query tile),
-  // the last tile's rows past T too (zeroed by the preprocess; owner mode needs none).
-  const int64_t tiles = int64_t(p.B) * p.H * ((p.T + Tile::kBlockM - 1) / Tile::kBlockM);
-  const int64_t accum_floats = flat ? tiles * Tile::kBlockM * kHeadDim : int64_t(p.B) * p.H * p.T * kHeadDim;
-  launch_bwd_preprocess<kHeadDim>(p, /*zero_floats=*/owner ? 0 : accum_floats, stream);  // and the work counter
+  if (dq == DqMode::flat) {
+    // Without a mask at D = 128, 80-query tiles (FullFlatTile), as FlashAttention-3.
+    launch_flat<std::conditional_t<kCausal, Tile, typename Config::FullFlatTile>, kCausal>(p, grid, stream);
+    return;
+  }
+  // The accumulator: (B·H, T, D) floats (owner mode needs none).
+  launch_bwd_preprocess<kHeadDim>(p, /*zero_floats=*/owner ? 0 : int64_t(p.B) * p.H * p.T * kHeadDim, stream);
   if (owner) {
     launch_main<Tile, kCausal, /*kOwner=*/true, /*kTmaDq=*/true>(p, grid, stream);
     return;  // dQ is written in bf16 by the kernel: no postprocess
-  }
-  if (flat) {
-    if (stages_dk_dv(dq, kHeadDim, p.T, kCausal))
-      launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/true, /*kStageDkDv=*/true>(p, grid,
-                                                                                                        stream);
-    else
-      launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/true>(p, grid, stream);
-    flash_bwd_flat_dq_postprocess_kernel<Tile><<<unsigned(tiles), kFlatPostThreads, 0, stream>>>(p);
-    CUDA_CHECK_LAUNCH();
-    return;
   }
   if (dq == DqMode::tma && stages_dk_dv(dq, kHeadDim, p.T, kCausal))  // (D = 128 only)
     launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/false, /*kStageDkDv=*/kHeadDim == 128>(

@@ -245,6 +245,27 @@ __device__ __forceinline__ void wgmma_ss_n64_t(float (&d)[8][4], uint64_t desc_a
       : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
 }
 
+// D (64 x 80, fp32) (+)= A (64 x 16, smem) * B (16 x 80, smem), major-ness as
+// wgmma_ss_n64_t's: the backward's Sᵀ and dPᵀ (both K-major) and dQᵀ (both MN-major) with
+// 80-query tiles (D = 128 without a mask, FlashAttention-3's tile there).
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_ss_n80_t(float (&d)[10][4], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, %40, %41, p, 1, 1, %43, %44;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+        "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+}
+
 // Keeps the compiler from moving reads of wgmma accumulators across the wait (the asm
 // statements do not tell it that the registers change asynchronously).
 template <int N>
@@ -273,10 +294,18 @@ __device__ __forceinline__ int warp_uniform(int x) { return __shfl_sync(0xffffff
 #if FLASHGPT_HAS_WGMMA
 template <int N>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint64_t b, int accumulate) {
-  static_assert(N == 64 || N == 128 || N == 176, "wgmma_ss: N = 64, 128 or 176");
+  static_assert(N == 64 || N == 80 || N == 128 || N == 176, "wgmma_ss: N = 64, 80, 128 or 176");
   if constexpr (N == 64) wgmma_ss_n64(d, a, b, accumulate);
+  else if constexpr (N == 80) wgmma_ss_n80_t<0, 0>(d, a, b, accumulate);
   else if constexpr (N == 128) wgmma_ss_n128(d, a, b, accumulate);
   else wgmma_ss_n176(d, a, b, accumulate);
+}
+// wgmma_ss with each operand's major-ness (kTransA / kTransB: 1 = MN-major), N = 64 or 80.
+template <int N, int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_ss_t(float (&d)[N / 8][4], uint64_t a, uint64_t b, int accumulate) {
+  static_assert(N == 64 || N == 80, "wgmma_ss_t: N = 64 or 80");
+  if constexpr (N == 64) wgmma_ss_n64_t<kTransA, kTransB>(d, a, b, accumulate);
+  else wgmma_ss_n80_t<kTransA, kTransB>(d, a, b, accumulate);
 }
 template <int N>
 __device__ __forceinline__ void wgmma_rs_tb(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b) {
