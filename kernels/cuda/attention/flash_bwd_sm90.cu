@@ -11,7 +11,8 @@
 // comment).
 //
 // One block = 2 warpgroups = kBlockN = 128 keys (64 per warpgroup); query tiles of
-// kBlockM rows. Thread 0 loads each query tile's Q, dO, LSE and D by TMA, one step ahead,
+// kBlockM rows: 128 at D = 64; 64 at D = 128, and 80 without a mask in flat mode
+// (FlashAttention-3's tile there; Sm90BwdConfig). Thread 0 loads each query tile's Q, dO, LSE and D by TMA, one step ahead,
 // into two buffers that complete on mbarriers (and the first thread of warpgroup 1 issues
 // the TMA dQ below); both issue just after their warpgroup's Sᵀ and dPᵀ wgmmas, not
 // before: wgmma waits for all four warps of a warpgroup, so TMA work in front of it held
@@ -25,7 +26,8 @@
 //   dK += dSᵀ·Q     the same with dSᵀ and Q
 //   dSᵀ → shared memory (bf16, [key][query]); barrier over both warpgroups
 //   dQ = dS·K       wgmma m64n64k16, A (dS) and B (K) MN-major in smem, all 128 keys;
-//                   each warpgroup takes one 64×64 block of the BM×D tile of dQ (tma
+//                   each warpgroup takes one 64×64 block of the BM×D tile of dQ (80
+//                   queries: dQᵀ's m64n80k16, an 80×64 block; tma
 //                   and owner modes: dQᵀ = Kᵀ·dSᵀ, A and B swapped, for bank-conflict-
 //                   free stores to the tile)
 //   dQ → the (B·H, T, D) fp32 accumulator, in one of four modes (DqMode):
@@ -42,6 +44,9 @@
 //             a thread, not 32 scalar stores) and added by one bulk reduce-add (L2
 //             evict_last) to an accumulator in the same order, B·H·m_blocks tiles of
 //             BM·D floats; its postprocess (below) puts the rows in place. auto's choice.
+//             With 80-query tiles (one slot: two would not fit) each warpgroup's first
+//             thread adds its own block at the step's end (Sm90BwdTile::kEagerDq), and
+//             warpgroup 1 stages dK and dV in dSᵀ's room.
 //     atomic: per-thread 8-byte red.global.add.v2.f32 (every warp's registers stay held
 //             until the atomics drain: ~20% of the stall samples in ncu; 3-22% slower
 //             than tma on an H200)
@@ -126,6 +131,18 @@ struct Sm90BwdTile {
   // slots at D = 128 with 64-query tiles; with 80, two would not fit.)
   static constexpr int kv_bufs(bool tma) { return tma && kHeadDim == 128 ? 1 : 2; }
   static constexpr int dq_bufs(bool tma) { return !tma ? 0 : kHeadDim == 128 && kBlockM == 64 ? 2 : 1; }
+  // With 80-query tiles (flat mode only) each warpgroup hands its own block of the tile
+  // to the TMA as soon as it has written it, at the end of the step (kernel: the flat
+  // tile), not the whole tile at the next step's start: with one slot the reduce-add then
+  // has most of a step to read it before the next step's dQ overwrites it. On an H200
+  // (BENCHMARKS.md, "Forty-fourth session", calls 2 and 3, backward ms, two rounds each,
+  // against the 64-query tiles of two slots): the whole tile at the next step's start ran
+  // 4-7% slower (16 x 16 x 1K 0.800 and 0.794 against 0.769 and 0.766; 1 x 16 x 16K 10.17
+  // and 10.19 against 9.76 and 9.68), each warpgroup's block at the step's end 0.4-3.3%
+  // faster (0.759-0.766 against 0.766-0.769; 9.36-9.54 against 9.68-9.76); each warp's own
+  // part (a warp-major tile, 5 KB a reduce) was slower than that, and the same eager
+  // warpgroup reduce at D = 64 (128-query tiles, one slot) 5% slower at 16 x 32 x 1K.
+  static constexpr bool kEagerDq = kHeadDim == 128 && kBlockM == 80;
   static constexpr size_t kDqTileBytes = size_t(kBlockM) * kHeadDim * sizeof(float);
   // LSE and D of a query tile: the TMA reads kBlockM + 4 floats from the 16-byte boundary
   // at or before the tile's first row (a box must start 16-byte aligned in global
@@ -149,7 +166,12 @@ struct Sm90BwdTile {
 };
 // Registers per thread decide the shapes: dK + dV hold 2·64·D/128 fp32 (128 at D = 128),
 // Sᵀ and dPᵀ 2·64·BM/128 (64 at BM = 64, 80 at BM = 80), which leaves no room for BM = 128
-// at D = 128. FullFlatTile: the full-mask tile of flat mode (D = 128: 80 queries).
+// at D = 128. FullFlatTile: the full-mask tile of flat mode (D = 128: 80 queries, as
+// FlashAttention-3: Sᵀ, dPᵀ and dQᵀ are m64n80 wgmmas, whose operands take less shared-
+// memory bandwidth per flop than m64n64's, and a step's fixed costs cover 25% more work;
+// a sequence's last tile may hold up to 79 masked rows). Measured against the 64-query
+// tiles on an H200: kEagerDq's comment (the masked rows of T = 1024's last tile, 1.5% of
+// its work, included). Under a causal mask key tiles must span whole query tiles.
 template <int kHeadDim> struct Sm90BwdConfig;
 template <> struct Sm90BwdConfig<64> {
   using Tile = Sm90BwdTile<64, /*kBlockM=*/128>;
@@ -552,7 +574,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         issue_q_tile(bh, bh / p.H, bh % p.H, start_m(next_item), buf ^ 1);
       }
     }
-    if constexpr (kTmaDq && !kOwner) issue_pending_dq(buf ^ 1);
+    if constexpr (kTmaDq && !kOwner && !Tile::kEagerDq) issue_pending_dq(buf ^ 1);
     // The claim of the item after next (ordinal + 2), while the tensor cores work on Sᵀ
     // and dPᵀ; the number goes to its slot just before the dQ barrier, so that warp 0
     // waits for the atomic's round trip only if the softmax took less (a store right
@@ -649,7 +671,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     else if (kPreissueS && !same_item) cp_async_wait<0>();  // the next item's K and V, for the next Sᵀ
     // TMA dQ: the reduce that last read this step's dQ slot is done reading it (issued
     // a step ago with two slots; with one, at this step's start).
-    if constexpr (kTmaDq)
+    if constexpr (kTmaDq && !Tile::kEagerDq)
       if (tid == kDqThread) sm90::bulk_wait_read<kDqBufs - 1>();
     if (claimed >= 0) sItem[ordinal & 1] = claimed;  // (thread 0 only)
     sm90::fence_proxy_async();  // st.shared above, read next by wgmma (async proxy)
@@ -697,12 +719,31 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 
     if (kTmaDq && !(kOwner && dq_last)) {
       if constexpr (kFlatDq) {
-        // This warpgroup's 64×64 block of dQᵀ in register order: quad j of every thread of
-        // a warp is 512 consecutive bytes (dq_tile.h's flat tile).
+        // This warpgroup's block of dQᵀ (64×64, or 80 queries × 64 columns) in register
+        // order: quad j of every thread of a warp is 512 consecutive bytes (dq_tile.h's
+        // flat tile).
+        // kEagerDq (80-query tiles, one slot): the reduce-add of this warpgroup's block of
+        // the step before (the warpgroup's first thread issued it) has read it; the block
+        // goes to the TMA once all four warps have written it.
+        if constexpr (Tile::kEagerDq) {
+          if (tid % 128 == 0) sm90::bulk_wait_read<0>();
+          sm90::named_sync(2 + wg, 128);
+        }
         const uint32_t block = smem_u32(sDq) + (dq_slot(buf) * BM * D + wg * dq_tile::flat_block_floats(D, BM)) * 4;
         const uint32_t base = sm90::opaque(block + dq_tile::flat_index(tid % 128, 0) * 4);
 #pragma unroll
         for (int j = 0; j < Tile::kDqTiles; ++j) st_shared_v4_f32(base + dq_tile::flat_index(0, j) * 4, dq[j]);
+        if constexpr (Tile::kEagerDq) {
+          sm90::fence_proxy_async();
+          sm90::named_sync(2 + wg, 128);
+          if (tid % 128 == 0) {
+            constexpr int kBlockFloats = dq_tile::flat_block_floats(D, BM);
+            sm90::bulk_reduce_add_f32(p.dq_accum + (bh * m_blocks + m) * (BM * D) + wg * kBlockFloats,
+                                      sDq + dq_slot(buf) * BM * D + wg * kBlockFloats, kBlockFloats * sizeof(float),
+                                      sm90::createpolicy_evict_last());
+            sm90::bulk_commit();
+          }
+        }
       } else {
         // This warpgroup's 64×64 block into the tile's boxes (64 rows × 32 columns, 128-byte
         // rows whose 16-byte chunks are XOR-swizzled by row % 8, as the TMA reads them);
@@ -722,7 +763,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
             for (int j = 0; j < 8; ++j) st_shared_f32(at + j * 8 * dq_tile::kRowBytes, dq[j][2 * h + e]);
           }
       }
-      if (tid == kDqThread) sDqPending = make_int4(q0, int(bh), kOwner && dq_first, 0);
+      if (!Tile::kEagerDq && tid == kDqThread) sDqPending = make_int4(q0, int(bh), kOwner && dq_first, 0);
     }
     if constexpr (kOwner) {
       // The last contribution: dQᵀ's registers (dq[j][2h + e] is query row dq_q0 + 8j + 2t
@@ -775,7 +816,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       // once the reduce-add that kDqThread issued at this step's start has read it (this
       // step's dQ tile waits in the other slot). The next item's first step waits for the
       // TMA to have read them.
-      if (D == 128 && tid == kDqThread) sm90::bulk_wait_read<0>();
+      if (D == 128 && kDqBufs == 2 && tid == kDqThread) sm90::bulk_wait_read<0>();
       __syncthreads();
       bf16 *dk_tile, *dv_tile;
       if constexpr (D == 64) {
@@ -841,7 +882,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     sm90::fence_proxy_async();
     __syncthreads();
     issue_pending_dq((step - 1) & 1);
-    if (tid == kDqThread) sm90::bulk_wait_all();
+    if (tid == kDqThread || (Tile::kEagerDq && tid % 128 == 0)) sm90::bulk_wait_all();
   }
 #else
   static_assert(Tile::kMTiles > 0 && Tile::kDTiles > 0, "tile shape");
