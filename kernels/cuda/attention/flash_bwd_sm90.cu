@@ -12,12 +12,12 @@
 //
 // One block = 2 warpgroups = kBlockN = 128 keys (64 per warpgroup); query tiles of
 // kBlockM rows: 128 at D = 64; 64 at D = 128, and 80 without a mask in flat mode
-// (FlashAttention-3's tile there; Sm90BwdConfig). Thread 0 loads each query tile's Q, dO, LSE and D by TMA, one step ahead,
-// into two buffers that complete on mbarriers (and the first thread of warpgroup 1 issues
-// the TMA dQ below); both issue just after their warpgroup's Sᵀ and dPᵀ wgmmas, not
-// before: wgmma waits for all four warps of a warpgroup, so TMA work in front of it held
-// the tensor cores back (2-4% of the backward's time on an H200). Per query tile (a
-// step), each warpgroup:
+// (FlashAttention-3's tile there; Sm90BwdConfig). Thread 0 loads each query tile's Q,
+// dO, LSE and D by TMA, one step ahead, into two buffers that complete on mbarriers (and
+// the first thread of warpgroup 1 issues the TMA dQ below); both issue just after their
+// warpgroup's Sᵀ and dPᵀ wgmmas, not before: wgmma waits for all four warps of a
+// warpgroup, so TMA work in front of it held the tensor cores back (2-4% of the
+// backward's time on an H200). Per query tile (a step), each warpgroup:
 //   Sᵀ  = K·Qᵀ      wgmma m64n{BM}k16, A (its 64 keys of K) and B (Q) K-major in smem
 //                   (kPreissueS: issued by the step before, behind its dQ)
 //   dPᵀ = V·dOᵀ     the same with V and dO (issued right behind Sᵀ)
@@ -404,8 +404,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   int step = 0;  // steps done by this block: the Q buffer is its parity
   // kStageDkDv stages an item's dK and dV (the item's end, below): at D = 64 in sdSt's
   // room, which holds both; at D = 128 (64 KB, sdSt 16 KB) warpgroup 0's in the step's Q
-  // and dO buffers and warpgroup 1's in the dQ slot that the TMA has finished reading.
-  static_assert(!kStageDkDv || (D == 64 ? 2 * BN * D <= BN * BM : !kOwner && (kDqBufs == 2 || BN * Tile::kDsCols >= 2 * 64 * D)),
+  // and dO buffers and warpgroup 1's in the dQ slot that the TMA has finished reading
+  // (80-query tiles, one slot: in sdSt, whose padded rows make 32 KB).
+  static_assert(!kStageDkDv || (D == 64 ? 2 * BN * D <= BN * BM
+                                         : !kOwner && (kDqBufs == 2 || BN * Tile::kDsCols >= 2 * 64 * D)),
                 "dK and dV of the key tile fit the stage");
   // kEarlyKv (one K/V buffer): the next item's K and V load during this item's last
   // step, each once its last reader is done with it (below), rather than at the next
@@ -983,7 +985,8 @@ void launch_flat(const FlashParams& p, int64_t grid, cudaStream_t stream) {
   const int64_t tiles = int64_t(p.B) * p.H * ((p.T + Tile::kBlockM - 1) / Tile::kBlockM);
   launch_bwd_preprocess<D>(p, /*zero_floats=*/tiles * Tile::kBlockM * D, stream);  // and the work counter
   if (stages_dk_dv(DqMode::flat, D, p.T, kCausal))
-    launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/true, /*kStageDkDv=*/true>(p, grid, stream);
+    launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/true, /*kStageDkDv=*/true>(p, grid,
+                                                                                                      stream);
   else
     launch_main<Tile, kCausal, /*kOwner=*/false, /*kTmaDq=*/true, /*kFlatDq=*/true>(p, grid, stream);
   flash_bwd_flat_dq_postprocess_kernel<Tile><<<unsigned(tiles), kFlatPostThreads, 0, stream>>>(p);
