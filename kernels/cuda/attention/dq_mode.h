@@ -87,8 +87,12 @@ inline bool stages_dk_dv(DqMode mode, int D, int T, bool causal) {
 // then 16 bytes for the sm90 backward's work counter (so that the size stays a multiple
 // of 16). flash_attention.cu sizes and lays out the workspace by them, and the memory
 // plan (train/memory_plan.cpp) counts it.
+// kFullFlatRows128: the query tile of flat mode at D = 128 without a mask
+// (flash_bwd_sm90.cu's Sm90BwdConfig<128>::FullFlatTile takes it from here).
+inline constexpr int kFullFlatRows128 = 80;
 inline int64_t dq_accum_floats(int64_t B, int64_t T, int64_t H, int64_t D) {
-  const int64_t rows = std::max((T + 127) / 128 * 128, D == 128 ? (T + 79) / 80 * 80 : 0);
+  constexpr int64_t r = kFullFlatRows128;
+  const int64_t rows = std::max((T + 127) / 128 * 128, D == 128 ? (T + r - 1) / r * r : 0);
   return B * H * rows * D;
 }
 inline int64_t backward_workspace_bytes(int64_t B, int64_t T, int64_t H, int64_t D) {

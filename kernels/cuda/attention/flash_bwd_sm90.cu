@@ -143,6 +143,9 @@ struct Sm90BwdTile {
   // part (a warp-major tile, 5 KB a reduce) was slower than that, and the same eager
   // warpgroup reduce at D = 64 (128-query tiles, one slot) 5% slower at 16 x 32 x 1K.
   static constexpr bool kEagerDq = kHeadDim == 128 && kBlockM == 80;
+  // K and V come through the Q map (boxes of kBlockM rows) when its boxes are 64 rows;
+  // 80-query tiles give them a map of their own (Sm90BwdMaps::kv).
+  static constexpr bool kKvMap = kBlockM != 64;
   static constexpr size_t kDqTileBytes = size_t(kBlockM) * kHeadDim * sizeof(float);
   // LSE and D of a query tile: the TMA reads kBlockM + 4 floats from the 16-byte boundary
   // at or before the tile's first row (a box must start 16-byte aligned in global
@@ -179,7 +182,7 @@ template <> struct Sm90BwdConfig<64> {
 };
 template <> struct Sm90BwdConfig<128> {
   using Tile = Sm90BwdTile<128, /*kBlockM=*/64>;
-  using FullFlatTile = Sm90BwdTile<128, /*kBlockM=*/80>;
+  using FullFlatTile = Sm90BwdTile<128, kFullFlatRows128>;  // (80: dq_mode.h sizes the accumulator by it)
 };
 
 // The TMA descriptors of one launch (kernel parameters, __grid_constant__): the loads of
@@ -325,7 +328,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // 256 threads' cp.async and a wait with a barrier. (80-query tiles: the Q map's boxes
   // are 80 rows; K and V have a map of their own.)
   __shared__ alignas(8) uint64_t kv_full;
-  const CUtensorMap* kv_map = BM == 64 ? &maps.q : &maps.kv;
+  const CUtensorMap* kv_map = Tile::kKvMap ? &maps.kv : &maps.q;
   auto issue_v_rows = [&](int it, int half) {
     const int bh = item_bh(it), n0 = item_n(it) * BN + half * 64;
     sm90::mbar_arrive_expect_tx(&kv_full, 64 * D * sizeof(bf16));
@@ -902,7 +905,7 @@ void launch_main(const FlashParams& p, int64_t grid, cudaStream_t stream) {
   Sm90BwdMaps maps{};
   maps.q = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, BM, "qkv");
   maps.dout = bf16_rows_tensor_map(p.dout, p.o_row_stride, p.T, p.B, BM, "dout");
-  if constexpr (BM != 64) maps.kv = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, 64, "qkv");
+  if constexpr (Tile::kKvMap) maps.kv = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, 64, "qkv");
   if constexpr (kStageDkDv) maps.dqkv = bf16_rows_tensor_map(p.dqkv, p.qkv_row_stride, p.T, p.B, 64, "dqkv");
   {
     // Flat (B·H·T): the box at the 16-byte boundary at or before element bh·T + m·BM, so

@@ -118,21 +118,6 @@ __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-// D (64 x 64, fp32) (+)= A (64 x 16, smem) * B (16 x 64, smem, K-major).
-__device__ __forceinline__ void wgmma_ss_n64(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}
 // D (64 x 128, fp32) (+)= A (64 x 16, smem) * B (16 x 128, smem, K-major).
 __device__ __forceinline__ void wgmma_ss_n128(float (&d)[16][4], uint64_t desc_a, uint64_t desc_b, int accumulate) {
   asm volatile(
@@ -227,7 +212,7 @@ __device__ __forceinline__ void wgmma_rs_n128_tb(float (&d)[16][4], const uint32
 
 // D (64 x 64, fp32) (+)= A (64 x 16, smem) * B (16 x 64, smem) with per-operand major-ness:
 // kTransA / kTransB = 1 when that operand is MN-major (stored [k][m] / [k][n], the 64
-// contiguous elements along M / N), 0 when K-major. The backward's dQ = dS·K reads dS
+// contiguous elements along M / N), 0 when K-major (wgmma_ss<64>: both). The backward's dQ = dS·K reads dS
 // from a [key][query] tile and K from a [key][d] tile: both MN-major.
 template <int kTransA, int kTransB>
 __device__ __forceinline__ void wgmma_ss_n64_t(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b, int accumulate) {
@@ -295,7 +280,7 @@ __device__ __forceinline__ int warp_uniform(int x) { return __shfl_sync(0xffffff
 template <int N>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint64_t b, int accumulate) {
   static_assert(N == 64 || N == 80 || N == 128 || N == 176, "wgmma_ss: N = 64, 80, 128 or 176");
-  if constexpr (N == 64) wgmma_ss_n64(d, a, b, accumulate);
+  if constexpr (N == 64) wgmma_ss_n64_t<0, 0>(d, a, b, accumulate);
   else if constexpr (N == 80) wgmma_ss_n80_t<0, 0>(d, a, b, accumulate);
   else if constexpr (N == 128) wgmma_ss_n128(d, a, b, accumulate);
   else wgmma_ss_n176(d, a, b, accumulate);
