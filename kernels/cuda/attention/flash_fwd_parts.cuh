@@ -9,7 +9,11 @@
 
 namespace flashgpt::cuda::attn {
 
-// Scores of keys >= T, and (causal) of keys after the query, become -inf.
+// Scores of keys >= T, and (causal) of keys after the query, become -inf. A key is
+// masked when it comes after the last key its row sees (T − 1, or under a causal mask the
+// row itself if that comes first), so each row takes one bound, as an offset from this
+// thread's first column, and each score one compare against its column's offset, a
+// constant of the unrolled loop.
 template <class Tile, bool kCausal>
 __device__ __forceinline__ void apply_mask(float (&s)[Tile::kMTiles][Tile::kNTiles][4],
                                            int warp_row0, int n0, int T, int lane) {
@@ -17,13 +21,15 @@ __device__ __forceinline__ void apply_mask(float (&s)[Tile::kMTiles][Tile::kNTil
 #pragma unroll
   for (int mt = 0; mt < Tile::kMTiles; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < Tile::kNTiles; ++nt)
+    for (int half = 0; half < 2; ++half) {
+      const int row = warp_row0 + mt * 16 + g + half * 8;
+      const int last = (kCausal ? min(row, T - 1) : T - 1) - n0 - 2 * t;  // columns n0 + 2t + c, c > last: masked
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int row = warp_row0 + mt * 16 + g + (i >> 1) * 8;
-        const int col = n0 + nt * 8 + 2 * t + (i & 1);
-        if (col >= T || (kCausal && col > row)) s[mt][nt][i] = -INFINITY;
-      }
+      for (int nt = 0; nt < Tile::kNTiles; ++nt)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+          if (nt * 8 + j > last) s[mt][nt][2 * half + j] = -INFINITY;
+    }
 }
 
 // Online softmax step without touching O: updates the running max/sum, turns s into P
