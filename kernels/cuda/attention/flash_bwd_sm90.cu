@@ -591,30 +591,48 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     sm90::fence_accumulators(s);
 
     // Pᵀ = exp2(Sᵀ·scale·log2e − LSE·log2e); masked: queries >= T, keys >= T and
-    // (causal) keys after the query. Accumulator row = key, column = query: a key row sees
-    // the queries from its own position (causal; else 0) to T − 1, none if the key is >= T,
-    // as offsets c = 8·nt + (i & 1) from this thread's first column q0 + 2t: first <= c <=
-    // last, two compares a score against constants of the unrolled loop (against about
-    // four instructions a score before).
+    // (causal) keys after the query. Accumulator row = key, column = query.
     const bool needs_mask = q0 + BM > p.T || n0 + BN > p.T || (kCausal && n0 + BN - 1 > q0);
-    if (needs_mask) {
-      const int last = p.T - 1 - q0 - 2 * t;
+    if constexpr (D == 64) {
+      // A key row sees the queries from its own position (causal; else 0) to T − 1, none
+      // if the key is >= T: as offsets c = 8·nt + (i & 1) from this thread's first column
+      // q0 + 2t, first <= c <= last, two compares a score against constants of the
+      // unrolled loop (about 2.5 instructions a masked score against 4.5), then one
+      // exponential loop, where ptxas had compiled a masked and an unmasked copy: 1.4-5%
+      // faster at D = 64 under a causal mask; at D = 128 0.3-1.8% slower (8K and 16K
+      // causal), so the per-score test stays there (BENCHMARKS.md, "Forty-fifth session").
+      if (needs_mask) {
+        const int last = p.T - 1 - q0 - 2 * t;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int key = n0 + warp_key0 + g + h * 8;
-        const int first = key >= p.T ? BM : (kCausal ? key : 0) - q0 - 2 * t;
+        for (int h = 0; h < 2; ++h) {
+          const int key = n0 + warp_key0 + g + h * 8;
+          const int first = key >= p.T ? BM : (kCausal ? key : 0) - q0 - 2 * t;
 #pragma unroll
-        for (int nt = 0; nt < Tile::kMTiles; ++nt)
+          for (int nt = 0; nt < Tile::kMTiles; ++nt)
 #pragma unroll
-          for (int j = 0; j < 2; ++j)
-            if (nt * 8 + j < first || nt * 8 + j > last) s[nt][2 * h + j] = -INFINITY;
+            for (int j = 0; j < 2; ++j)
+              if (nt * 8 + j < first || nt * 8 + j > last) s[nt][2 * h + j] = -INFINITY;
+        }
       }
+#pragma unroll
+      for (int nt = 0; nt < Tile::kMTiles; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          s[nt][i] = fast_exp2(fmaf(s[nt][i], p.scale_log2, -cLse[nt * 8 + 2 * t + (i & 1)] * kLog2e));
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < Tile::kMTiles; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int col = nt * 8 + 2 * t + (i & 1);
+          float x = s[nt][i];
+          if (needs_mask) {
+            const int key = n0 + warp_key0 + g + (i >> 1) * 8, qry = q0 + col;
+            if (qry >= p.T || key >= p.T || (kCausal && key > qry)) x = -INFINITY;
+          }
+          s[nt][i] = fast_exp2(fmaf(x, p.scale_log2, -cLse[col] * kLog2e));
+        }
     }
-#pragma unroll
-    for (int nt = 0; nt < Tile::kMTiles; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        s[nt][i] = fast_exp2(fmaf(s[nt][i], p.scale_log2, -cLse[nt * 8 + 2 * t + (i & 1)] * kLog2e));
     // Pᵀ and dSᵀ as bf16 A fragments (k-step kk = queries 16kk..) for dV += Pᵀ·dO and
     // dK += dSᵀ·Q (k-step kk is queries 16kk.. = 16 rows of 128 bytes; the head dim spans
     // D/64 column blocks, BM·128 bytes apart: the leading-dimension offset, MN-major).
