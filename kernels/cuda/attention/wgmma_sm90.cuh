@@ -277,20 +277,20 @@ __device__ __forceinline__ uint32_t opaque(uint32_t x) {
 __device__ __forceinline__ int warp_uniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
 
 #if FLASHGPT_HAS_WGMMA
-template <int N>
-__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint64_t b, int accumulate) {
-  static_assert(N == 64 || N == 80 || N == 128 || N == 176, "wgmma_ss: N = 64, 80, 128 or 176");
-  if constexpr (N == 64) wgmma_ss_n64_t<0, 0>(d, a, b, accumulate);
-  else if constexpr (N == 80) wgmma_ss_n80_t<0, 0>(d, a, b, accumulate);
-  else if constexpr (N == 128) wgmma_ss_n128(d, a, b, accumulate);
-  else wgmma_ss_n176(d, a, b, accumulate);
-}
 // wgmma_ss with each operand's major-ness (kTransA / kTransB: 1 = MN-major), N = 64 or 80.
 template <int N, int kTransA, int kTransB>
 __device__ __forceinline__ void wgmma_ss_t(float (&d)[N / 8][4], uint64_t a, uint64_t b, int accumulate) {
   static_assert(N == 64 || N == 80, "wgmma_ss_t: N = 64 or 80");
   if constexpr (N == 64) wgmma_ss_n64_t<kTransA, kTransB>(d, a, b, accumulate);
   else wgmma_ss_n80_t<kTransA, kTransB>(d, a, b, accumulate);
+}
+// Both operands K-major.
+template <int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint64_t b, int accumulate) {
+  static_assert(N == 64 || N == 80 || N == 128 || N == 176, "wgmma_ss: N = 64, 80, 128 or 176");
+  if constexpr (N == 64 || N == 80) wgmma_ss_t<N, 0, 0>(d, a, b, accumulate);
+  else if constexpr (N == 128) wgmma_ss_n128(d, a, b, accumulate);
+  else wgmma_ss_n176(d, a, b, accumulate);
 }
 template <int N>
 __device__ __forceinline__ void wgmma_rs_tb(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b) {
