@@ -46,16 +46,11 @@ __device__ __forceinline__ void softmax_step(float (&s)[Tile::kMTiles][Tile::kNT
   for (int mt = 0; mt < Tile::kMTiles; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {  // rows g and g+8 of the 16-row tile
-      // The row's max by a tree of pairwise maxima (a chain of kNTiles dependent FMNMX
-      // before: the exponentials wait for it), then across the quad.
-      float part[Tile::kNTiles];
+      float mx = row_max[mt][half];
 #pragma unroll
-      for (int nt = 0; nt < Tile::kNTiles; ++nt) part[nt] = fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]);
-#pragma unroll
-      for (int w = 1; w < Tile::kNTiles; w *= 2)
-#pragma unroll
-        for (int k = 0; k + w < Tile::kNTiles; k += 2 * w) part[k] = fmaxf(part[k], part[k + w]);
-      float mx = quad_max(fmaxf(row_max[mt][half], part[0]));
+      for (int nt = 0; nt < Tile::kNTiles; ++nt)
+        mx = fmaxf(mx, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
+      mx = quad_max(mx);
       // A row that has seen only masked keys keeps max -inf: subtract 0 instead, which
       // avoids (-inf) − (-inf) = NaN; its P is then exp2(-inf) = 0.
       const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
