@@ -6,18 +6,23 @@
 #   FILE.tgz    a whole earlier tree (the device gets no .git, so make it here first:
 #               `git archive REV | gzip > base.tgz`), configured and built in /tmp/ab/LABEL;
 #   FILE.patch  a diff against this tree (`git diff HEAD~2 -- FILE.cu > base.patch`, or
-#               -R the other way) of .cu/.cpp files of the library only: those files are
-#               patched in a copy, compiled with this build's own commands, put in a copy of
-#               its libflashgpt_core.a and linked, so a one-kernel variant costs one
-#               compile, not a build.
+#               -R the other way). One of .cu/.cpp files of the library only: those files
+#               are patched in a copy, compiled with this build's own commands, put in a
+#               copy of its libflashgpt_core.a and linked, so a one-kernel variant costs one
+#               compile, not a build. Any other (a header, a .cuh shared by kernels): a copy
+#               of this tree, patched, built like a .tgz tree.
 #   scripts/ab_bench.sh OUTDIR LABEL=FILE [LABEL=FILE ...] [--label=NAME] [--paths=P1,P2]
-#                       [--no-sweep] [--no-step] [--no-long] [--archs=90a] [--dry-run]
+#                       [--shape=B,H,T,D[,full] ...] [--rounds=2] [--no-sweep] [--no-step]
+#                       [--no-long] [--archs=90a] [--dry-run]
 # This tree is labelled `new` (--label) and built in build/ (Release, --archs, default 90a,
 # with the tests, so that scripts/test_gpu.sh can follow in the same call).
 # Measured, in OUTDIR:
 #   pairs.log   `bench attention` at GPT-2 124M's shape (B 64, H 12, T 1024, D 64 causal)
-#               and at one T = 65,536 sequence (H 12, D 64 causal), then (unless --no-long)
-#               the long-context training step (T = 65,536, B = 1, no recompute)
+#               and at one T = 65,536 sequence (H 12, D 64 causal), or at the --shape
+#               shapes (B batch, H heads, T tokens, D head dim; `full`: no causal mask),
+#               each with FLASHGPT_BENCH_HOLD_US=1000 (as the sweep), binaries alternating
+#               shape by shape, --rounds times; then (unless --no-long) the long-context
+#               training step (T = 65,536, B = 1, no recompute)
 #   step.log    the GPT-2 124M training step (`bench train`, B = 64, 20 steps after 5)
 #   sweep.log   scripts/bench_attention.py over every binary (--paths, default auto), with
 #               PyTorch's FA2 and cuDNN in the same run
@@ -25,13 +30,20 @@
 set -uo pipefail
 [[ $# -ge 1 ]] || { sed -n '2,25p' "$0"; exit 2; }
 out=$(realpath -m "$1"); shift
-trees=() paths=auto sweep=1 step=1 longstep=1 dry=0 self=new archs=90a
+trees=() shapes=() paths=auto sweep=1 step=1 longstep=1 dry=0 self=new archs=90a rounds=2
 for a in "$@"; do
   case $a in
     --paths=*) paths=${a#--paths=} ;;
+    --shape=*)
+      [[ ${a#--shape=} =~ ^[1-9][0-9]*,[1-9][0-9]*,[1-9][0-9]*,(64|128)(,full)?$ ]] ||
+        { echo "ab_bench.sh: --shape wants B,H,T,D or B,H,T,D,full (D 64 or 128), got '${a#--shape=}'" >&2; exit 2; }
+      shapes+=("${a#--shape=}") ;;
+    --rounds=*)
+      rounds=${a#--rounds=}
+      [[ $rounds =~ ^[1-9]$ ]] || { echo "ab_bench.sh: --rounds wants 1 to 9, got '$rounds'" >&2; exit 2; } ;;
     --label=*) self=${a#--label=} ;;
     --archs=*) archs=${a#--archs=} ;;
-    --paths|--label|--archs) echo "ab_bench.sh: write $a=VALUE" >&2; exit 2 ;;
+    --paths|--label|--archs|--shape|--rounds) echo "ab_bench.sh: write $a=VALUE" >&2; exit 2 ;;
     --no-sweep) sweep=0 ;;
     --no-step) step=0 ;;
     --no-long) longstep=0 ;;
@@ -55,25 +67,33 @@ for t in "${trees[@]}"; do
   [[ -f $file || $dry == 1 ]] || { echo "ab_bench.sh: no file '$file'" >&2; exit 2; }
   case $file in
     *.tgz|*.tar.gz) kinds+=(tree) ;;
-    *.patch|*.diff) kinds+=(patch)
-      # Only library sources: a header would need every file that includes it rebuilt.
+    *.patch|*.diff)
+      # Library sources are recompiled one by one; anything else (a header needs every file
+      # that includes it rebuilt, main.cpp is not in the library) takes a patched tree.
       if [[ -f $file ]] && grep -E '^\+\+\+ ' "$file" | grep -vqE '^\+\+\+ [^/ ]+/(kernels|src|layers|optim|data|train)/[^[:space:]]*\.(cu|cpp)([[:space:]].*)?$'; then
-        echo "ab_bench.sh: $file may change only .cu/.cpp files of the library (not main.cpp, headers or tests)" >&2; exit 2
+        kinds+=(patched-tree)
+      else
+        kinds+=(patch)
       fi ;;
     *) echo "ab_bench.sh: '$file' is neither a .tgz tree nor a .patch" >&2; exit 2 ;;
   esac
   labels+=("$label") bins+=("/tmp/ab/$label/flashgpt") files+=("$file")
 done
 
-# Builds: this tree and the .tgz trees at once, the cores shared out; then the patches.
+# Builds: this tree, the .tgz trees and the patched trees at once, the cores shared out;
+# then the library patches.
 ntrees=0; for k in "${kinds[@]}"; do [[ $k == patch ]] || ntrees=$((ntrees + 1)); done
 jobs=$(( $(nproc) / ntrees )); (( jobs >= 1 )) || jobs=1
 cfg="-DCMAKE_BUILD_TYPE=Release -DFLASHGPT_CUDA=ON -DFLASHGPT_CUDA_ARCHS='$archs'"
 run "cmake -S . -B build $cfg -DBUILD_TESTING=ON > '$out/build_$self.log' 2>&1 && cmake --build build -j$jobs --target flashgpt flashgpt_tests >> '$out/build_$self.log' 2>&1 &"
 for ((i = 1; i < ${#labels[@]}; ++i)); do
-  [[ ${kinds[$i]} == tree ]] || continue
-  label=${labels[$i]} tgz=${files[$i]}
-  run "rm -rf /tmp/ab/$label && mkdir -p /tmp/ab/$label/src && tar xzf '$tgz' -C /tmp/ab/$label/src && cmake -S /tmp/ab/$label/src -B /tmp/ab/$label/build $cfg -DBUILD_TESTING=OFF > '$out/build_$label.log' 2>&1 && cmake --build /tmp/ab/$label/build -j$jobs --target flashgpt >> '$out/build_$label.log' 2>&1 && cp /tmp/ab/$label/build/flashgpt /tmp/ab/$label/flashgpt &"
+  label=${labels[$i]} file=${files[$i]}
+  case ${kinds[$i]} in
+    tree) unpack="tar xzf '$file' -C /tmp/ab/$label/src" ;;
+    patched-tree) unpack="tar cf - --exclude=./build --exclude=./.git --exclude=./cache . | tar xf - -C /tmp/ab/$label/src && patch -s -d /tmp/ab/$label/src -p1 < '$file'" ;;
+    *) continue ;;
+  esac
+  run "rm -rf /tmp/ab/$label && mkdir -p /tmp/ab/$label/src && $unpack && cmake -S /tmp/ab/$label/src -B /tmp/ab/$label/build $cfg -DBUILD_TESTING=OFF > '$out/build_$label.log' 2>&1 && cmake --build /tmp/ab/$label/build -j$jobs --target flashgpt >> '$out/build_$label.log' 2>&1 && cp /tmp/ab/$label/build/flashgpt /tmp/ab/$label/flashgpt &"
 done
 run wait
 # A patch variant: the patched files compiled by this build's commands (compile_commands.json)
@@ -119,13 +139,24 @@ for ((i = 0; i < ${#labels[@]}; ++i)); do
 done
 
 long="--set model.max_seq_len=65536 --set train.seq_len=65536 --set train.batch_size=1 --set train.total_batch=0 --set train.recompute=none"
-for rep in 1 2; do
+# The attention shapes: --shape's, else GPT-2's and one 64K-token sequence.
+attn=()
+for sh in "${shapes[@]}"; do
+  IFS=, read -r sb shh st sd sfull <<< "$sh"
+  attn+=("--batch $sb --heads $shh --seq $st --head-dim $sd${sfull:+ --full} --warmup 3 --iters 20")
+done
+[[ ${#attn[@]} -gt 0 ]] || attn=("--batch 64 --heads 12 --seq 1024 --head-dim 64 --warmup 3 --iters 20"
+                                 "--batch 1 --heads 12 --seq 65536 --head-dim 64 --warmup 2 --iters 5")
+for ((rep = 1; rep <= rounds; ++rep)); do
+  for a in "${attn[@]}"; do
+    for ((i = 0; i < ${#labels[@]}; ++i)); do
+      run "echo \"${labels[$i]} r$rep \$(FLASHGPT_BENCH_HOLD_US=1000 ${bins[$i]} bench attention $a 2>&1 | grep B=)\" >> '$out/pairs.log'"
+    done
+  done
+  [[ $longstep == 0 ]] && continue
   for ((i = 0; i < ${#labels[@]}; ++i)); do
-    b=${bins[$i]}
-    run "echo '== ${labels[$i]} (round $rep)' >> '$out/pairs.log'"
-    run "$b bench attention --batch 64 --heads 12 --seq 1024 --head-dim 64 --warmup 3 --iters 20 2>&1 | grep B= >> '$out/pairs.log'"
-    run "$b bench attention --batch 1 --heads 12 --seq 65536 --head-dim 64 --warmup 2 --iters 5 2>&1 | grep B= >> '$out/pairs.log'"
-    [[ $longstep == 0 ]] || run "$b bench train $long --warmup 2 --steps 5 2>&1 | grep -E 'step time|throughput' >> '$out/pairs.log'"
+    run "echo '== ${labels[$i]} long step (round $rep)' >> '$out/pairs.log'"
+    run "${bins[$i]} bench train $long --warmup 2 --steps 5 2>&1 | grep -E 'step time|throughput' >> '$out/pairs.log'"
   done
 done
 if [[ $step == 1 ]]; then
