@@ -64,23 +64,18 @@ __device__ __forceinline__ void softmax_step(float (&s)[Tile::kMTiles][Tile::kNT
       // that was not measured.)
       alpha[mt][half] = mx == row_max[mt][half] ? 1.f : fast_exp2(row_max[mt][half] * scale_log2 - m_scaled);
       row_max[mt][half] = mx;
-      // Per-thread partial row sum (alpha is the same for the 4 threads of a row, so the
-      // quad reduction can wait until the epilogue), by a tree of pairwise sums: a chain of
-      // 2·kNTiles dependent FADDs before.
-      float part_sum[Tile::kNTiles];
+      // Per-thread partial row sum: alpha is the same for the 4 threads of a row, so the
+      // quad reduction can wait until the epilogue.
+      float sum = 0.f;
 #pragma unroll
-      for (int nt = 0; nt < Tile::kNTiles; ++nt) {
-        float& x0 = s[mt][nt][2 * half];
-        float& x1 = s[mt][nt][2 * half + 1];
-        x0 = fast_exp2(fmaf(x0, scale_log2, -m_scaled));
-        x1 = fast_exp2(fmaf(x1, scale_log2, -m_scaled));
-        part_sum[nt] = x0 + x1;
-      }
+      for (int nt = 0; nt < Tile::kNTiles; ++nt)
 #pragma unroll
-      for (int w = 1; w < Tile::kNTiles; w *= 2)
-#pragma unroll
-        for (int k = 0; k + w < Tile::kNTiles; k += 2 * w) part_sum[k] += part_sum[k + w];
-      row_sum[mt][half] = row_sum[mt][half] * alpha[mt][half] + part_sum[0];
+        for (int j = 0; j < 2; ++j) {
+          float& x = s[mt][nt][2 * half + j];
+          x = fast_exp2(fmaf(x, scale_log2, -m_scaled));
+          sum += x;
+        }
+      row_sum[mt][half] = row_sum[mt][half] * alpha[mt][half] + sum;
     }
 }
 
