@@ -20,32 +20,16 @@ enum class DqMode { atomic, tma, owner, flat };
 
 // The mode for `requested` (the variable's value: auto, atomic, tma, owner or flat; null
 // or empty = auto; anything else is an InputError). auto: flat, at both head dims and
-// with or without a mask. With dK and dV staged in both modes (stages_dk_dv below), flat
-// ran ahead of tma at D = 128 without a mask, where tma had been auto's choice
-// (BENCHMARKS.md, "Thirty-sixth session", call 4, backward ms, two interleaved rounds, one
-// binary): 16 x 16 x 1K 0.776-0.777 against 0.781-0.784, 8 x 16 x 2K 1.341-1.345 against
-// 1.347-1.350, 4 x 16 x 4K 2.477-2.484 against 2.484-2.488, 2 x 16 x 8K 4.720-4.751
-// against 4.773-4.777, 1 x 16 x 16K 9.737-9.795 against 9.757-9.794. Before that staging,
-// at D = 128 (BENCHMARKS.md, "Thirty-fourth session", calls 3 and 4, two sweeps, backward
-// TFLOP/s, flat against tma, with the preprocess zeroing for both): causal 1K +3.0% and
-// +3.7%, 2K to 8K +0.2% to +1.1%, 16K -1.6% and +3.3%; full masks 2K to 16K -0.3% to -1.5%
-// in both, 1K -2.6% and +3.8%. Flat against tma on an H200 (BENCHMARKS.md,
-// "Thirty-second session", calls 1-3, backward, interleaved): at D = 64 1 x 12 x 65,536
-// causal 32.85-33.03 ms against 33.07-33.54 in three calls (with the L2 policy it now
-// has, 32.54-32.90), the long step 638.6-642.8 ms against 644.0-644.7 in two; the sweep's
-// ten D = 64 shapes +1.4% on average (-2% to +3.6%, one run), GPT-2's shape and step
-// level.
-// Measured on an H200 (BENCHMARKS.md): tma beat atomic on every shape measured (tenth
-// session); without a mask tma beat owner at every shape, by 9-37% (twentieth session,
-// call 2). Under a causal mask owner won while tma's items ran key tile major over every
-// (batch, head) pair (fourteenth and twentieth sessions: GPT-2's shape 1.01 against
-// 1.18 ms; D = 128, T = 1K and 2K, by 3.5-15%), and auto took it where the pairs filled the
-// last wave of one block per SM; with tma's items in the head groups of choose_head_group
-// below, tma beat owner at all five such shapes of the sweep ("Twenty-eighth session",
-// calls 1 and 2, backward TFLOP/s): GPT-2's 64 x 12 x 1K 264-265 against 255-258, D = 64
-// 16 x 32 x 1K 259-261 against 256-258, 8 x 32 x 2K 347-351 against 306, 4 x 32 x 4K
-// 425-429 against 330-332; D = 128 16 x 16 x 1K 280-282 against 274-275, 8 x 16 x 2K
-// 377-381 against 320-322. Owner mode stays, on request.
+// with or without a mask. Measured on an H200 (BENCHMARKS.md, interleaved runs):
+// - flat against tma: at D = 128 without a mask, once dK and dV were staged in both, level
+//   to 1.2% ahead from 1K to 16K ("Thirty-sixth session", call 4); at D = 64 1.4% ahead on
+//   average over the sweep's shapes (-2% to +3.6%) and 0.7-1.5% at T = 65,536
+//   ("Thirty-second session").
+// - tma against atomic: ahead at every shape measured ("Tenth session").
+// - tma against owner: 9-37% ahead without a mask ("Twentieth session"); under a causal
+//   mask owner led until tma took its items in head groups (choose_head_group below), then
+//   tma led at every such shape of the sweep, by 0.4-30% ("Twenty-eighth session").
+//   Owner mode stays, on request.
 inline DqMode choose_dq_mode(const char* requested) {
   const std::string v = requested && *requested ? requested : "auto";
   if (v != "auto" && v != "atomic" && v != "tma" && v != "owner" && v != "flat")
@@ -61,21 +45,11 @@ inline DqMode choose_dq_mode(const char* requested) {
 // thread's own 4-byte global stores: at D = 64 in flat mode up to T = 2048, and under a
 // causal mask up to 4096; at D = 128 in tma and flat modes without a mask at every T, and
 // under one up to 4096. (Atomic and owner modes never: their kernels have no stage.)
-// Measured on an H200, staged against not:
-// - D = 64 ("Thirty-fifth session", call 3, backward TFLOP/s in the same sweep): GPT-2's
-//   shape (64 x 12 x 1K) 0.835 ms against 0.894, 16 x 32 x 1K full 404.0 against 389.8,
-//   8 x 32 x 2K causal 387.2 against 373.7, full 452.3 against 449.7, 4 x 32 x 4K causal
-//   453.1 against 447.8; behind from 4K full (482.8 against 488.3) and 8K (full 503.2
-//   against 513.7, 16K full 490.3 against 509.0; T = 65,536 causal 33.18 and 32.89 ms
-//   against 32.69 and 32.60), where an item's one store is rare and the staged kernel's
-//   loop ran slower.
-// - D = 128 ("Thirty-sixth session", call 2, backward ms, two interleaved rounds; causal
-//   in flat mode, full masks in tma mode, auto's): 16 x 16 x 1K causal 0.534-0.535
-//   against 0.574-0.576, full 0.786-0.788 against 0.826; 8 x 16 x 2K causal 0.835 against
-//   0.864, full 1.356-1.357 against 1.394; 4 x 16 x 4K causal 1.396-1.397 against
-//   1.422-1.423, full 2.499 against 2.534-2.535; 2 x 16 x 8K causal 2.553-2.556 against
-//   2.551-2.553, full 4.776-4.892 against 4.870-4.992; 1 x 16 x 16K causal 4.912-5.098
-//   against 4.811-5.026, full 9.929-9.941 against 9.992-10.0.
+// Measured on an H200, staged against not: at D = 64 ahead by 0.6-7% up to those lengths
+// and behind by 1-4% beyond, where an item's one store is rare and the staged loop runs
+// slower ("Thirty-fifth session", call 3); at D = 128 ahead by 1.4-7% up to 4K with both
+// masks and by 0.6-2% without a mask beyond, level to 2% behind under a causal mask from 8K
+// ("Thirty-sixth session", call 2).
 inline bool stages_dk_dv(DqMode mode, int D, int T, bool causal) {
   if (D == 64) return mode == DqMode::flat && T <= (causal ? 4096 : 2048);
   return (mode == DqMode::flat || mode == DqMode::tma) && (!causal || T <= 4096);
@@ -117,27 +91,12 @@ inline int64_t head_group_bytes(int64_t T, int64_t D) { return T * D * 8; }
 // leave a smaller last group at the pair counts measured, ran 1-3% behind those of 16,
 // 32 and 64 around them). With G pairs in a group the blocks in flight, one an SM, hold
 // about sms / G key tiles of each pair, which share its Q, dO and dQ rows in the L2: the
-// cap keeps 2-4 blocks on each.
-// Measured on an H200 (132 SMs, 50 MiB of L2; BENCHMARKS.md, "Twenty-eighth session",
-// calls 2 and 4, two or three rounds, backward TFLOP/s; sixteenth session for T = 65,536):
-//   causal, D = 64: GPT-2's 64 x 12 x 1K, groups of 64 264-265 (48: 265, 128: 249,
-//     every pair 218-220); 16 x 32 x 1K, 64: 260-261 (32: 257, 128: 244, all: 218);
-//     8 x 32 x 2K, 64: 347-351 (32: 344-350, 128: 288, all: 272-274); 4 x 32 x 4K, 32:
-//     425-429 (16: 419-420, 64: 404-416, all: 313-314); 2 x 32 x 8K, 16: 475-480 (all:
-//     415-470); 1 x 32 x 16K, 8: 472-491 (all: 450-458); 1 x 12 x 16K, every pair (96
-//     MiB): 498-500 (8, which left a last group of 4: 466-467; 4: 468-471); 1 x 12 x 32K,
-//     4: 487-492 (2: 482, 8: 484-487, all: 480-481); 1 x 12 x 65,536, 2: 37.76-37.78 ms
-//     against every pair's 38.25 (sixteenth session; 1-4 within 0.5% of each other in
-//     this session's call 1).
-//   causal, D = 128: 16 x 16 x 1K, 32: 280-282 (64: 278-281, 128: 238-240, all: 229-231);
-//     8 x 16 x 2K, 32: 378-381 (16: 371-372, 64: 375, all: 287-288); 4 x 16 x 4K, 32: 465
-//     (16: 456-460, all: 444-446); 2 x 16 x 8K, 16: 490-527 (all: 479-524, a spread of up
-//     to 9% in both); 1 x 16 x 16K, 8: 510-519 (all: 502-537); 1 x 16 x 32K, 4: 525-526
-//     (8: 525-526, all: 520-521); 1 x 16 x 65,536, 2: 525-527 (4: 524-528, all: 519-524).
-//   full masks: 16 x 32 x 1K D 64, 32: 363-365 (the L2 budget alone, 66: 353-355);
-//     16 x 16 x 1K D 128, 32: 397-400 (33: 397-398); from T = 2K the budget decides
-//     (groups of 4-16 within 1-2% of each other; sixteenth session: 2-9% ahead of every
-//     pair).
+// cap keeps 2-4 blocks on each. Measured on an H200 (132 SMs, 50 MiB of L2) at the
+// sweep's shapes and T = 16K-65,536, groups from 2 to every pair ("Twenty-eighth session",
+// calls 2 and 4; "Sixteenth session"): auto's group was the best measured at most shapes
+// and within the runs' spread at the rest (D = 128 from 8K, where runs spread up to 9%);
+// one group of every pair ran 17-27% behind under a causal mask up to 4K and 2-9% behind
+// without a mask.
 inline int64_t choose_head_group(const char* requested, int64_t pairs, int64_t T, int64_t D, bool causal,
                                  int64_t l2_bytes, int64_t sms) {
   const std::string v = requested && *requested ? requested : "auto";

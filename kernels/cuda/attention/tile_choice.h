@@ -42,42 +42,22 @@ inline FwdSchedule parse_forward_schedule(const char* value) {
 }
 
 // The sm90ws forward's tile for head dim D, T tokens, causal or not; `requested` < 0
-// (the knob unset) chooses. Measured on an H200 (BENCHMARKS.md "Twelfth session", call 3,
-// the 21 shapes of the sweep, every tile with the overlapped step): at D = 64 three
-// consumers (tile 1, 192 query rows a block) beat two by 14-27% without a mask and by
-// 8-16% with a causal mask from T = 2048 on, and lose at causal T = 1024 (234.8 against
-// 251.9 TFLOP/s; GPT-2's shape 201.0 against 220.3), where a 192-row block straddles the
-// diagonal for more of its keys. Up to T = 1024 at D = 64 one consumer and two blocks an SM beat both run a
-// block per tile ("Eighteenth session", call 1: causal 287.1 against 251.8, GPT-2's shape
-// 251.8 against 221.7, full 369.1 against 364.2): a block's first loads and its epilogue
-// run under the other block's matmuls. From T = 2048 on, and at D = 128, it loses (up to
-// 22%). Under a causal mask up to T = 1024 tile 0 persistent beats it in turn
-// ("Twenty-fifth session", call 5: 16 x 32 x 1K 297.3-299.5 against 283.0-285.8, GPT-2's
-// shape 268.7-271.6 against 252.3-255.2), so tile 0 is taken there unless the schedule is
-// grid; without a mask it does not (358.5-361.1 against 382.9-387.1). Since the staged
-// epilogues (the grid kernels' O through shared memory and TMA stores, "Thirty-fifth
-// session") three consumers beat one at T = 1024 without a mask ("Thirty-sixth session",
-// call 5, two rounds: 16 x 32 x 1K 391.0-391.3 TFLOP/s against 385.0-386.4; two
-// consumers, grid 351.7-351.8, persistent 369.8-372.1); with a sequence's last query tile
-// starting only its busy consumers ("Thirty-seventh session", call 3) three ran
-// 412.0-413.1 there against 389.2-389.4, and with the three-consumer kernels' warp-uniform
-// consumer index ("Thirty-eighth session", call 6, two rounds) 32 x 32 x 512 342.8-344.3
-// against one consumer's 322.7-322.8, while at 64 x 32 x 256 one still wins (235.3-235.6
-// against 217.4); in between (call 7, two rounds) 48 x 32 x 320 level (237.0 against
-// 236.9-237.0), 40 x 32 x 384 three ahead by 11% (317.8-318.0 against 285.6-285.8: two
-// full 192-row blocks), 36 x 32 x 448 one ahead by 0.4% (277.5-277.7 against 276.5; the
-// last block holds 64 rows). So one consumer is auto's only below T = 320 there (257-319
-// not measured) and, with a causal mask, under the grid schedule (causal 1K, one against
-// tile 0 persistent: 288.3-288.5 against 304.7-305.5). Three consumers under a causal mask
-// at T = 1024, since they skip the key tiles they see none of (call 6): 16 x 32 x 1K grid
-// 289.6-289.7 and persistent 293.6-293.7 against tile 0 persistent's 304.3-304.5, GPT-2's
-// shape 295.3-297.4 against 306.8-307.0; at 32 x 32 x 512 persistent 220.9-221.8 against
-// 227.0-228.2: tile 0 stays.
-// At D = 128 tile 1 (176-key tiles, two stages; FlashAttention-3's tile without a mask)
-// beats tile 0 without a mask from T = 8192 on ("Thirty-third session", call 2, two
-// rounds: 8K 690.8-691.3 TFLOP/s against 679.0-680.4, 16K 708.3-710.6 against
-// 684.2-694.5) and loses below (4K level, 2K 592-596 against 615-617 persistent) and under
-// a causal mask (level to 4% behind).
+// (the knob unset) chooses. Measured on an H200 (BENCHMARKS.md, interleaved runs):
+// - D = 128: tile 1 (176-key tiles, two stages; FlashAttention-3's tile without a mask)
+//   without a mask from T = 8192 on, 1.6-3.9% ahead of tile 0 there; below it level to 4%
+//   behind, and under a causal mask level to 4% behind ("Thirty-third session", call 2).
+// - D = 64 without a mask: three consumers (tile 1, 192 query rows a block) from T = 320,
+//   14-27% ahead of two ("Twelfth session", call 3) and of one consumer by 6% at 512 and
+//   1K, 11% at 384, level at 448 where the last block holds 64 rows ("Thirty-seventh
+//   session", call 3; "Thirty-eighth session", calls 6-7). Below T = 320 one consumer and
+//   two blocks an SM (8% ahead at 256, level at 320): a block's first loads and its
+//   epilogue run under the other block's matmuls.
+// - D = 64 under a causal mask: three consumers from T = 2048, 8-16% ahead of two
+//   ("Twelfth session", call 3); up to T = 1024 tile 0 (two consumers) persistent, ahead
+//   of one consumer by 4-8% ("Twenty-fifth session", call 5; "Thirty-eighth session",
+//   call 6) and of three consumers by 3-5% at 1K and 2.6% at 512 (call 6: a 192-row block
+//   straddles the diagonal for more of its keys); under the grid schedule there, one
+//   consumer.
 inline int sm90ws_forward_tile(int requested, int D, int T, bool causal, FwdSchedule schedule = FwdSchedule::automatic) {
   if (requested >= 0) return requested;
   if (D == 128) return !causal && T >= 8192 ? 1 : 0;
@@ -138,22 +118,15 @@ constexpr int sm90ws_next_turn(int nb, int BN, int turn_offset) { return std::ma
 // kernel (above). auto: persistent at D = 128 up to T = 2048 under a causal mask and up to
 // 4096 without one, and under a causal mask up to T = 16384 at D = 64, where a block per
 // tile, alone on its SM, pays its tile's first loads and its epilogue in the open (cuDNN's
-// forward is persistent there). Measured on an H200 against a block per tile:
-//   D = 128 ("Twenty-fifth session", call 5, three rounds): 1K causal 387.5-390.0 TFLOP/s
-//   against 366.0-368.0, full 539.7-542.8 against 513.2-515.8; 2K causal 490.1-492.5
-//   against 482.0-483.9, full 610.7-612.2 against 600.2-602.6; from 4K on behind, with the
-//   rounds balanced too (persistent_forward_grid; "Twenty-sixth session", call 1): causal
-//   4K 555-563 against 572-574, 8K 601-604 against 627-633, 16K 636-639 against 698-699.
-//   Since the D = 128 persistent kernel's staged O ("Thirty-fifth session"), at 4K without
-//   a mask ("Thirty-sixth session", call 5, two rounds): 676.2-677.2 against 671.6-674.0
-//   (at 1K and 2K persistent stays ahead: 591.1-591.2 against 543.9-545.9, 648.4-651.5
-//   against 624.8-625.3).
-//   D = 64, causal, three consumers (tile 1; "Twenty-sixth session", call 1): 2K 378-387
-//   against 353-355, 4K 433-441 against 413-418, 8K 482 against 476-480; level at 16K
-//   (506-509 against 509-513) and behind at 65,536 (503-528 against 523-540). With its
-//   tiles claimed in groups of 64 pairs ("Forty-first session", call 4, two rounds): 16K
-//   551.6-552.5 against 537.6-537.7 (in rounds 522.8-523.5); at 65,536 (one head group
-//   of 12 pairs) 541.7-558.4 against 569.2-582.8. Up to 1K, see sm90ws_forward_tile.
+// forward is persistent there). Measured on an H200 against a block per tile
+// (BENCHMARKS.md, interleaved runs):
+// - D = 128: 1.3-8% ahead at 1K and 2K with both masks; without a mask level at 4K once
+//   the persistent kernel staged O ("Thirty-sixth session", call 5); under a causal mask
+//   behind from 4K, by 1.6-3.3% there and 9% at 16K ("Twenty-fifth session", call 5;
+//   "Twenty-sixth session", call 1).
+// - D = 64, causal, three consumers: 7-10% ahead at 2K, 4-7% at 4K, 1% at 8K
+//   ("Twenty-sixth session", call 1) and, with its tiles claimed in groups of 64 pairs,
+//   2.6% at 16K; 2-7% behind at 65,536 ("Forty-first session", call 4). Up to 1K, see sm90ws_forward_tile.
 inline bool sm90ws_forward_persistent(FwdSchedule schedule, int tile, int D, int T, bool causal) {
   if (!sm90ws_has_persistent_kernel(sm90ws_consumers(tile, D), sm90ws_block_n(tile, D), causal) ||
       schedule == FwdSchedule::grid)
