@@ -60,15 +60,10 @@ inline DecodePlan plan_decode(int64_t B, int64_t H, int64_t T, int64_t tile, int
 // max_chunk: at head dim 128, when the B·H caches are one an SM or more and hold 32K
 // keys or more, 4096. The wave model alone picks 2-8 splits there up to 128K keys
 // (chunks of 16K keys) and 34 at 256K, which measured slower than chunks of 4096 keys,
-// though the model does not say why: on
-// an H200 at B = 16, H = 16 (BENCHMARKS.md, "Thirtieth session", calls 3 and 4, ms, two
-// rounds each) 64K keys 1.8372 with 16 splits against 1.8484-1.8496 with the model's 4
-// (call 3) and 1.8786-1.8796 against 1.8937-1.8986 (call 4); 128K 3.6588-3.6618 with
-// 32 splits and 3.7515-3.7527 with 36 against 3.7227-3.7262 and 3.8132-3.8198 with 8;
-// 256K 7.4747-7.4762 with 72 against 7.5033-7.5039 with 34; 32K 0.9483-0.9492 with 8
-// against 0.9505-0.9506 with 2. With 8K and 16K keys the cap was 0.4-1.6% slower, and
-// at D = 64 slower at 16K-64K keys (0.3-0.9%) and faster only at 128K (0.9%): the model's
-// chunks stay there.
+// though the model does not say why: on an H200 at B = 16, H = 16 the cap was 0.2-1.7%
+// faster from 32K to 256K keys (BENCHMARKS.md, "Thirtieth session", calls 3 and 4, two
+// rounds each). With 8K and 16K keys it was 0.4-1.6% slower, and at D = 64 slower at
+// 16K-64K keys (0.3-0.9%) and faster only at 128K (0.9%): the model's chunks stay there.
 inline int64_t decode_max_chunk(int64_t B, int64_t H, int64_t T, int D, int64_t sms, int64_t max_chunk) {
   return D == 128 && B * H >= sms && T >= 32768 ? std::min<int64_t>(max_chunk, 4096) : max_chunk;
 }
