@@ -134,12 +134,10 @@ struct Sm90BwdTile {
   // With 80-query tiles (flat mode only) each warpgroup hands its own block of the tile
   // to the TMA as soon as it has written it, at the end of the step (kernel: the flat
   // tile), not the whole tile at the next step's start: with one slot the reduce-add then
-  // has most of a step to read it before the next step's dQ overwrites it. On an H200
-  // (BENCHMARKS.md, "Forty-fourth session", calls 2 and 3, backward ms, two rounds each,
-  // against the 64-query tiles of two slots): the whole tile at the next step's start ran
-  // 4-7% slower (16 x 16 x 1K 0.800 and 0.794 against 0.769 and 0.766; 1 x 16 x 16K 10.17
-  // and 10.19 against 9.76 and 9.68), each warpgroup's block at the step's end 0.4-3.3%
-  // faster (0.759-0.766 against 0.766-0.769; 9.36-9.54 against 9.68-9.76); each warp's own
+  // has most of a step to read it before the next step's dQ overwrites it. On an H200,
+  // against the 64-query tiles of two slots (BENCHMARKS.md, "Forty-fourth session", calls
+  // 2 and 3, two rounds each, 1K and 16K): the whole tile at the next step's start ran
+  // 4-7% slower, each warpgroup's block at the step's end 0.4-3.3% faster; each warp's own
   // part (a warp-major tile, 5 KB a reduce) was slower than that, and the same eager
   // warpgroup reduce at D = 64 (128-query tiles, one slot) 5% slower at 16 x 32 x 1K.
   static constexpr bool kEagerDq = kHeadDim == 128 && kBlockM == 80;
