@@ -80,6 +80,10 @@ for t in "${trees[@]}"; do
   labels+=("$label") bins+=("/tmp/ab/$label/flashgpt") files+=("$file")
 done
 
+# A patch variant's copy of this tree leaves out its builds and OUTDIR (written to
+# meanwhile: tar fails on a file that changes as it reads it).
+skip="--exclude=./build --exclude=./.git --exclude=./cache"
+[[ $out == "$root"/* ]] && skip+=" --exclude='./${out#"$root"/}'"
 # Builds: this tree, the .tgz trees and the patched trees at once, the cores shared out;
 # then the library patches.
 ntrees=0; for k in "${kinds[@]}"; do [[ $k == patch ]] || ntrees=$((ntrees + 1)); done
@@ -90,7 +94,7 @@ for ((i = 1; i < ${#labels[@]}; ++i)); do
   label=${labels[$i]} file=${files[$i]}
   case ${kinds[$i]} in
     tree) unpack="tar xzf '$file' -C /tmp/ab/$label/src" ;;
-    patched-tree) unpack="tar cf - --exclude=./build --exclude=./.git --exclude=./cache . | tar xf - -C /tmp/ab/$label/src && patch -s -d /tmp/ab/$label/src -p1 < '$file'" ;;
+    patched-tree) unpack="tar cf - $skip . | tar xf - -C /tmp/ab/$label/src && patch -s -d /tmp/ab/$label/src -p1 < '$file'" ;;
     *) continue ;;
   esac
   run "rm -rf /tmp/ab/$label && mkdir -p /tmp/ab/$label/src && $unpack && cmake -S /tmp/ab/$label/src -B /tmp/ab/$label/build $cfg -DBUILD_TESTING=OFF > '$out/build_$label.log' 2>&1 && cmake --build /tmp/ab/$label/build -j$jobs --target flashgpt >> '$out/build_$label.log' 2>&1 && cp /tmp/ab/$label/build/flashgpt /tmp/ab/$label/flashgpt &"
@@ -101,7 +105,7 @@ run wait
 build_patch() {
   local label=$1 patchfile=$2 dir=/tmp/ab/$1
   rm -rf "$dir" && mkdir -p "$dir/obj" && cp "$root/build/libflashgpt_core.a" "$dir/lib.a" || return 1
-  (cd "$root" && tar cf - --exclude=./build --exclude=./.git --exclude=./cache .) | (mkdir -p "$dir/src" && cd "$dir/src" && tar xf -) || return 1
+  (cd "$root" && eval "tar cf - $skip .") | (mkdir -p "$dir/src" && cd "$dir/src" && tar xf -) || return 1
   patch -s -d "$dir/src" -p1 < "$patchfile" || return 1
   python3 - "$root" "$dir" "$patchfile" <<'PY' || return 1
 import json, os, re, subprocess, sys
