@@ -141,9 +141,10 @@ struct Sm90BwdTile {
   // part (a warp-major tile, 5 KB a reduce) was slower than that, and the same eager
   // warpgroup reduce at D = 64 (128-query tiles, one slot) 5% slower at 16 x 32 x 1K.
   static constexpr bool kEagerDq = kHeadDim == 128 && kBlockM == 80;
-  // K and V come through the Q map (boxes of kBlockM rows) when its boxes are 64 rows;
-  // 80-query tiles give them a map of their own (Sm90BwdMaps::kv).
-  static constexpr bool kKvMap = kBlockM != 64;
+  // K and V load by TMA only at D = 128 (one K/V buffer, kv_bufs), through the Q map
+  // (boxes of kBlockM rows) when its boxes are 64 rows; 80-query tiles give them a map of
+  // their own (Sm90BwdMaps::kv). D = 64 loads them by cp.async and needs none.
+  static constexpr bool kKvMap = kHeadDim == 128 && kBlockM != 64;
   static constexpr size_t kDqTileBytes = size_t(kBlockM) * kHeadDim * sizeof(float);
   // LSE and D of a query tile: the TMA reads kBlockM + 4 floats from the 16-byte boundary
   // at or before the tile's first row (a box must start 16-byte aligned in global
@@ -326,6 +327,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // 256 threads' cp.async and a wait with a barrier. (80-query tiles: the Q map's boxes
   // are 80 rows; K and V have a map of their own.)
   __shared__ alignas(8) uint64_t kv_full;
+  static_assert(!Tile::kKvMap || kKvBufs == 1, "a K/V map only where K and V load by TMA");
   const CUtensorMap* kv_map = Tile::kKvMap ? &maps.kv : &maps.q;
   auto issue_v_rows = [&](int it, int half) {
     const int bh = item_bh(it), n0 = item_n(it) * BN + half * 64;

@@ -212,8 +212,8 @@ __device__ __forceinline__ void wgmma_rs_n128_tb(float (&d)[16][4], const uint32
 
 // D (64 x 64, fp32) (+)= A (64 x 16, smem) * B (16 x 64, smem) with per-operand major-ness:
 // kTransA / kTransB = 1 when that operand is MN-major (stored [k][m] / [k][n], the 64
-// contiguous elements along M / N), 0 when K-major (wgmma_ss<64>: both). The backward's dQ = dS·K reads dS
-// from a [key][query] tile and K from a [key][d] tile: both MN-major.
+// contiguous elements along M / N), 0 when K-major (wgmma_ss<64>: both). The backward's
+// dQ = dS·K reads dS from a [key][query] tile and K from a [key][d] tile: both MN-major.
 template <int kTransA, int kTransB>
 __device__ __forceinline__ void wgmma_ss_n64_t(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b, int accumulate) {
   asm volatile(
