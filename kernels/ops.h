@@ -182,9 +182,10 @@ class Ops {
   virtual void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) = 0;
 
   // ---- rotary position embedding (see kRopeBase), in place ----
-  // qkv (B·T, 3·H·D): q and k of row b·T + t are rotated by +t·θ (inverse: by −t·θ, which
-  // is the backward: the gradient of q, k from that of the rotated q, k); v is untouched.
-  virtual void rope(Tensor qkv, int T, int H, bool inverse) = 0;
+  // qkv (B·T, 3·H·D): q and k of row b·T + t, at position p = pos0 + t, are rotated by
+  // +p·θ (inverse: by −p·θ, which is the backward: the gradient of q, k from that of the
+  // rotated q, k); v is untouched. pos0 > 0: the rows of a decode step after the cache.
+  virtual void rope(Tensor qkv, int T, int H, bool inverse, int64_t pos0) = 0;
 
   // ---- layernorm (eps 1e-5) ----
   // out (N,C) = LN(inp)·w + b; mean, rstd (N) fp32 saved (fp64 in fp64 runs). Overwrites.

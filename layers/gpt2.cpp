@@ -87,7 +87,7 @@ class PlanningOps final : public Ops {
   void cast(Tensor, Tensor) override { no_compute(); }
   void embedding_forward(Tensor, Tensor, Tensor, Tensor) override { no_compute(); }
   void embedding_backward(Tensor, Tensor, Tensor, Tensor) override { no_compute(); }
-  void rope(Tensor, int, int, bool) override { no_compute(); }
+  void rope(Tensor, int, int, bool, int64_t) override { no_compute(); }
   void layernorm_forward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) override { no_compute(); }
   void residual_layernorm_forward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) override { no_compute(); }
   void layernorm_backward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) override { no_compute(); }
@@ -393,7 +393,7 @@ void GPT2::block_forward(int l, bool recompute) {
   // into the previous block's last residual add, with the same bits.
   if (l == 0 || recompute) ops_.layernorm_forward(y.ln1, y.ln1_mean, y.ln1_rstd, res_in, w.ln1_w, w.ln1_b);
   ops_.matmul_forward({.out = y.qkv, .inp = y.ln1, .weight = w.qkv_w, .bias = w.qkv_b});
-  if (cfg_.position == PositionEncoding::rope) ops_.rope(y.qkv, T_, cfg_.n_head, /*inverse=*/false);
+  if (cfg_.position == PositionEncoding::rope) ops_.rope(y.qkv, T_, cfg_.n_head, /*inverse=*/false, /*pos0=*/0);
   attention_forward(l);
   ops_.matmul_forward({.out = A.proj, .inp = y.atty, .weight = w.attproj_w, .bias = w.attproj_b});
   ops_.residual_layernorm_forward(y.res2, y.ln2, y.ln2_mean, y.ln2_rstd, res_in, A.proj, w.ln2_w, w.ln2_b);
@@ -484,7 +484,7 @@ void GPT2::backward() {
     att.B = B; att.T = T; att.H = H; att.D = D; att.causal = true; att.algo = opts_.attention;
     ops_.attention_backward(att);
     // dq, dk were taken w.r.t. the rotated q, k: rotate them back.
-    if (cfg_.position == PositionEncoding::rope) ops_.rope(A.dqkv, T, H, /*inverse=*/true);
+    if (cfg_.position == PositionEncoding::rope) ops_.rope(A.dqkv, T, H, /*inverse=*/true, /*pos0=*/0);
     ops_.matmul_backward({.dinp = A.dln, .dweight = w.d_qkv_w, .dbias = w.d_qkv_b, .dout = A.dqkv,
                           .inp = y.ln1, .weight = w.qkv_w});
     ops_.layernorm_backward(A.dres, w.d_ln1_w, w.d_ln1_b, A.dln, res_in, w.ln1_w, y.ln1_mean, y.ln1_rstd);

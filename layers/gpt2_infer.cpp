@@ -56,9 +56,6 @@ GPT2Decoder::GPT2Decoder(GPT2& model, int B, int max_len)
   if (B < 1) fail_input("decoding needs at least one sequence, got B = ", B);
   if (max_len < 1 || max_len > c.max_seq_len)
     fail_input("sequence length ", max_len, " is outside the model's context [1, ", c.max_seq_len, "]");
-  if (c.position != PositionEncoding::learned)
-    fail_input("decoding with a KV cache supports learned positions only; this model uses model.position=rope "
-               "(eval of shards works; sampling RoPE models is not built yet)");
 
   // Views of the parameters, found by their names in the model's parameter list.
   w_ = std::make_unique<Weights>();
@@ -74,7 +71,7 @@ GPT2Decoder::GPT2Decoder(GPT2& model, int B, int max_len)
     fail("GPT2Decoder: the model has no parameter '", name, "'");
   };
   w_->wte = view("wte");
-  w_->wpe = view("wpe");
+  if (c.position == PositionEncoding::learned) w_->wpe = view("wpe");  // rope: no table (undefined)
   w_->lnf_w = view("ln_f.weight");
   w_->lnf_b = view("ln_f.bias");
   for (int l = 0; l < c.n_layer; ++l) {
@@ -159,8 +156,10 @@ void GPT2Decoder::forward(const int32_t* tokens, int n, std::vector<double>& log
   std::memcpy(staging_.data(), tokens, size_t(R) * sizeof(int32_t));
   Tensor tok = y.tokens.rows(0, R).view({B, n});
   ops_.from_host(tok, staging_.data());
-  // wpe rows from pos_: the embedding adds wpe[t] for t in [0, n) of its view.
-  ops_.embedding_forward(x, tok, w_->wte, w_->wpe.rows(pos_, pos_ + n));
+  // wpe rows from pos_: the embedding adds wpe[t] for t in [0, n) of its view. With
+  // rotary positions there is no table: q and k are rotated by their positions instead.
+  const bool rope = c.position == PositionEncoding::rope;
+  ops_.embedding_forward(x, tok, w_->wte, rope ? Tensor() : w_->wpe.rows(pos_, pos_ + n));
 
   for (int l = 0; l < L; ++l) {
     const Weights::Layer& w = w_->h[size_t(l)];
@@ -168,6 +167,8 @@ void GPT2Decoder::forward(const int32_t* tokens, int n, std::vector<double>& log
     // ln = ln_1(x): here for block 0, fused into the previous block's last residual add after.
     if (l == 0) ops_.layernorm_forward(ln, mean, rstd, x, w.ln1_w, w.ln1_b);
     ops_.matmul_forward({.out = qkv, .inp = ln, .weight = w.qkv_w, .bias = w.qkv_b});
+    // Rows (b, t) are at positions pos_ + t; the cache keeps k rotated, as training sees it.
+    if (rope) ops_.rope(qkv, n, H, /*inverse=*/false, /*pos0=*/pos_);
     ops_.kv_cache_write({.k_cache = y.k[size_t(l)], .v_cache = y.v[size_t(l)], .qkv = qkv,
                          .B = B, .n = n, .H = H, .D = D, .pos = pos_});
     if (pos_ == 0) {

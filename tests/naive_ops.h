@@ -157,8 +157,8 @@ class NaiveOps final : public Ops {
     f32(out)[0] += chunked_sum(grad.numel(), [&](int64_t i) { return g[i] * g[i]; });
   }
   void scale(Tensor x, float s) override { cpu_->scale(x, s); }
-  void rope(Tensor qkv, int T, int H, bool inverse) override {
-    cpu_->rope(qkv, T, H, inverse);
+  void rope(Tensor qkv, int T, int H, bool inverse, int64_t pos0) override {
+    cpu_->rope(qkv, T, H, inverse, pos0);
     store(qkv);
   }
   // Inference ops: the plain CPU ones (no stored activation to round).

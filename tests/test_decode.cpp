@@ -77,7 +77,10 @@ TEST(AttentionDecode, FewRowsMatmulEqualsManyRows) {
   }
 }
 
-ModelConfig small_model() { return {2, 2, 16, 67, 128, 320}; }  // L, H, C, V, Vp, max T
+// L, H, C, V, Vp, max T; learned positions (GPT-2's table) or rotary ones.
+ModelConfig small_model(PositionEncoding pos = PositionEncoding::learned) { return {2, 2, 16, 67, 128, 320, pos}; }
+constexpr PositionEncoding kPositions[] = {PositionEncoding::learned, PositionEncoding::rope};
+const char* name(PositionEncoding pos) { return pos == PositionEncoding::rope ? "rope" : "learned"; }
 
 // Random weights larger than GPT-2's init, so logits spread and argmax is well defined.
 void randomise(GPT2& m, uint64_t seed) {
@@ -96,47 +99,54 @@ void randomise(GPT2& m, uint64_t seed) {
 int argmax(const double* x, int n) { return int(std::max_element(x, x + n) - x); }
 
 // Greedy decoding with the KV cache gives exactly the tokens of argmax over a full
-// forward recomputed at every step, for 300 tokens (fp64 on the CPU).
+// forward recomputed at every step, for 300 tokens (fp64 on the CPU), with learned and
+// with rotary positions (whose cache holds k rotated by its position).
 TEST(Generate, GreedyWithCacheEqualsFullRecompute) {
   auto ops = make_cpu_ops();
   const int prompt_len = 5, new_tokens = 300;
-  GPT2 model(small_model(), *ops, DType::f64, 1, prompt_len + new_tokens);
-  randomise(model, 3);
-  test::expect_same_greedy(test::greedy_both_ways(model, {1, 7, 42, 3, 66}, new_tokens));
+  for (PositionEncoding pos : kPositions) {
+    SCOPED_TRACE(name(pos));
+    GPT2 model(small_model(pos), *ops, DType::f64, 1, prompt_len + new_tokens);
+    randomise(model, 3);
+    test::expect_same_greedy(test::greedy_both_ways(model, {1, 7, 42, 3, 66}, new_tokens));
+  }
 }
 
 // The logits of the cached path equal those of the full forward (fp64: to rounding),
 // and every sequence of a batch decodes as it would alone.
 TEST(Generate, BatchedDecodingMatchesSingleSequences) {
-  auto ops = make_cpu_ops();
-  const ModelConfig cfg = small_model();
-  GPT2 model(cfg, *ops, DType::f64, 1, 1);
-  randomise(model, 5);
-  const int P = 4, steps = 40, V = cfg.vocab_size;
-  const std::vector<std::vector<int32_t>> prompts = {{5, 6, 7, 8}, {60, 2, 2, 9}, {0, 1, 2, 3}};
-  const int B = int(prompts.size());
-  auto run = [&](const std::vector<std::vector<int32_t>>& ps) {
-    const int n = int(ps.size());
-    GPT2Decoder dec(model, n, P + steps);
-    std::vector<int32_t> batch;
-    for (const auto& p : ps) batch.insert(batch.end(), p.begin(), p.end());
-    std::vector<double> logits, all;
-    dec.step(batch.data(), P, logits);
-    std::vector<int32_t> next(static_cast<size_t>(n));
-    for (int s = 0; s < steps; ++s) {
-      all.insert(all.end(), logits.begin(), logits.end());
-      for (int b = 0; b < n; ++b) next[size_t(b)] = argmax(logits.data() + size_t(b) * size_t(V), V);
-      dec.step(next.data(), 1, logits);
+  for (PositionEncoding pos : kPositions) {
+    SCOPED_TRACE(name(pos));
+    auto ops = make_cpu_ops();
+    const ModelConfig cfg = small_model(pos);
+    GPT2 model(cfg, *ops, DType::f64, 1, 1);
+    randomise(model, 5);
+    const int P = 4, steps = 40, V = cfg.vocab_size;
+    const std::vector<std::vector<int32_t>> prompts = {{5, 6, 7, 8}, {60, 2, 2, 9}, {0, 1, 2, 3}};
+    const int B = int(prompts.size());
+    auto run = [&](const std::vector<std::vector<int32_t>>& ps) {
+      const int n = int(ps.size());
+      GPT2Decoder dec(model, n, P + steps);
+      std::vector<int32_t> batch;
+      for (const auto& p : ps) batch.insert(batch.end(), p.begin(), p.end());
+      std::vector<double> logits, all;
+      dec.step(batch.data(), P, logits);
+      std::vector<int32_t> next(static_cast<size_t>(n));
+      for (int s = 0; s < steps; ++s) {
+        all.insert(all.end(), logits.begin(), logits.end());
+        for (int b = 0; b < n; ++b) next[size_t(b)] = argmax(logits.data() + size_t(b) * size_t(V), V);
+        dec.step(next.data(), 1, logits);
+      }
+      return all;  // (steps, n, V)
+    };
+    const std::vector<double> together = run(prompts);
+    for (int b = 0; b < B; ++b) {
+      const std::vector<double> alone = run({prompts[size_t(b)]});
+      std::vector<double> mine;
+      for (int s = 0; s < steps; ++s)
+        mine.insert(mine.end(), together.begin() + (int64_t(s) * B + b) * V, together.begin() + (int64_t(s) * B + b + 1) * V);
+      test::expect_all_close(mine, alone, 1e-12, 1e-12, "sequence " + std::to_string(b) + " in a batch vs alone");
     }
-    return all;  // (steps, n, V)
-  };
-  const std::vector<double> together = run(prompts);
-  for (int b = 0; b < B; ++b) {
-    const std::vector<double> alone = run({prompts[size_t(b)]});
-    std::vector<double> mine;
-    for (int s = 0; s < steps; ++s)
-      mine.insert(mine.end(), together.begin() + (int64_t(s) * B + b) * V, together.begin() + (int64_t(s) * B + b + 1) * V);
-    test::expect_all_close(mine, alone, 1e-12, 1e-12, "sequence " + std::to_string(b) + " in a batch vs alone");
   }
 }
 

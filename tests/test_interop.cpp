@@ -114,6 +114,20 @@ TEST(Interop, ExportImportRoundTripIsBitExact) {
   }
 }
 
+// GPT-2 has a position table, so a model with rotary positions has no GPT-2 export:
+// refused with exit 2 before anything is written (transformers would load it with a
+// random table and say so only in a warning).
+TEST(Interop, ExportRefusesRotaryPositions) {
+  test::ScratchDir dir("fg_export_rope_");
+  ModelConfig rope = kSmall;
+  rope.position = PositionEncoding::rope;
+  const std::string ckpt = make_checkpoint(dir.file("run"), rope, DType::f32, 12);
+  const CliRun e = flashgpt("export " + ckpt + " --hf " + dir.file("hf"));
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("rotary positions"), std::string::npos) << e.out;
+  EXPECT_FALSE(fs::exists(dir.file("hf"))) << "nothing is written";
+}
+
 // ---- an independent minimal safetensors reader (the format's spec, nothing shared) ----
 struct StTensor { std::string dtype; std::vector<int64_t> shape; std::vector<float> f32; };
 
@@ -319,6 +333,22 @@ TEST(Sample, SameSeedSameTextOtherSeedOtherText) {
   EXPECT_EQ(flashgpt(common + "--prompt 'Hi' --temperature 0 --seed 1", false).out,
             flashgpt(common + "--prompt 'Hi' --temperature 0 --seed 2", false).out);
   EXPECT_EQ(flashgpt(common + "--prompt 'Hi' --top-p 1.5").code, 2);
+}
+
+// A model with rotary positions samples too (its KV cache holds rotated keys), the same
+// text for the same seed.
+TEST(Sample, RotaryPositionModelsSample) {
+  test::ScratchDir dir("fg_sample_rope_");
+  ModelConfig rope = kGpt2Vocab;
+  rope.position = PositionEncoding::rope;
+  const std::string ckpt = make_checkpoint(dir.file("run"), rope, DType::f32, 10);
+  const std::string cmd = "sample " + ckpt + " --vocab " + vocab_dir() +
+                          " --max-new-tokens 20 --device cpu --prompt 'Hello world' --seed 5 --top-k 50";
+  const CliRun a = flashgpt(cmd, false), b = flashgpt(cmd, false);
+  ASSERT_EQ(a.code, 0) << flashgpt(cmd).out;
+  EXPECT_EQ(a.out.rfind("Hello world", 0), 0u) << a.out;
+  EXPECT_GT(a.out.size(), std::string("Hello world").size() + 10);
+  EXPECT_EQ(a.out, b.out);
 }
 
 // ---- eval --text ---------------------------------------------------------------------

@@ -1,7 +1,8 @@
 // Rotary position embedding on the CPU (Ops::rope, kernels/cpu/layers.cpp) and the
 // embedding without a position table: the backward (inverse rotation) against central
 // finite differences in fp64 on awkward shapes, the formula at known positions, the
-// relative-position property that is the point of RoPE, and v left alone.
+// relative-position property that is the point of RoPE, v left alone, and the rows of a
+// decode step (positions from pos0) equal to the same rows of the whole sequence.
 #include <gtest/gtest.h>
 #include <cmath>
 #include "kernels/ops.h"
@@ -37,12 +38,12 @@ TEST_F(CpuRope, BackwardIsTheInverseRotationAndMatchesFiniteDifferences) {
     RandomProjection loss_of(y.numel(), rng);
     auto loss = [&] {
       y.vec() = x.vec();
-      ops->rope(y, s.T, s.H, /*inverse=*/false);
+      ops->rope(y, s.T, s.H, /*inverse=*/false, /*pos0=*/0);
       return loss_of(y);
     };
     H64 dx({N, W});
     dx.vec() = loss_of.weights().vec();  // dL/dy, rotated back in place into dL/dx
-    ops->rope(dx, s.T, s.H, /*inverse=*/true);
+    ops->rope(dx, s.T, s.H, /*inverse=*/true, /*pos0=*/0);
     expect_gradient_matches("d qkv", dx.vec(), x, loss);
   }
 }
@@ -53,7 +54,7 @@ TEST_F(CpuRope, RotatesPairsByPositionTimesFrequency) {
   H64 x({B * T, 3 * H * D});
   fill_uniform(x, rng);
   H64 y = x;
-  ops->rope(y, T, H, /*inverse=*/false);
+  ops->rope(y, T, H, /*inverse=*/false, /*pos0=*/0);
   for (int n = 0; n < B * T; ++n)
     for (int part = 0; part < 3; ++part)
       for (int h = 0; h < H; ++h)
@@ -80,7 +81,7 @@ TEST_F(CpuRope, ScoresDependOnlyOnRelativePosition) {
     H64 x({T, 3 * D});
     for (int d = 0; d < D; ++d) x[tq * 3 * D + d] = u(same);
     for (int d = 0; d < D; ++d) x[tk * 3 * D + D + d] = u(same);
-    ops->rope(x, int(T), /*H=*/1, /*inverse=*/false);
+    ops->rope(x, int(T), /*H=*/1, /*inverse=*/false, /*pos0=*/0);
     double s = 0;
     for (int d = 0; d < D; ++d) s += x[tq * 3 * D + d] * x[tk * 3 * D + D + d];
     return s;
@@ -89,6 +90,34 @@ TEST_F(CpuRope, ScoresDependOnlyOnRelativePosition) {
   EXPECT_GT(std::fabs(score(7, 3, 64) - score(7, 4, 64)), 1e-6);  // and it does depend on it
   // fp64 angles: t·θ near 10^6 is off by ~1e-10 rad, so the score by about as much.
   EXPECT_NEAR(score(7, 3, 2), score(1000004, 1000000, 2), 1e-9);
+}
+
+// A decode step rotates its rows by positions pos0 + t (the KV cache before them): the
+// same bits as those rows rotated within the whole sequence, for B sequences at once, and
+// its inverse undoes it.
+TEST_F(CpuRope, RowsFromAnOffsetMatchTheWholeSequence) {
+  const int B = 3, T = 29, H = 2, D = 16, W = 3 * H * D;
+  auto rng = test_rng();
+  H64 whole({B * T, W});
+  fill_uniform(whole, rng);
+  H64 rotated = whole;
+  ops->rope(rotated, T, H, /*inverse=*/false, /*pos0=*/0);
+  for (int pos0 : {0, 1, 17, 28})
+    for (int n = 1; pos0 + n <= T; n += 5) {
+      SCOPED_TRACE(cat("pos0=", pos0, " n=", n));
+      H64 step({B * n, W});  // rows (b, t) of this step, t < n
+      for (int b = 0; b < B; ++b)
+        for (int t = 0; t < n; ++t)
+          for (int i = 0; i < W; ++i) step[(b * n + t) * W + i] = whole[(b * T + pos0 + t) * W + i];
+      H64 back = step;
+      ops->rope(step, n, H, /*inverse=*/false, pos0);
+      for (int b = 0; b < B; ++b)
+        for (int t = 0; t < n; ++t)
+          for (int i = 0; i < W; ++i)
+            ASSERT_EQ(step[(b * n + t) * W + i], rotated[(b * T + pos0 + t) * W + i]) << b << " " << t << " " << i;
+      ops->rope(step, n, H, /*inverse=*/true, pos0);
+      expect_all_close(step.vec(), back.vec(), 1e-14, 1e-14, "the inverse rotation");
+    }
 }
 
 TEST_F(CpuRope, EmbeddingWithoutPositionTable) {

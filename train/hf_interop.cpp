@@ -198,6 +198,11 @@ void export_hf(const ExportOptions& o) {
   LoadedModel lm = load_for_inference(o.checkpoint, "cpu", o.dtype == "f64" ? "fp64" : "fp32", 1, 1);
   const GPT2& model = *lm.model;
   const ModelConfig& c = model.config();
+  // GPT-2 has a learned position table; transformers would load a RoPE model's export
+  // with a random one (a warning, then garbage), so it is refused here.
+  if (c.position != PositionEncoding::learned)
+    fail_input("export --hf writes GPT-2, which has learned positions; '", o.checkpoint,
+               "' uses rotary positions (model.position: rope), which GPT-2 cannot express");
 
   std::vector<safetensors::OutTensor> out;
   for (const ParamInfo& p : model.param_list()) {

@@ -51,7 +51,7 @@ void layernorm_forward(Tensor out, StatView mean, StatView rstd, Tensor inp, Ten
 template <class T>
 void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                         Tensor weight, StatView mean, StatView rstd);
-template <class T> void rope(Tensor qkv, int64_t T_len, int H, bool inverse);
+template <class T> void rope(Tensor qkv, int64_t T_len, int H, bool inverse, int64_t pos0);
 template <class T> void gelu_forward(Tensor out, Tensor inp);
 template <class T> void gelu_backward(Tensor dinp, Tensor inp, Tensor dout);
 template <class T>

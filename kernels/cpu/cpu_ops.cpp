@@ -204,12 +204,13 @@ class CpuOps final : public Ops {
   }
 
   // ---- rotary position embedding ----
-  void rope(Tensor qkv, int T, int H, bool inverse) override {
+  void rope(Tensor qkv, int T, int H, bool inverse, int64_t pos0) override {
     check_host(qkv, "qkv");
     FG_ASSERT(qkv.ndim == 2 && T > 0 && H > 0 && qkv.size(0) % T == 0 && qkv.size(1) % (3 * H) == 0,
               "rope: qkv must be (B·T, 3·H·D), got ", qkv.shape_str(), " for T = ", T, ", H = ", H);
     FG_ASSERT(qkv.size(1) / (3 * H) % 2 == 0, "rope: head dim must be even");
-    dispatch(qkv.dtype, "rope", [&](auto tag) { cpu::rope<decltype(tag)>(qkv, T, H, inverse); });
+    FG_ASSERT(pos0 >= 0, "rope: the first position must not be negative, got ", pos0);
+    dispatch(qkv.dtype, "rope", [&](auto tag) { cpu::rope<decltype(tag)>(qkv, T, H, inverse, pos0); });
   }
 
   // ---- GELU ----

@@ -93,9 +93,9 @@ void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) {
 
 // ---- rotary position embedding (see kRopeBase in ops.h), in place ----
 // Row n = b·T + t of qkv (N, 3·H·D): in q and k of each head, (x_i, x_{i+D/2}) becomes
-// (x_i·cos − x_{i+D/2}·sin, x_{i+D/2}·cos + x_i·sin) with angle ±t·θ_i; cos and sin
-// are computed in fp64 and rounded to T.
-template <class T> void rope(Tensor qkv, int64_t Tn, int H, bool inverse) {
+// (x_i·cos − x_{i+D/2}·sin, x_{i+D/2}·cos + x_i·sin) with angle ±(pos0 + t)·θ_i; cos and
+// sin are computed in fp64 and rounded to T.
+template <class T> void rope(Tensor qkv, int64_t Tn, int H, bool inverse, int64_t pos0) {
   const int64_t N = qkv.size(0), HD = qkv.size(1) / 3, D = HD / H, half = D / 2;
   T* x = qkv.as<T>();
   std::vector<double> inv_freq(static_cast<size_t>(half));
@@ -103,7 +103,7 @@ template <class T> void rope(Tensor qkv, int64_t Tn, int H, bool inverse) {
   const double sign = inverse ? -1.0 : 1.0;
 #pragma omp parallel for schedule(static) if (cpu::worth_parallel(N * 2 * HD))
   for (int64_t n = 0; n < N; ++n) {
-    const double t = double(n % Tn);
+    const double t = double(pos0 + n % Tn);
     for (int64_t i = 0; i < half; ++i) {
       const double angle = t * inv_freq[size_t(i)];
       const T c = T(std::cos(angle)), s = T(sign * std::sin(angle));
@@ -233,7 +233,7 @@ void softmax_cross_entropy(StatView losses, Tensor logits, Tensor targets, int V
   template void layernorm_backward<T>(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor,       \
                                       StatView, StatView);                                  \
   template void softmax_cross_entropy<T>(StatView, Tensor, Tensor, int, float);          \
-  template void rope<T>(Tensor, int64_t, int, bool);
+  template void rope<T>(Tensor, int64_t, int, bool, int64_t);
 FG_INSTANTIATE(float)
 FG_INSTANTIATE(double)
 #undef FG_INSTANTIATE

@@ -28,7 +28,7 @@ void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, vo
 
 // ---- rope.cu ----
 // In place: q, k of row b·T + t rotated by +t·θ (inverse: −t·θ); see ops.h.
-void rope(Tensor qkv, int T_len, int H, bool inverse, cudaStream_t stream);
+void rope(Tensor qkv, int T_len, int H, bool inverse, int64_t pos0, cudaStream_t stream);
 
 // ---- layernorm.cu ----
 // out = LN(x)·w + b with x = inp1 (residual undefined, inp2 undefined) or

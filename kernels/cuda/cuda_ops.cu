@@ -125,9 +125,9 @@ class CudaOps final : public Ops {
   }
 
   // ---- rotary position embedding ----
-  void rope(Tensor qkv, int T, int H, bool inverse) override {
+  void rope(Tensor qkv, int T, int H, bool inverse, int64_t pos0) override {
     check_dev(qkv, "qkv");
-    cuda::rope(qkv, T, H, inverse, stream());
+    cuda::rope(qkv, T, H, inverse, pos0, stream());
   }
 
   // ---- layernorm ----

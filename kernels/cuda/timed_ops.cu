@@ -67,11 +67,11 @@ class TimedOpsImpl final : public TimedOps {
     w.bytes += 2 * double(d.nbytes());
     timed("embedding_backward", [&] { in_.embedding_backward(a, b, d, t); }, w);
   }
-  void rope(Tensor qkv, int T, int H, bool inverse) override {
+  void rope(Tensor qkv, int T, int H, bool inverse, int64_t pos0) override {
     // q and k of qkv, read and written: two thirds of it, twice.
     OpWork w = bytes_work({}, {}, {&qkv});
     w.bytes *= 2.0 / 3.0;
-    timed(inverse ? "rope_backward" : "rope_forward", [&] { in_.rope(qkv, T, H, inverse); }, w);
+    timed(inverse ? "rope_backward" : "rope_forward", [&] { in_.rope(qkv, T, H, inverse, pos0); }, w);
   }
   void layernorm_forward(Tensor o, Tensor m, Tensor r, Tensor i, Tensor w, Tensor b) override {
     timed("layernorm_forward", [&] { in_.layernorm_forward(o, m, r, i, w, b); }, bytes_work({&i, &w, &b}, {&o, &m, &r}));

@@ -229,12 +229,12 @@ TEST_F(CudaInt64, RopePast2To31Elements) {
   fill(qkv, 9);
   const int64_t cross_seq = k2To31 / (T * W);  // the sequence holding element 2^31
   Tensor cross = copy_rows(qkv, cross_seq * T, 2 * T);  // it and the last one
-  gpu_->rope(qkv, T, H, /*inverse=*/false);
-  gpu_->rope(cross, T, H, /*inverse=*/false);
+  gpu_->rope(qkv, T, H, /*inverse=*/false, /*pos0=*/0);
+  gpu_->rope(cross, T, H, /*inverse=*/false, /*pos0=*/0);
   gpu_->synchronize();
   expect_same_rows(qkv, cross_seq * T, cross, "rope forward");
-  gpu_->rope(qkv, T, H, /*inverse=*/true);
-  gpu_->rope(cross, T, H, /*inverse=*/true);
+  gpu_->rope(qkv, T, H, /*inverse=*/true, /*pos0=*/0);
+  gpu_->rope(cross, T, H, /*inverse=*/true, /*pos0=*/0);
   gpu_->synchronize();
   expect_same_rows(qkv, cross_seq * T, cross, "rope inverse");
 }

@@ -54,21 +54,23 @@ TEST_F(CudaOps, EmbeddingWithoutPositionTable) {
 }
 
 // RoPE forward, then the inverse rotation (the backward) on another tensor: awkward
-// lengths, head dims 64 and 128 (and 2: one pair at the fastest frequency), and a
-// context of 2^20 positions with one head, where the angle needs fp64.
+// lengths, head dims 64 and 128 (and 2: one pair at the fastest frequency), a context of
+// 2^20 positions with one head, where the angle needs fp64, and decode steps' rows after
+// a cache (pos0 > 0: 16 sequences of one token at position 1,000,003; five at 65,531).
 TEST_F(CudaOps, RopeForwardAndInverse) {
-  struct S { int B, T, H, D; };
+  struct S { int B, T, H, D; int64_t pos0; };
   for (DType dt : kDtypes)
-    for (S s : {S{3, 37, 3, 64}, S{2, 113, 2, 128}, S{1, 1 << 20, 1, 2}, S{1, 4100, 12, 64}}) {
+    for (S s : {S{3, 37, 3, 64, 0}, S{2, 113, 2, 128, 0}, S{1, 1 << 20, 1, 2, 0}, S{1, 4100, 12, 64, 0},
+                S{16, 1, 12, 64, 1000003}, S{1, 5, 16, 128, 65531}}) {
       auto rng = test_rng(int(dt) * 17 + s.T + s.D);
       const int64_t N = int64_t(s.B) * s.T, W = 3 * int64_t(s.H) * s.D;
       OpCase c;
       c.add("qkv", {N, W}, Kind::act, uniform(N * W, rng), true);
       c.add("dqkv", {N, W}, Kind::act, uniform(N * W, rng), true);
       c.compare(*cpu_, *gpu_, dt, [&](Ops& ops, OpCase& a) {
-        ops.rope(a["qkv"], s.T, s.H, /*inverse=*/false);
-        ops.rope(a["dqkv"], s.T, s.H, /*inverse=*/true);
-      }, cat("rope B=", s.B, " T=", s.T, " H=", s.H, " D=", s.D));
+        ops.rope(a["qkv"], s.T, s.H, /*inverse=*/false, s.pos0);
+        ops.rope(a["dqkv"], s.T, s.H, /*inverse=*/true, s.pos0);
+      }, cat("rope B=", s.B, " T=", s.T, " H=", s.H, " D=", s.D, " pos0=", s.pos0));
     }
 }
 

@@ -266,10 +266,12 @@ TEST_F(CudaKVCache, WriteMatchesCpu) {
 // Generation on the GPU in fp32: greedy decoding with the KV cache (FlashDecoding)
 // gives exactly the tokens of argmax over a full forward recomputed at every step, and
 // the cached logits along a fixed sequence match the CPU fp64 decoder (CPU fp32 as the
-// naive computation that fixes the bound).
+// naive computation that fixes the bound); with learned and with rotary positions.
 class CudaGenerate : public CudaTest {
  protected:
-  static ModelConfig config() { return {2, 2, 128, 67, 128, 320}; }  // D = 64
+  static ModelConfig config(PositionEncoding pos) { return {2, 2, 128, 67, 128, 320, pos}; }  // D = 64
+  static constexpr PositionEncoding kPositions[] = {PositionEncoding::learned, PositionEncoding::rope};
+  static const char* name(PositionEncoding pos) { return pos == PositionEncoding::rope ? "rope" : "learned"; }
   // Larger-than-init random weights (spread logits); the same values on every backend.
   static std::vector<double> weights(GPT2& m) {
     m.init_random(3);
@@ -287,39 +289,45 @@ class CudaGenerate : public CudaTest {
 
 TEST_F(CudaGenerate, GreedyFp32WithCacheEqualsFullRecompute) {
   const int P = 5, steps = 300;
-  GPT2 model(config(), *gpu_, DType::f32, 1, P + steps);
-  OpCase::upload(*gpu_, model.params(), weights(model));
-  expect_same_greedy(greedy_both_ways(model, {1, 7, 42, 3, 66}, steps));
+  for (PositionEncoding pos : kPositions) {
+    SCOPED_TRACE(name(pos));
+    GPT2 model(config(pos), *gpu_, DType::f32, 1, P + steps);
+    OpCase::upload(*gpu_, model.params(), weights(model));
+    expect_same_greedy(greedy_both_ways(model, {1, 7, 42, 3, 66}, steps));
+  }
 }
 
 TEST_F(CudaGenerate, Fp32LogitsMatchCpuAlongASequence) {
-  const ModelConfig cfg = config();
-  const int B = 3, P = 7, steps = 60, V = cfg.vocab_size;
-  std::mt19937_64 rng = test_rng();
-  std::vector<int32_t> tokens(size_t(B) * (P + steps));
-  for (auto& t : tokens) t = int32_t(rng() % uint64_t(V));
-  auto run = [&](Ops& ops, DType dt) {
-    GPT2 model(cfg, ops, dt, 1, 1);
-    GPT2 init(cfg, *cpu_, DType::f64, 1, 1);
-    OpCase::upload(ops, model.params(), weights(init));
-    GPT2Decoder dec(model, B, P + steps);
-    std::vector<int32_t> step(size_t(B) * P);
-    for (int b = 0; b < B; ++b)
-      std::copy_n(tokens.begin() + int64_t(b) * (P + steps), P, step.begin() + int64_t(b) * P);
-    std::vector<double> logits, all;
-    dec.step(step.data(), P, logits);
-    all = logits;
-    for (int s = 0; s < steps - 1; ++s) {
-      for (int b = 0; b < B; ++b) step[size_t(b)] = tokens[size_t(b) * (P + steps) + size_t(P + s)];
-      dec.step(step.data(), 1, logits);
-      all.insert(all.end(), logits.begin(), logits.end());
-    }
-    return all;
-  };
-  const auto ref = run(*cpu_, DType::f64), naive = run(*cpu_, DType::f32), got = run(*gpu_, DType::f32);
-  // Each decoded position's logits are one row of the rule.
-  expect_rule(got, naive, ref, int64_t(ref.size()) / (int64_t(B) * steps), unit_roundoff(DType::f32),
-              "decoder logits, GPU fp32 vs CPU fp64");
+  for (PositionEncoding pos : kPositions) {
+    SCOPED_TRACE(name(pos));
+    const ModelConfig cfg = config(pos);
+    const int B = 3, P = 7, steps = 60, V = cfg.vocab_size;
+    std::mt19937_64 rng = test_rng();
+    std::vector<int32_t> tokens(size_t(B) * (P + steps));
+    for (auto& t : tokens) t = int32_t(rng() % uint64_t(V));
+    auto run = [&](Ops& ops, DType dt) {
+      GPT2 model(cfg, ops, dt, 1, 1);
+      GPT2 init(cfg, *cpu_, DType::f64, 1, 1);
+      OpCase::upload(ops, model.params(), weights(init));
+      GPT2Decoder dec(model, B, P + steps);
+      std::vector<int32_t> step(size_t(B) * P);
+      for (int b = 0; b < B; ++b)
+        std::copy_n(tokens.begin() + int64_t(b) * (P + steps), P, step.begin() + int64_t(b) * P);
+      std::vector<double> logits, all;
+      dec.step(step.data(), P, logits);
+      all = logits;
+      for (int s = 0; s < steps - 1; ++s) {
+        for (int b = 0; b < B; ++b) step[size_t(b)] = tokens[size_t(b) * (P + steps) + size_t(P + s)];
+        dec.step(step.data(), 1, logits);
+        all.insert(all.end(), logits.begin(), logits.end());
+      }
+      return all;
+    };
+    const auto ref = run(*cpu_, DType::f64), naive = run(*cpu_, DType::f32), got = run(*gpu_, DType::f32);
+    // Each decoded position's logits are one row of the rule.
+    expect_rule(got, naive, ref, int64_t(ref.size()) / (int64_t(B) * steps), unit_roundoff(DType::f32),
+                "decoder logits, GPU fp32 vs CPU fp64");
+  }
 }
 
 }  // namespace
