@@ -82,6 +82,15 @@ TEST(MemoryPlan, PreflightNamesTheSettingThatFits) {
             std::string::npos);
 }
 
+// On the CPU the room is the host's available memory, and the sentence says so.
+TEST(MemoryPlan, PreflightOnTheCpuSpeaksOfTheHost) {
+  const Config c = gpt2_124m(8, 1024, "none");
+  const std::string why = memory_shortfall(c, {Device::cpu, DType::f32, 1, 0}, size_t(kGiB));
+  EXPECT_NE(why.find("this process may use 1.0 GiB of the host's available memory"), std::string::npos) << why;
+  EXPECT_EQ(why.find("GPU"), std::string::npos) << why;
+  EXPECT_GT(host_memory_available(), size_t(0)) << "Linux reports MemAvailable in /proc/meminfo";
+}
+
 // Runs the program; returns (exit code, stdout).
 std::pair<int, std::string> run_flashgpt(const std::string& args) {
   test::ScratchDir dir("flashgpt_memory_cli_");
@@ -173,6 +182,23 @@ TEST(MemoryCommand, TableForTheConfigAlone) {
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("fp32 on cpu"), std::string::npos) << out;
   EXPECT_NE(out.find("act/token"), std::string::npos) << out;
+}
+
+// A CPU run larger than the host is refused before it allocates (it used to die by the
+// OOM killer or a std::bad_alloc part-way): exit 2 and the plan's sentence, at once.
+TEST(MemoryCommand, TrainTooLargeForTheHostExitsWith2) {
+  test::ScratchDir dir("flashgpt_memory_host_");
+  const std::string out = dir.file("out.txt");
+  const std::string cmd = std::string(FLASHGPT_BINARY) + " train -c " + kConfig +
+                          " --set run.device=cpu --set train.batch_size=1000000 --set train.total_batch=0"
+                          " --set run.out_dir=" + dir.file("run") + " >" + out + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  std::ifstream f(out);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(WIFEXITED(status)) << text;
+  EXPECT_EQ(WEXITSTATUS(status), 2) << text;
+  EXPECT_NE(text.find("of the host's available memory"), std::string::npos) << text;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("run"))) << "nothing written";
 }
 
 TEST(MemoryCommand, BadInputExitsWith2) {

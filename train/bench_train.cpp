@@ -74,7 +74,7 @@ void run_bench_train(const BenchTrainOptions& o, Communicator& host) {
   }
 #endif
   const int B = cfg.train.batch_size, T = cfg.train.seq_len;
-  check_memory_fits(cfg, be, world, cfg.train.zero);  // before anything is allocated
+  check_memory_fits(cfg, be, world, cfg.train.zero, host.local_world());  // before anything is allocated
   const size_t used_before = be.device_memory_used();
   ModelOptions mopts = model_options(cfg);
   mopts.layer_align = DataParallel::layer_align(world);

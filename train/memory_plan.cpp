@@ -5,6 +5,8 @@
 #include "train/data_parallel.h"
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <string>
 #include "kernels/cuda/attention/dq_mode.h"
 #include "layers/gpt2.h"
 #include "src/errors.h"
@@ -122,9 +124,11 @@ std::string memory_shortfall(const Config& c, const PlanTarget& target, size_t f
   auto fits = [&](const MemoryPlan& p) { return p.total + kPreflightMarginBytes <= free_bytes; };
   const MemoryPlan plan = plan_memory(c, target);
   if (fits(plan)) return "";
+  const std::string room = target.device == Device::cuda ? cat("the GPU has ", gib(double(free_bytes)), " free")
+                                                         : cat("this process may use ", gib(double(free_bytes)),
+                                                               " of the host's available memory");
   std::string msg = cat("needs ", gib(double(plan.total)), " (B=", plan.B, ", T=", plan.T,
-                        ", model.attention=", plan.attention, ", train.recompute=", plan.recompute,
-                        "), the GPU has ", gib(double(free_bytes)), " free");
+                        ", model.attention=", plan.attention, ", train.recompute=", plan.recompute, "), ", room);
   // The first setting that fits, cheapest first: policies in order of their cost, then
   // (for naive attention) FlashAttention.
   std::vector<std::pair<std::string, std::string>> tries;  // (attention, recompute)
@@ -149,12 +153,31 @@ std::string memory_shortfall(const Config& c, const PlanTarget& target, size_t f
              ": lower train.batch_size or train.seq_len");
 }
 
-void check_memory_fits(const Config& c, const Backend& be, int world, int zero) {
-  if (!be.context) return;  // the CPU: no device memory to run out of
-  const std::string why = memory_shortfall(c, {Device::cuda, be.dtype, world, zero}, be.device_memory_free());
+size_t host_memory_available() {
+  std::ifstream f("/proc/meminfo");
+  std::string key, unit;
+  size_t kib = 0;
+  while (f >> key >> kib) {
+    if (key == "MemAvailable:") return kib * 1024;
+    std::getline(f, unit);  // the rest of the line ("kB")
+  }
+  return 0;
+}
+
+void check_memory_fits(const Config& c, const Backend& be, int world, int zero, int local_world) {
+  const bool cuda = be.context != nullptr;
+  size_t room = 0;
+  if (cuda) {
+    room = be.device_memory_free();
+  } else {
+    // The host's ranks share its memory; unknown (no /proc/meminfo): no check.
+    room = host_memory_available() / size_t(std::max(local_world, 1));
+    if (room == 0) return;
+  }
+  const std::string why = memory_shortfall(c, {cuda ? Device::cuda : Device::cpu, be.dtype, world, zero}, room);
   if (!why.empty())
-    fail_input(why, " (", gib(double(kPreflightMarginBytes)),
-               " kept free for the allocator; `flashgpt memory` shows the plan by category)");
+    fail_input(why, " (", gib(double(kPreflightMarginBytes)), " kept free", cuda ? " for the allocator" : "",
+               "; `flashgpt memory` shows the plan by category)");
 }
 
 }  // namespace flashgpt

@@ -51,13 +51,19 @@ MemoryPlan plan_memory(const Config& c, const PlanTarget& target);
 // allocation, and cuBLASLt's and CUB's own small buffers.
 constexpr size_t kPreflightMarginBytes = size_t(512) << 20;
 
-// Pre-flight, before anything is allocated: on a GPU, throws InputError (exit 2) when
-// plan + margin exceeds the free device memory, naming the cheapest setting that fits:
+// Pre-flight, before anything is allocated: throws InputError (exit 2) when plan + margin
+// exceeds the free device memory, naming the cheapest setting that fits:
 //   "needs 142.3 GiB, the GPU has 139.8 GiB free; train.recompute=block would need 61.2 GiB"
-// Does nothing on the CPU.
-void check_memory_fits(const Config& c, const Backend& be, int world, int zero);
+// On the CPU the room is the host's available memory (MemAvailable) shared by the
+// local_world ranks on this host ("this process may use 11.2 GiB of the host's available
+// memory"): without it a run too large for the host died by the kernel's OOM killer or a
+// std::bad_alloc part-way through allocating.
+void check_memory_fits(const Config& c, const Backend& be, int world, int zero, int local_world);
 // The sentence above, or "" when plan + margin fits in free_bytes (testable without a GPU).
 std::string memory_shortfall(const Config& c, const PlanTarget& target, size_t free_bytes);
+// The host memory a new allocation can take without swapping (/proc/meminfo's
+// MemAvailable), or 0 where the kernel does not say.
+size_t host_memory_available();
 
 std::string gib(double bytes);  // "142.3 GiB"
 

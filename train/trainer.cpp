@@ -104,7 +104,7 @@ TrainResult train(const Config& cfg, const std::string& resume, Communicator& ho
 
   Backend be = make_backend(cfg.run.device, t.precision, host.local_rank(), host.local_world(), /*training=*/true);
   if (be.dtype == DType::bf16) validate_bf16_model(cfg);  // precision auto resolved to bf16
-  check_memory_fits(cfg, be, world, t.zero);  // before anything is allocated
+  check_memory_fits(cfg, be, world, t.zero, host.local_world());  // before anything is allocated
   std::unique_ptr<Communicator> device_comm = make_device_communicator(be, host);
   Communicator& comm = device_comm ? *device_comm : host;
   ModelOptions mopts = model_options(cfg);

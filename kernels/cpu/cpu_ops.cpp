@@ -70,7 +70,9 @@ class CpuOps final : public Ops {
     // aligned_alloc wants a multiple of the alignment; 0 bytes still gets a pointer.
     const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
     void* p = std::aligned_alloc(kAlignment, rounded);
-    if (!p) fail("CPU allocation of ", bytes, " bytes failed");
+    if (!p)
+      fail_input("out of host memory: allocating ", bytes / double(1 << 20), " MiB failed (`flashgpt memory "
+                 "--device cpu` shows what a run needs)");
     return p;
   }
   void free(void* p) override { std::free(p); }
