@@ -6,11 +6,11 @@
 #include <cstdlib>
 #include <fcntl.h>
 #include <unistd.h>
-#include <map>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
 #include <vector>
 #include "src/errors.h"
 #include "src/host_floats.h"
@@ -24,10 +24,26 @@ namespace {
 constexpr char kModelMagic[8] = {'F', 'G', 'P', 'T', 'M', 'D', 'L', '1'};
 constexpr char kOptMagic[8] = {'F', 'G', 'P', 'T', 'O', 'P', 'T', '1'};
 
-uint64_t fnv1a(const std::string& bytes) {
+// The files' checksum (FNV-1a, 64 bit), fed piece by piece.
+struct Fnv1a {
   uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : bytes) { h ^= c; h *= 1099511628211ull; }
-  return h;
+  void add(const char* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) { h ^= static_cast<unsigned char>(p[i]); h *= 1099511628211ull; }
+  }
+};
+
+// The checksum of a file, read in pieces (a checkpoint's optimizer state is never held
+// in memory twice just to be checked).
+uint64_t fnv1a_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  if (!f) fail_input("checkpoint file '", p.string(), "' is missing or unreadable");
+  Fnv1a sum;
+  std::vector<char> buf(size_t(1) << 20);
+  while (f) {
+    f.read(buf.data(), std::streamsize(buf.size()));
+    sum.add(buf.data(), size_t(f.gcount()));
+  }
+  return sum.h;
 }
 
 std::string read_file(const fs::path& p) {
@@ -41,26 +57,49 @@ std::string read_file(const fs::path& p) {
 // Durable writes: the data is on the disk (fsync) before the file is renamed into
 // place, and each rename is made durable by an fsync of its directory. Without that, a
 // power loss can leave a renamed checkpoint (or `latest`) pointing at blocks never written.
-void write_file(const fs::path& p, const std::string& bytes) {
-  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("cannot create '", p.string(), "': ", std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int e = errno;
-      ::close(fd);
-      fail("cannot write '", p.string(), "': ", std::strerror(e));
+// A file is written in pieces (append), its checksum taken on the way, so the weights and
+// the optimizer state go from their host copies straight to the disk.
+class DurableFile {
+ public:
+  explicit DurableFile(fs::path p) : path_(std::move(p)) {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) fail("cannot create '", path_.string(), "': ", std::strerror(errno));
+  }
+  DurableFile(const DurableFile&) = delete;
+  DurableFile& operator=(const DurableFile&) = delete;
+  ~DurableFile() {
+    if (fd_ >= 0) ::close(fd_);  // only after a failure: finish() closes
+  }
+  void append(const char* p, size_t bytes) {
+    sum_.add(p, bytes);
+    size_t done = 0;
+    while (done < bytes) {
+      const ssize_t n = ::write(fd_, p + done, bytes - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) fail("cannot write '", path_.string(), "': ", std::strerror(errno));
+      done += size_t(n);
     }
-    done += size_t(n);
   }
-  if (::fsync(fd) != 0) {
-    const int e = errno;
-    ::close(fd);
-    fail("cannot fsync '", p.string(), "': ", std::strerror(e));
+  void append(const std::string& s) { append(s.data(), s.size()); }
+  // fsync and close; returns the file's checksum.
+  uint64_t finish() {
+    if (::fsync(fd_) != 0) fail("cannot fsync '", path_.string(), "': ", std::strerror(errno));
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) fail("cannot close '", path_.string(), "': ", std::strerror(errno));
+    return sum_.h;
   }
-  if (::close(fd) != 0) fail("cannot close '", p.string(), "': ", std::strerror(errno));
+
+ private:
+  fs::path path_;
+  int fd_ = -1;
+  Fnv1a sum_;
+};
+
+uint64_t write_file(const fs::path& p, const std::string& bytes) {
+  DurableFile f(p);
+  f.append(bytes);
+  return f.finish();
 }
 
 void fsync_dir(const fs::path& dir) {
@@ -99,15 +138,14 @@ std::string tensor_bytes(Ops& ops, const Tensor& t) {
   return s;
 }
 
-// [magic 8][json length u64][json][raw tensors...]
-std::string pack(const char magic[8], const nlohmann::json& header, const std::vector<std::string>& blobs) {
-  std::string h = header.dump();
-  uint64_t n = h.size();
-  std::string out(magic, 8);
-  out.append(reinterpret_cast<const char*>(&n), 8);
-  out += h;
-  for (const auto& b : blobs) out += b;
-  return out;
+// A file of tensors: [magic 8][json length u64][json][raw tensors...]. This writes the
+// part before the tensors (append_packed the rest).
+void append_header(DurableFile& f, const char magic[8], const nlohmann::json& header) {
+  const std::string h = header.dump();
+  const uint64_t n = h.size();
+  f.append(magic, 8);
+  f.append(reinterpret_cast<const char*>(&n), 8);
+  f.append(h);
 }
 
 nlohmann::json unpack(const std::string& bytes, const char magic[8], const std::string& what, size_t* data_offset) {
@@ -146,7 +184,7 @@ void verify_checksums(const fs::path& dir, std::initializer_list<const char*> re
     if (only_required && std::find_if(required.begin(), required.end(), [&](const char* r) { return name == r; }) ==
                              required.end())
       continue;
-    if (fnv1a(read_file(dir / name)) != sum.get<uint64_t>())
+    if (fnv1a_file(dir / name) != sum.get<uint64_t>())
       fail_input("checkpoint '", dir.string(), "': ", name, " does not match its checksum (corrupt or truncated)");
   }
 }
@@ -157,13 +195,10 @@ DType dtype_from(const std::string& s, const std::string& what) {
   fail_input(what, ": unknown dtype '", s, "'");
 }
 
-// Parameters in the packed order (no padding): from an arena-layout host buffer.
-std::string pack_params(const GPT2& model, const std::string& arena, DType dtype) {
+// Parameters in the packed order (no padding), from an arena-layout host buffer.
+void append_packed(DurableFile& f, const GPT2& model, const std::string& arena, DType dtype) {
   const size_t es = dtype_size(dtype);
-  std::string out;
-  out.reserve(model.num_packed() * es);
-  for (const ParamInfo& p : model.param_list()) out.append(arena, p.offset * es, size_t(p.numel()) * es);
-  return out;
+  for (const ParamInfo& p : model.param_list()) f.append(arena.data() + p.offset * es, size_t(p.numel()) * es);
 }
 
 // The file's tensors (header "params": name, offset, shape of each, offsets in elements
@@ -255,22 +290,26 @@ std::string save_checkpoint(const std::string& out_dir, const GPT2& model, const
                        {"vocab_size", c.vocab_size}, {"padded_vocab", c.padded_vocab},
                        {"max_seq_len", c.max_seq_len}, {"dtype", dtype_name(model.dtype())},
                        {"numel", model.num_packed()}, {"params", param_entries(model)}};
-  std::map<std::string, std::string> files;
-  files["model.bin"] = pack(kModelMagic, mh, {pack_params(model, tensor_bytes(ops, m.params()), model.dtype())});
+  // Each tensor file streams from one host copy of its arena (never packed in memory
+  // first: the optimizer state of a large model is several of its sizes).
+  nlohmann::json sums;
+  {
+    DurableFile f(tmp_dir / "model.bin");
+    append_header(f, kModelMagic, mh);
+    append_packed(f, model, tensor_bytes(ops, m.params()), model.dtype());
+    sums["model.bin"] = f.finish();
+  }
   if (opt) {
     nlohmann::json oh = {{"step", opt->step}, {"dtype", dtype_name(opt->dtype)}, {"numel", model.num_packed()},
                          {"master", opt->tensors.size() == 3}, {"params", param_entries(model)}};
-    std::vector<std::string> blobs;
-    for (const std::string& t : opt->tensors) blobs.push_back(pack_params(model, t, opt->dtype));
-    files["optimizer.bin"] = pack(kOptMagic, oh, blobs);
+    DurableFile f(tmp_dir / "optimizer.bin");
+    append_header(f, kOptMagic, oh);
+    for (const std::string& t : opt->tensors) append_packed(f, model, t, opt->dtype);
+    sums["optimizer.bin"] = f.finish();
   }
-  files["state.json"] = nlohmann::json{{"step", st.step}, {"loader", st.loader}, {"extra", st.extra}}.dump(1);
-  files["config.yaml"] = config_yaml;
-  nlohmann::json sums;
-  for (auto& [fname, bytes] : files) {
-    write_file(tmp_dir / fname, bytes);
-    sums[fname] = fnv1a(bytes);
-  }
+  sums["state.json"] =
+      write_file(tmp_dir / "state.json", nlohmann::json{{"step", st.step}, {"loader", st.loader}, {"extra", st.extra}}.dump(1));
+  sums["config.yaml"] = write_file(tmp_dir / "config.yaml", config_yaml);
   write_file(tmp_dir / "checksums.json", sums.dump(1));
   fsync_dir(tmp_dir);
   // Complete and on disk: move it into place (the same step saved twice, e.g. a stop
