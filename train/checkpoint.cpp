@@ -148,21 +148,45 @@ void append_header(DurableFile& f, const char magic[8], const nlohmann::json& he
   f.append(h);
 }
 
-nlohmann::json unpack(const std::string& bytes, const char magic[8], const std::string& what, size_t* data_offset) {
-  if (bytes.size() < 16 || std::memcmp(bytes.data(), magic, 8) != 0)
-    fail_input(what, " is not a flashgpt file (bad magic)");
-  uint64_t n;
-  std::memcpy(&n, bytes.data() + 8, 8);
-  if (n > bytes.size() - 16) fail_input(what, " is truncated (header)");
-  nlohmann::json j;
-  try {
-    j = parse_json(what, bytes.substr(16, n));
-  } catch (const nlohmann::json::exception&) {
-    fail_input(what, " has a corrupt header");
+// A file of tensors opened for reading: its header, then its tensors read in pieces
+// straight into their destinations (the file is never held in memory whole).
+class TensorFile {
+ public:
+  TensorFile(const fs::path& p, const char magic[8]) : what_(p.string()), f_(p, std::ios::binary) {
+    if (!f_) fail_input("checkpoint file '", what_, "' is missing or unreadable");
+    std::error_code ec;
+    const uint64_t size = fs::file_size(p, ec);
+    char head[16];
+    if (ec || size < 16 || !f_.read(head, 16) || std::memcmp(head, magic, 8) != 0)
+      fail_input(what_, " is not a flashgpt file (bad magic)");
+    uint64_t n;
+    std::memcpy(&n, head + 8, 8);
+    if (n > size - 16) fail_input(what_, " is truncated (header)");
+    std::string text(n, '\0');
+    if (!f_.read(text.data(), std::streamsize(n))) fail_input(what_, " is truncated (header)");
+    try {
+      header_ = parse_json(what_, text);
+    } catch (const nlohmann::json::exception&) {
+      fail_input(what_, " has a corrupt header");
+    }
+    data_offset_ = 16 + n;
+    data_bytes_ = size - data_offset_;
   }
-  *data_offset = 16 + n;
-  return j;
-}
+  const std::string& what() const { return what_; }
+  const nlohmann::json& header() const { return header_; }
+  uint64_t data_bytes() const { return data_bytes_; }  // what follows the header
+  // `bytes` bytes from `offset` within the data (the caller checked the range).
+  void read(uint64_t offset, char* dst, size_t bytes) {
+    f_.seekg(std::streamoff(data_offset_ + offset));
+    if (!f_.read(dst, std::streamsize(bytes))) fail_input(what_, " could not be read (truncated?)");
+  }
+
+ private:
+  std::string what_;
+  std::ifstream f_;
+  nlohmann::json header_;
+  uint64_t data_offset_ = 0, data_bytes_ = 0;
+};
 
 // Every file the caller needs must be listed, and every listed file must match: an
 // emptied checksums.json cannot switch verification off. only_required: the other
@@ -201,10 +225,13 @@ void append_packed(DurableFile& f, const GPT2& model, const std::string& arena, 
   for (const ParamInfo& p : model.param_list()) f.append(arena.data() + p.offset * es, size_t(p.numel()) * es);
 }
 
-// The file's tensors (header "params": name, offset, shape of each, offsets in elements
-// from `data`) into an arena-layout buffer of dtype `dst_dtype` for `model`.
-std::string unpack_params(const GPT2& model, const nlohmann::json& entries, const char* data, size_t data_elems,
-                          DType src_dtype, DType dst_dtype, const std::string& what) {
+// One packed block of the file's tensors (header "params": name, offset, shape of each,
+// offsets in elements from the block's start `base`, `data_elems` elements of src_dtype)
+// into an arena-layout buffer of dtype `dst_dtype` for `model`.
+std::string unpack_params(const GPT2& model, TensorFile& file, uint64_t base, size_t data_elems, DType src_dtype,
+                          DType dst_dtype) {
+  const nlohmann::json& entries = file.header().at("params");
+  const std::string& what = file.what();
   const auto& list = model.param_list();
   if (!entries.is_array() || entries.size() != list.size())
     fail_input(what, " holds ", entries.is_array() ? entries.size() : 0, " tensors, this model has ", list.size());
@@ -219,10 +246,14 @@ std::string unpack_params(const GPT2& model, const nlohmann::json& entries, cons
     const uint64_t off = json_uint(e, "offset", cat(what, ": tensor '", p.name, "'"));
     if (off > data_elems || data_elems - off < uint64_t(p.numel()))
       fail_input(what, ": tensor '", p.name, "' lies outside the file (corrupt or truncated)");
-    const char* src = data + off * ses;
     char* dst = raw.data() + p.offset * des;
-    if (src_dtype == dst_dtype) std::memcpy(dst, src, size_t(p.numel()) * des);
-    else doubles_to_raw(dst, dst_dtype, doubles_from_raw(src, src_dtype, size_t(p.numel())));  // e.g. bf16 run on the CPU
+    if (src_dtype == dst_dtype) {
+      file.read(base + off * ses, dst, size_t(p.numel()) * des);
+    } else {  // e.g. a bf16 checkpoint loaded for a CPU run
+      std::vector<char> src(size_t(p.numel()) * ses);
+      file.read(base + off * ses, src.data(), src.size());
+      doubles_to_raw(dst, dst_dtype, doubles_from_raw(src.data(), src_dtype, size_t(p.numel())));
+    }
   }
   return raw;
 }
@@ -241,10 +272,9 @@ nlohmann::json shape_of(const nlohmann::json& h) {
 }
 
 void load_weights_file(const fs::path& dir, GPT2& model) {
-  const std::string what = (dir / "model.bin").string();
-  std::string bytes = read_file(dir / "model.bin");
-  size_t off;
-  auto h = unpack(bytes, kModelMagic, what, &off);
+  TensorFile file(dir / "model.bin", kModelMagic);
+  const std::string& what = file.what();
+  const nlohmann::json& h = file.header();
   const auto& c = model.config();
   try {
     if (h.at("n_layer") != c.n_layer || h.at("n_head") != c.n_head || h.at("n_embd") != c.n_embd ||
@@ -253,9 +283,9 @@ void load_weights_file(const fs::path& dir, GPT2& model) {
       fail_input("checkpoint '", dir.string(), "' was made for another model shape: ", shape_of(h).dump());
     DType d = dtype_from(h.at("dtype").get<std::string>(), what);
     const uint64_t n = json_uint(h, "numel", what);
-    if (n > (bytes.size() - off) / dtype_size(d) || off + n * dtype_size(d) != bytes.size())
+    if (n > file.data_bytes() / dtype_size(d) || n * dtype_size(d) != file.data_bytes())
       fail_input(what, " has the wrong size (corrupt or truncated)");
-    std::string arena = unpack_params(model, h.at("params"), bytes.data() + off, n, d, model.dtype(), what);
+    std::string arena = unpack_params(model, file, 0, n, d, model.dtype());
     model.ops().from_host(model.params(), arena.data());
   } catch (const nlohmann::json::exception& e) {
     fail_input(what, " has a malformed header: ", e.what());
@@ -362,21 +392,18 @@ CheckpointState load_checkpoint(const std::string& ckpt_dir, GPT2& model, Optimi
   fs::path dir(ckpt_dir);
   verify_checksums(dir, {"model.bin", "config.yaml", "state.json", "optimizer.bin"});
   load_weights_file(dir, model);
-  const std::string what = (dir / "optimizer.bin").string();
-  std::string bytes = read_file(dir / "optimizer.bin");
-  size_t off;
-  auto h = unpack(bytes, kOptMagic, what, &off);
+  TensorFile file(dir / "optimizer.bin", kOptMagic);
+  const std::string& what = file.what();
+  const nlohmann::json& h = file.header();
   try {
     if (!h.contains("params"))
       fail_input(what, " was written by an older flashgpt (padded layout); its weights load, but it cannot be resumed");
     const size_t n = json_uint(h, "numel", what), es = dtype_size(opt->dtype);
     const size_t count = h.at("master").get<bool>() ? 3 : 2;
     if (n != model.num_packed() || h.at("dtype") != dtype_name(opt->dtype) || count != opt->tensors.size() ||
-        off + n * es * count != bytes.size())
+        n * es * count != file.data_bytes())
       fail_input(what, " does not fit this run (other precision or model) or is truncated");
-    for (size_t k = 0; k < count; ++k)
-      opt->tensors[k] = unpack_params(model, h.at("params"), bytes.data() + off + k * n * es, n, opt->dtype,
-                                      opt->dtype, what);
+    for (size_t k = 0; k < count; ++k) opt->tensors[k] = unpack_params(model, file, k * n * es, n, opt->dtype, opt->dtype);
     opt->step = int(json_uint(h, "step", what, INT_MAX));
     const auto s = parse_json((dir / "state.json").string(), read_file(dir / "state.json"));
     CheckpointState st;
