@@ -75,10 +75,10 @@ if [ "$corpus_steps" -gt 0 ]; then
   [ -d cache/shards/corpus ] || build/flashgpt prepare --input cache/corpus --out cache/shards/corpus --no-progress >"$out/prepare.log" 2>&1
   common=(-c configs/gpt2-124m.yaml --set train.steps=$corpus_steps --set train.warmup_steps=20 --set train.lr=1.5e-3
           --set train.eval_every=25 --set train.eval_steps=8 --set train.log_every=5 --set train.checkpoint_every=0)
-  timeout 240 build/flashgpt train "${common[@]}" --set run.out_dir=runs/corpus_1gpu >"$out/corpus_1gpu.log" 2>&1
+  timeout 240 build/flashgpt train --overwrite "${common[@]}" --set run.out_dir=runs/corpus_1gpu >"$out/corpus_1gpu.log" 2>&1
   echo "rc=$?"; grep -E "^step|^done" "$out/corpus_1gpu.log" | tail -6
   if [ "$gpus" -ge 2 ]; then
-    timeout 200 $mpi -np "$gpus" build/flashgpt train "${common[@]}" --set run.out_dir=runs/corpus_${gpus}gpu \
+    timeout 200 $mpi -np "$gpus" build/flashgpt train --overwrite "${common[@]}" --set run.out_dir=runs/corpus_${gpus}gpu \
       >"$out/corpus_${gpus}gpu.log" 2>&1
     echo "rc=$?"; grep -E "^ranks|^step|^done" "$out/corpus_${gpus}gpu.log" | tail -6
   fi

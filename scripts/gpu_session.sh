@@ -66,7 +66,7 @@ echo "rc=$?"; cat "$out/tokenizer.log" | tail -12
 
 part "GPT-2 124M on the corpus"
 timeout 120 build/flashgpt prepare --input cache/corpus --out cache/shards/corpus --no-progress >"$out/train124m.log" 2>&1
-timeout 150 build/flashgpt train -c configs/gpt2-124m.yaml --set train.steps=150 --set train.total_batch=0 \
+timeout 150 build/flashgpt train -c configs/gpt2-124m.yaml --overwrite --set train.steps=150 --set train.total_batch=0 \
   --set train.warmup_steps=30 --set train.lr=1.5e-3 --set train.eval_every=50 --set train.eval_steps=10 \
   --set train.log_every=10 >>"$out/train124m.log" 2>&1
 echo "rc=$?"; grep -E "^step|^done|^device|val loss" "$out/train124m.log" | tail -24

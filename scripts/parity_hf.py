@@ -120,7 +120,7 @@ def train_small(args, work):
             "train.lr": 2e-3, "train.eval_every": 0, "train.eval_steps": 2, "train.log_every": 40,
             "data.train": f"{work}/shards/train_*.bin", "data.val": f"{work}/shards/val_*.bin",
             "run.out_dir": f"{work}/trained"}
-    cmd = [args.flashgpt, "train"]
+    cmd = [args.flashgpt, "train", "--overwrite"]
     for k, v in sets.items():
         cmd += ["--set", f"{k}={v}"]
     print(run(cmd).stdout.strip().splitlines()[-1])

@@ -4,6 +4,7 @@
 # corpus (State of the Union addresses), tokenises it into shards and trains
 # configs/tiny.yaml (on the GPU when one is visible, else on the CPU).
 #   scripts/quickstart.sh [flashgpt train options...]   e.g. --set train.steps=100
+# Each run starts runs/tiny afresh (train --overwrite), unless the options --resume it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
@@ -11,4 +12,6 @@ bash scripts/build.sh
 bash scripts/fetch_vocab.sh
 python3 scripts/corpus/build.py --subset sotu
 ./build/flashgpt prepare --input cache/corpus/sotu.txt --out cache/shards/sotu --val-fraction 0.05
-./build/flashgpt train --config configs/tiny.yaml "$@"
+overwrite=(--overwrite)
+for arg in "$@"; do [[ $arg == --resume* ]] && overwrite=(); done
+./build/flashgpt train --config configs/tiny.yaml "${overwrite[@]}" "$@"

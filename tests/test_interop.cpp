@@ -114,6 +114,19 @@ TEST(Interop, ExportImportRoundTripIsBitExact) {
   }
 }
 
+// An import never lands beside another checkpoint: its ckpt_000000 would be dropped
+// beside one already there. Exit 2, the directory untouched.
+TEST(Interop, ImportRefusesADirectoryWithCheckpoints) {
+  test::ScratchDir dir("fg_import_twice_");
+  const std::string ckpt = make_checkpoint(dir.file("run"), kSmall, DType::f32, 13);
+  ASSERT_EQ(flashgpt("export " + ckpt + " --hf " + dir.file("hf")).code, 0);
+  ASSERT_EQ(flashgpt("import " + dir.file("hf") + " --out " + dir.file("back")).code, 0);
+  const CliRun again = flashgpt("import " + dir.file("hf") + " --out " + dir.file("back"));
+  EXPECT_EQ(again.code, 2) << again.out;
+  EXPECT_NE(again.out.find("already holds checkpoints"), std::string::npos) << again.out;
+  EXPECT_EQ(flashgpt("import " + dir.file("hf") + " --out " + dir.file("run")).code, 2) << "nor into a training run";
+}
+
 // GPT-2 has a position table, so a model with rotary positions has no GPT-2 export:
 // refused with exit 2 before anything is written (transformers would load it with a
 // random table and say so only in a warning).

@@ -110,6 +110,34 @@ TEST_F(Reliability, InterruptedSavesAreRemovedAndNeverLoaded) {
   EXPECT_EQ(latest(run), "ckpt_000002");
 }
 
+// A new run (no --resume) never writes into a directory that holds another run's
+// checkpoints: a checkpoint of a step already there would be dropped and `latest` would
+// name the old run's. Refused with exit 2 and nothing touched; --overwrite starts over
+// (the old checkpoints, latest, metrics and config gone first), but never removes the
+// checkpoint --init-from names; --overwrite and --resume exclude each other.
+TEST_F(Reliability, ANewRunNeverTakesOverAnotherRunsDirectory) {
+  Run first = expect_ok(train("reuse", 0, 12, "--set train.steps=2"));
+  const std::string model = slurp(first.dir + "/ckpt_000002/model.bin");
+  Run again = train("reuse", 0, 12, "--set train.steps=2 --set train.lr=0.01");
+  EXPECT_EQ(WEXITSTATUS(again.status), 2) << again.err;
+  EXPECT_NE(again.err.find("holds another run's checkpoints"), std::string::npos) << again.err;
+  EXPECT_NE(again.err.find("--overwrite"), std::string::npos) << again.err;
+  EXPECT_EQ(slurp(first.dir + "/ckpt_000002/model.bin"), model) << "the old run is untouched";
+  EXPECT_EQ(again.metrics.size(), first.metrics.size()) << "nothing appended to its metrics";
+
+  Run fresh = expect_ok(train("reuse", 0, 12, "--set train.steps=2 --set train.lr=0.01 --overwrite"));
+  EXPECT_NE(slurp(fresh.dir + "/ckpt_000002/model.bin"), model) << "the new run's weights, not the old";
+  EXPECT_NE(slurp(fresh.dir + "/ckpt_000002/config.yaml").find("lr: 0.01"), std::string::npos);
+  EXPECT_EQ(fresh.losses.size(), 2u) << "metrics.jsonl holds the new run's steps only";
+  EXPECT_EQ(latest(fresh.dir), "ckpt_000002");
+
+  Run own = train("reuse", 0, 12, "--overwrite --init-from " + fresh.dir);
+  EXPECT_EQ(WEXITSTATUS(own.status), 2) << own.err;
+  EXPECT_NE(own.err.find("--overwrite would remove the checkpoint"), std::string::npos) << own.err;
+  EXPECT_TRUE(fs::exists(fresh.dir + "/ckpt_000002/model.bin"));
+  EXPECT_EQ(WEXITSTATUS(train("reuse", 0, 12, "--overwrite --resume " + fresh.dir).status), 2);
+}
+
 TEST_F(Reliability, KeepCheckpointsKeepsTheNewest) {
   Run r = expect_ok(train("keep", 0, 12, "--set train.steps=5 --set train.checkpoint_every=1 --set train.keep_checkpoints=2"));
   std::vector<std::string> names;

@@ -360,6 +360,26 @@ std::string save_checkpoint(const std::string& out_dir, const GPT2& model, const
   return final_dir.string();
 }
 
+std::vector<std::string> checkpoints_in(const std::string& run_dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  if (!fs::is_directory(run_dir, ec)) return names;
+  for (const fs::path& p : complete_checkpoints(run_dir)) names.push_back(p.filename().string());
+  return names;
+}
+
+void clear_run_dir(const std::string& run_dir) {
+  std::error_code ec;
+  if (!fs::is_directory(run_dir, ec)) return;
+  const fs::path dir(run_dir);
+  // `latest` first: from then on the directory names no checkpoint.
+  for (const char* f : {"latest", "latest.tmp", "metrics.jsonl", "config.yaml"}) fs::remove(dir / f);
+  fsync_dir(dir);
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_directory() && e.path().filename().string().rfind("ckpt_", 0) == 0) fs::remove_all(e.path());
+  fsync_dir(dir);
+}
+
 std::string resolve_checkpoint(const std::string& path) {
   fs::path p(path);
   while (!p.empty() && !p.has_filename()) p = p.parent_path();  // "dir/" -> "dir"

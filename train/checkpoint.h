@@ -14,6 +14,7 @@
 //   <out_dir>/latest  name of the newest complete checkpoint (replaced atomically)
 #pragma once
 #include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
 #include "layers/gpt2.h"
 #include "src/config.h"
@@ -37,6 +38,12 @@ void load_model_weights(const std::string& ckpt_dir, GPT2& model);
 // like `model`'s arena). opt->dtype and opt->tensors.size() say what this run expects
 // (2: m and v, 3: with the fp32 master); a checkpoint that differs is an InputError.
 CheckpointState load_checkpoint(const std::string& ckpt_dir, GPT2& model, OptimizerSnapshot* opt);
+// The complete checkpoints of a run directory (ckpt_NNNNNN, oldest first; none when the
+// directory does not exist).
+std::vector<std::string> checkpoints_in(const std::string& run_dir);
+// Removes what runs write into a run directory: its checkpoints (complete or not),
+// `latest`, `metrics.jsonl` and `config.yaml`; anything else stays (train --overwrite).
+void clear_run_dir(const std::string& run_dir);
 // "latest" resolution: a checkpoint dir, or a run dir containing `latest`.
 std::string resolve_checkpoint(const std::string& path);
 // The config saved in a checkpoint directory, its checksum verified first: it sizes the

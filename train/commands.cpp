@@ -1,16 +1,32 @@
 // `flashgpt train` and `flashgpt eval`.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 #include "src/commands.h"
 #include "src/config.h"
 #include "src/errors.h"
+#include "train/checkpoint.h"
 #include "train/comm.h"
 #include "train/eval_text.h"
 #include "train/trainer.h"
 
 namespace flashgpt {
+namespace {
+
+// Whether path lies in directory dir (both as they resolve on the disk).
+bool inside(const std::string& path, const std::string& dir) {
+  std::error_code ec;
+  const auto p = std::filesystem::weakly_canonical(path, ec);
+  auto d = std::filesystem::weakly_canonical(dir, ec);
+  if (d.filename().empty()) d = d.parent_path();  // "runs/x/"
+  const auto mismatch = std::mismatch(d.begin(), d.end(), p.begin(), p.end());
+  return mismatch.first == d.end();
+}
+
+}  // namespace
 
 void add_train_commands(CLI::App& app) {
   {
@@ -24,6 +40,9 @@ void add_train_commands(CLI::App& app) {
     cmd->add_option("--resume", *resume, "Resume from a checkpoint directory, or a run directory's latest checkpoint");
     cmd->add_option("--init-from", *init_from, "Start from a checkpoint's weights with a fresh optimizer (fine-tuning); "
                     "same as --set train.init_from=PATH")->excludes("--resume");
+    auto overwrite = std::make_shared<bool>(false);
+    cmd->add_flag("--overwrite", *overwrite, "Start afresh in run.out_dir: first remove the checkpoints, latest, "
+                  "metrics.jsonl and config.yaml an earlier run left there")->excludes("--resume");
     cmd->callback([=] {
       // Under mpirun: one process per GPU (or per CPU rank), world = -np.
       auto comm = make_host_communicator();
@@ -32,6 +51,12 @@ void add_train_commands(CLI::App& app) {
       if (!init_from->empty()) overrides.push_back("train.init_from=" + *init_from);
       on_every_rank(*comm, [&] {
         Config cfg = load_config(*config, overrides);
+        if (*overwrite && comm->rank() == 0) {
+          if (!cfg.train.init_from.empty() && inside(resolve_checkpoint(cfg.train.init_from), cfg.run.out_dir))
+            fail_input("--overwrite would remove the checkpoint that train.init_from names ('", cfg.train.init_from,
+                       "'): choose another run.out_dir");
+          clear_run_dir(cfg.run.out_dir);
+        }
         TrainResult r = train(cfg, *resume, *comm);
         stop_signal = r.stop_signal;
         if (comm->rank() != 0 || stop_signal) return;

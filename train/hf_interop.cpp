@@ -246,6 +246,10 @@ void export_hf(const ExportOptions& o) {
 }
 
 std::string import_hf(const ImportOptions& o) {
+  // Its ckpt_000000 would be dropped beside a checkpoint of that step already there.
+  if (const std::vector<std::string> old = checkpoints_in(o.out_dir); !old.empty())
+    fail_input("--out '", o.out_dir, "' already holds checkpoints (newest ", old.back(),
+               "): import into a new directory");
   const fs::path dir(o.hf_dir), cfg_path = dir / "config.json";
   const nlohmann::json j = read_json(cfg_path);
   if (!j.is_object()) fail_input(cfg_path.string(), ": not a JSON object");

@@ -101,6 +101,16 @@ TrainResult train(const Config& cfg, const std::string& resume, Communicator& ho
     fail_input("config key 'train.total_batch': ", total, " is not a multiple of batch_size·seq_len·ranks = ",
                t.batch_size, "·", t.seq_len, "·", world, " = ", micro_tokens);
   const int accum = int(total / micro_tokens);
+  // A new run must not write into another run's directory: a checkpoint of a step that is
+  // already there would be dropped (save_checkpoint keeps a step's first copy) and
+  // `latest` would name the old run's.
+  if (lead && resume.empty()) {
+    const std::vector<std::string> old = checkpoints_in(cfg.run.out_dir);
+    if (!old.empty())
+      fail_input("run.out_dir '", cfg.run.out_dir, "' holds another run's checkpoints (", old.size(), ", newest ",
+                 old.back(), "): continue that run with --resume ", cfg.run.out_dir,
+                 ", start over in it with --overwrite, or choose another run.out_dir");
+  }
 
   Backend be = make_backend(cfg.run.device, t.precision, host.local_rank(), host.local_world(), /*training=*/true);
   if (be.dtype == DType::bf16) validate_bf16_model(cfg);  // precision auto resolved to bf16
