@@ -138,6 +138,28 @@ TEST_F(Reliability, ANewRunNeverTakesOverAnotherRunsDirectory) {
   EXPECT_EQ(WEXITSTATUS(train("reuse", 0, 12, "--overwrite --resume " + fresh.dir).status), 2);
 }
 
+// Going back: a run resumed from an earlier checkpoint with other settings replaces the
+// later checkpoints of the steps it saves again (they used to keep the first run's, while
+// it reported its own); resumed with the same settings it writes the same bytes.
+TEST_F(Reliability, ResumingFromAnEarlierStepReplacesTheLaterCheckpoints) {
+  Run first = expect_ok(train("back", 0, 12, "--set train.steps=4 --set train.checkpoint_every=1"));
+  const std::string model = slurp(first.dir + "/ckpt_000004/model.bin");
+  expect_ok(train("back", 0, 12, "--set train.steps=4 --set train.checkpoint_every=1 --resume " + first.dir +
+                                      "/ckpt_000002"));
+  EXPECT_EQ(slurp(first.dir + "/ckpt_000004/model.bin"), model) << "the same settings: bit-exact";
+  expect_ok(train("back", 0, 12, "--set train.steps=4 --set train.checkpoint_every=1 --set train.lr=0.02 --resume " +
+                                      first.dir + "/ckpt_000002"));
+  EXPECT_NE(slurp(first.dir + "/ckpt_000004/model.bin"), model) << "the resumed run's weights";
+  for (const char* step : {"ckpt_000003", "ckpt_000004"})
+    EXPECT_NE(slurp(first.dir + "/" + step + "/config.yaml").find("lr: 0.02"), std::string::npos) << step;
+  EXPECT_EQ(slurp(first.dir + "/ckpt_000002/config.yaml").find("lr: 0.02"), std::string::npos) << "not rewritten";
+  EXPECT_EQ(latest(first.dir), "ckpt_000004");
+  for (const auto& e : fs::directory_iterator(first.dir))
+    EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << e.path() << " left behind";
+  for (const char* step : {"ckpt_000003", "ckpt_000004"})
+    EXPECT_NO_THROW(flashgpt::load_for_inference(first.dir + "/" + step, "cpu", "", 1, 1)) << step;
+}
+
 TEST_F(Reliability, KeepCheckpointsKeepsTheNewest) {
   Run r = expect_ok(train("keep", 0, 12, "--set train.steps=5 --set train.checkpoint_every=1 --set train.keep_checkpoints=2"));
   std::vector<std::string> names;

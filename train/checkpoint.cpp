@@ -117,6 +117,30 @@ bool is_temporary(const fs::path& p) {
 }
 
 // ckpt_NNNNNN directories of a run, oldest first (by step; never the *.tmp ones).
+// Whether checkpoint `dir` holds exactly the files whose checksums are `sums`.
+bool same_checksums(const fs::path& dir, const nlohmann::json& sums) {
+  std::ifstream f(dir / "checksums.json");
+  std::stringstream text;
+  text << f.rdbuf();
+  return f && text.str() == sums.dump(1);
+}
+
+// Puts the complete checkpoint `fresh` in the place of `old` (the same step), whose
+// directory `latest` may name: it must not be missing even for a moment. Linux swaps the
+// two atomically (renameat2 RENAME_EXCHANGE); a file system that cannot falls back to two
+// renames (the old one first to a *.tmp name, which nothing loads and the next save removes).
+void replace_checkpoint(const fs::path& old, const fs::path& fresh) {
+  if (::renameat2(AT_FDCWD, fresh.c_str(), AT_FDCWD, old.c_str(), RENAME_EXCHANGE) == 0) {
+    fs::remove_all(fresh);  // now the old one
+    return;
+  }
+  const fs::path aside = old.string() + ".replaced.tmp";
+  fs::remove_all(aside);
+  fs::rename(old, aside);
+  fs::rename(fresh, old);
+  fs::remove_all(aside);
+}
+
 std::vector<fs::path> complete_checkpoints(const fs::path& out_dir) {
   std::vector<std::pair<long, fs::path>> found;
   for (const auto& e : fs::directory_iterator(out_dir)) {
@@ -342,11 +366,10 @@ std::string save_checkpoint(const std::string& out_dir, const GPT2& model, const
   sums["config.yaml"] = write_file(tmp_dir / "config.yaml", config_yaml);
   write_file(tmp_dir / "checksums.json", sums.dump(1));
   fsync_dir(tmp_dir);
-  // Complete and on disk: move it into place (the same step saved twice, e.g. a stop
-  // right after a periodic save, keeps the first copy: `latest` may point at it and it
-  // must not disappear even for a moment), then point `latest` at it.
-  if (fs::exists(final_dir)) fs::remove_all(tmp_dir);
-  else fs::rename(tmp_dir, final_dir);
+  // Complete and on disk: move it into place, then point `latest` at it.
+  if (!fs::exists(final_dir)) fs::rename(tmp_dir, final_dir);
+  else if (same_checksums(final_dir, sums)) fs::remove_all(tmp_dir);  // e.g. a stop right after a periodic save
+  else replace_checkpoint(final_dir, tmp_dir);  // a run resumed from an earlier step, with other settings
   fsync_dir(out);
   write_file(out / "latest.tmp", std::string(name) + "\n");
   fs::rename(out / "latest.tmp", out / "latest");
