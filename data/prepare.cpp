@@ -209,6 +209,12 @@ PrepareStats prepare_shards(const PrepareOptions& o, const Tokenizer& tokenizer)
   }
   train.finish();
   val.finish();
+  if (stats.train.tokens == 0) {  // shards nobody can train on; the old output stays
+    fs::remove_all(partial);
+    if (stats.val.documents == 0) fail_input("prepare: the input has no text (", stats.bytes, " bytes)");
+    fail_input("prepare: the input has ", stats.val.documents, " document(s), and all went to the validation split; "
+               "add documents (separated by lines holding only <|endoftext|>) or use --val-fraction 0");
+  }
   stats.train.shards = train.shards();
   stats.val.shards = val.shards();
   stats.seconds = progress.seconds();

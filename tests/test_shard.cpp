@@ -249,3 +249,33 @@ TEST(ShardPrepare, TinyCorpusStillGetsOneValidationDocument) {
   o.inputs = {dir.file("missing.txt")};
   EXPECT_THROW(prepare_shards(o, *tok), InputError);
 }
+
+// Nothing to train on is an error, not empty shards: no text at all, or one document,
+// which the split gives to validation (--val-fraction 0 keeps it for training). The
+// previous output stays.
+TEST(ShardPrepare, NoTrainingTokensIsAnError) {
+  Tokenizer tok(vocab_dir());
+  TempDir dir;
+  std::ofstream(dir.file("empty.txt")) << "";
+  std::ofstream(dir.file("one.txt")) << "just one document";
+  std::ofstream(dir.file("only_separators.txt")) << "<|endoftext|>\n<|endoftext|>\n";
+  PrepareOptions o;
+  o.out = dir.file("out");
+  o.progress = false;
+  o.inputs = {dir.file("one.txt")};
+  o.val_fraction = 0;
+  EXPECT_EQ(prepare_shards(o, tok).train.documents, 1u);
+  o.val_fraction = 0.05;
+  for (const char* f : {"empty.txt", "one.txt", "only_separators.txt"}) {
+    o.inputs = {dir.file(f)};
+    try {
+      prepare_shards(o, tok);
+      ADD_FAILURE() << f << ": no InputError";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(f) == "one.txt" ? "--val-fraction 0" : "no text"),
+                std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(std::filesystem::exists(dir.file("out") + "/train_000000.bin")) << "the previous shards stay";
+    EXPECT_FALSE(std::filesystem::exists(dir.file("out") + ".partial"));
+  }
+}
