@@ -114,8 +114,8 @@ TEST(Interop, ExportImportRoundTripIsBitExact) {
   }
 }
 
-// An import never lands beside another checkpoint: its ckpt_000000 would be dropped
-// beside one already there. Exit 2, the directory untouched.
+// An import never lands beside another run's checkpoints (it would mix with them, or
+// replace their ckpt_000000). Exit 2, the directory untouched.
 TEST(Interop, ImportRefusesADirectoryWithCheckpoints) {
   test::ScratchDir dir("fg_import_twice_");
   const std::string ckpt = make_checkpoint(dir.file("run"), kSmall, DType::f32, 13);

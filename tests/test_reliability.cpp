@@ -111,8 +111,8 @@ TEST_F(Reliability, InterruptedSavesAreRemovedAndNeverLoaded) {
 }
 
 // A new run (no --resume) never writes into a directory that holds another run's
-// checkpoints: a checkpoint of a step already there would be dropped and `latest` would
-// name the old run's. Refused with exit 2 and nothing touched; --overwrite starts over
+// checkpoints (the two runs' checkpoints and metrics would mix). Refused with exit 2 and
+// nothing touched; --overwrite starts over
 // (the old checkpoints, latest, metrics and config gone first), but never removes the
 // checkpoint --init-from names; --overwrite and --resume exclude each other.
 TEST_F(Reliability, ANewRunNeverTakesOverAnotherRunsDirectory) {

@@ -116,7 +116,6 @@ bool is_temporary(const fs::path& p) {
   return n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0;
 }
 
-// ckpt_NNNNNN directories of a run, oldest first (by step; never the *.tmp ones).
 // Whether checkpoint `dir` holds exactly the files whose checksums are `sums`.
 bool same_checksums(const fs::path& dir, const nlohmann::json& sums) {
   std::ifstream f(dir / "checksums.json");
@@ -141,6 +140,7 @@ void replace_checkpoint(const fs::path& old, const fs::path& fresh) {
   fs::remove_all(aside);
 }
 
+// ckpt_NNNNNN directories of a run, oldest first (by step; never the *.tmp ones).
 std::vector<fs::path> complete_checkpoints(const fs::path& out_dir) {
   std::vector<std::pair<long, fs::path>> found;
   for (const auto& e : fs::directory_iterator(out_dir)) {
@@ -398,8 +398,10 @@ void clear_run_dir(const std::string& run_dir) {
   // `latest` first: from then on the directory names no checkpoint.
   for (const char* f : {"latest", "latest.tmp", "metrics.jsonl", "config.yaml"}) fs::remove(dir / f);
   fsync_dir(dir);
+  std::vector<fs::path> ckpts;  // listed first: not removed while the directory is read
   for (const auto& e : fs::directory_iterator(dir))
-    if (e.is_directory() && e.path().filename().string().rfind("ckpt_", 0) == 0) fs::remove_all(e.path());
+    if (e.is_directory() && e.path().filename().string().rfind("ckpt_", 0) == 0) ckpts.push_back(e.path());
+  for (const fs::path& p : ckpts) fs::remove_all(p);
   fsync_dir(dir);
 }
 

@@ -246,7 +246,7 @@ void export_hf(const ExportOptions& o) {
 }
 
 std::string import_hf(const ImportOptions& o) {
-  // Its ckpt_000000 would be dropped beside a checkpoint of that step already there.
+  // Its ckpt_000000 would mix with (or replace) another run's checkpoints.
   if (const std::vector<std::string> old = checkpoints_in(o.out_dir); !old.empty())
     fail_input("--out '", o.out_dir, "' already holds checkpoints (newest ", old.back(),
                "): import into a new directory");

@@ -101,9 +101,8 @@ TrainResult train(const Config& cfg, const std::string& resume, Communicator& ho
     fail_input("config key 'train.total_batch': ", total, " is not a multiple of batch_size·seq_len·ranks = ",
                t.batch_size, "·", t.seq_len, "·", world, " = ", micro_tokens);
   const int accum = int(total / micro_tokens);
-  // A new run must not write into another run's directory: a checkpoint of a step that is
-  // already there would be dropped (save_checkpoint keeps a step's first copy) and
-  // `latest` would name the old run's.
+  // A new run must not write into another run's directory: its checkpoints would mix with
+  // the old run's (replacing those of the same steps), and so would its metrics.
   if (lead && resume.empty()) {
     const std::vector<std::string> old = checkpoints_in(cfg.run.out_dir);
     if (!old.empty())
