@@ -426,6 +426,21 @@ TEST(InitFrom, LoadsWeightsAndRejectsAnotherShape) {
   other.n_layer = 3;
   GPT2 wrong(other, *ops, DType::f32, 1, 4);
   EXPECT_THROW(init_from_checkpoint(ckpt, wrong), InputError);
+  // The position encoding is part of the model: named in the message, for --resume too.
+  ModelConfig rope = kSmall;
+  rope.position = PositionEncoding::rope;
+  GPT2 rotary(rope, *ops, DType::f32, 1, 4);
+  for (const char* option : {"--init-from", "--resume"}) {
+    try {
+      check_checkpoint_model(ckpt, rotary, option);
+      ADD_FAILURE() << option << ": a learned-position checkpoint accepted for a RoPE model";
+    } catch (const InputError& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(msg.rfind(option, 0), 0u) << msg;
+      EXPECT_NE(msg.find("position learned) differs from the config's"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("position rope)"), std::string::npos) << msg;
+    }
+  }
   Config c = load_config("", {"train.init_from=" + ckpt});
   EXPECT_EQ(c.train.init_from, ckpt);
 }

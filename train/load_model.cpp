@@ -18,17 +18,24 @@ LoadedModel load_for_inference(const std::string& ckpt, const std::string& devic
   return m;
 }
 
-void init_from_checkpoint(const std::string& path, GPT2& model) {
-  const std::string dir = resolve_checkpoint(path);
+void check_checkpoint_model(const std::string& dir, const GPT2& model, const char* option) {
   const Config ck = load_checkpoint_config(dir);
   const ModelConfig a = model_config(ck), b = model.config();
   if (a.n_layer != b.n_layer || a.n_head != b.n_head || a.n_embd != b.n_embd ||
-      a.vocab_size != b.vocab_size || a.padded_vocab != b.padded_vocab || a.max_seq_len != b.max_seq_len)
-    fail_input("--init-from ", dir, ": the checkpoint's model (n_layer ", a.n_layer, ", n_head ", a.n_head,
+      a.vocab_size != b.vocab_size || a.padded_vocab != b.padded_vocab || a.max_seq_len != b.max_seq_len ||
+      a.position != b.position) {
+    auto position = [](const ModelConfig& m) { return m.position == PositionEncoding::rope ? "rope" : "learned"; };
+    fail_input(option, " ", dir, ": the checkpoint's model (n_layer ", a.n_layer, ", n_head ", a.n_head,
                ", n_embd ", a.n_embd, ", vocab_size ", a.vocab_size, ", padded_vocab ", a.padded_vocab,
-               ", max_seq_len ", a.max_seq_len, ") differs from the config's (n_layer ", b.n_layer, ", n_head ",
-               b.n_head, ", n_embd ", b.n_embd, ", vocab_size ", b.vocab_size, ", padded_vocab ",
-               b.padded_vocab, ", max_seq_len ", b.max_seq_len, ")");
+               ", max_seq_len ", a.max_seq_len, ", position ", position(a), ") differs from the config's (n_layer ",
+               b.n_layer, ", n_head ", b.n_head, ", n_embd ", b.n_embd, ", vocab_size ", b.vocab_size,
+               ", padded_vocab ", b.padded_vocab, ", max_seq_len ", b.max_seq_len, ", position ", position(b), ")");
+  }
+}
+
+void init_from_checkpoint(const std::string& path, GPT2& model) {
+  const std::string dir = resolve_checkpoint(path);
+  check_checkpoint_model(dir, model, "--init-from");
   load_model_weights(dir, model);
   std::printf("initialised the weights from %s (fresh optimizer state)\n", dir.c_str());
 }

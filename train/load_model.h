@@ -24,6 +24,10 @@ struct LoadedModel {
 LoadedModel load_for_inference(const std::string& ckpt, const std::string& device,
                                const std::string& precision, int B, int T);
 
+// The model keys of the checkpoint in `dir` (its config.yaml) and model's must agree;
+// else InputError naming both (option: "--init-from" or "--resume").
+void check_checkpoint_model(const std::string& dir, const GPT2& model, const char* option);
+
 // train --init-from: replaces model's weights with those of the checkpoint at `path`
 // (checkpoint or run dir), converting precision if needed. The model shapes must agree;
 // InputError (naming both) if not. Optimizer state is not read: fine-tuning starts fresh.

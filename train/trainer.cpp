@@ -153,6 +153,7 @@ TrainResult train(const Config& cfg, const std::string& resume, Communicator& ho
     std::string state, dir;
     if (lead) {
       dir = resolve_checkpoint(resume);
+      check_checkpoint_model(dir, model, "--resume");
       CheckpointState st = load_checkpoint(dir, model, &snap);
       state = nlohmann::json{{"step", st.step}, {"optimizer_step", snap.step}, {"loader", st.loader}}.dump();
     }
