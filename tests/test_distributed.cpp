@@ -143,6 +143,23 @@ TEST_F(Distributed, BadInputOnEveryRankExitsTwo) {
   EXPECT_NE(r.err.find("train.total_batch"), std::string::npos) << r.err;
 }
 
+// `bench comm` over MPI on the CPU: a table of the three collectives with a bus bandwidth
+// for every size; on one rank it refuses (nothing moves, so its "bandwidth" was the cost
+// of an empty call).
+TEST_F(Distributed, BenchCommNeedsTwoRanks) {
+  const std::string out = dir_.file("comm.out");
+  const std::string bench = std::string(FLASHGPT_BINARY) + " bench comm --device cpu --mib 1 --iters 3 --warmup 1";
+  int status = std::system(("OMP_NUM_THREADS=1 timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 " + bench +
+                            " >" + out + " 2>&1").c_str());
+  const std::string two = flashgpt::test::slurp(out);
+  ASSERT_EQ(WEXITSTATUS(status), 0) << two;
+  EXPECT_NE(two.find("2 rank(s)"), std::string::npos) << two;
+  for (const char* c : {"all_reduce", "reduce_scatter", "all_gather"}) EXPECT_NE(two.find(c), std::string::npos) << two;
+  status = std::system(("timeout 60 " + bench + " >" + out + " 2>&1").c_str());
+  EXPECT_EQ(WEXITSTATUS(status), 2) << flashgpt::test::slurp(out);
+  EXPECT_NE(flashgpt::test::slurp(out).find("needs 2 or more ranks"), std::string::npos) << flashgpt::test::slurp(out);
+}
+
 // ---- on GPUs: NCCL (device machine; skipped elsewhere) ----
 // A model the bf16 kernels take (head dim 64); deterministic attention backward, so
 // that repeated runs are bitwise equal and the reorder bound measures only reordering.

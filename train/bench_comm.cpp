@@ -25,6 +25,8 @@ void run_bench_comm(const BenchCommOptions& o, Communicator& host) {
   std::unique_ptr<Communicator> device_comm = make_device_communicator(be, host);
   Communicator& comm = device_comm ? *device_comm : host;
   const int n = comm.world();
+  // One rank moves nothing: its "bandwidths" would be the cost of an empty call.
+  if (n < 2) fail_input("bench comm needs 2 or more ranks: launch it with mpirun -np N (N >= 2)");
   if (comm.rank() == 0)
     std::printf("bench comm: %d rank(s), %s communicator, fp32, in place, median of %d after %d warm-up\n"
                 "%-15s %10s %10s %12s %12s\n", n, comm.name(), o.iters, o.warmup, "collective", "MiB", "time ms",
