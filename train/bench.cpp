@@ -8,6 +8,7 @@
 // scripts/bench_attention.py reads to compare with PyTorch SDPA (FA2, cuDNN).
 // Only exists with the CUDA backend; without it the subcommand says so and exits 2.
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -128,7 +129,7 @@ void add_bench_commands(CLI::App& app) {
   attn->add_flag("--suite", opt->suite, "the standard shapes (hidden 2048, T 1K..16K, D 64/128) + GPT-2 124M");
   attn->add_flag("--json", opt->json, "one JSON object per shape");
   attn->add_option("--warmup", opt->warmup, "warm-up runs")->capture_default_str()->check(CLI::NonNegativeNumber);
-  attn->add_option("--iters", opt->iters, "timed runs (median)")->capture_default_str()->check(CLI::PositiveNumber);
+  attn->add_option("--iters", opt->iters, "timed runs (median)")->capture_default_str()->check(CLI::Range(1, INT_MAX));
   attn->callback([opt] {
     opt->shape.causal = !opt->full;
 #ifdef FLASHGPT_WITH_CUDA

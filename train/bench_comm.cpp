@@ -5,6 +5,7 @@
 // all-reduce, ×(N−1)/N for reduce-scatter and all-gather).
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <vector>
 #include "src/commands.h"
@@ -70,7 +71,7 @@ void add_bench_comm_command(CLI::App& bench) {
   auto* cmd = bench.add_subcommand("comm", "Bus bandwidth of all-reduce, reduce-scatter, all-gather (run under mpirun)");
   cmd->add_option("--mib", o->mib, "Tensor sizes in MiB")->capture_default_str();
   cmd->add_option("--warmup", o->warmup, "Untimed runs per size")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--iters", o->iters, "Timed runs per size (median)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--iters", o->iters, "Timed runs per size (median)")->capture_default_str()->check(CLI::Range(1, INT_MAX));
   cmd->add_option("--device", o->device, "auto | cpu | cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->callback([o] {
     auto comm = make_host_communicator();

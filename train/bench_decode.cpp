@@ -14,6 +14,7 @@
 // bandwidth ((read + written) bytes / time of a 1 GiB cudaMemcpy, median of 10).
 #include "train/bench_decode.h"
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -156,7 +157,7 @@ void add_bench_decode_command(CLI::App& bench) {
   cmd->add_flag("--floor", opt->floor,
                 "also time an empty launch and the fastest plain read of the same bytes, as shares of the copy bandwidth");
   cmd->add_option("--warmup", opt->warmup, "warm-up runs")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--iters", opt->iters, "timed runs (median)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--iters", opt->iters, "timed runs (median)")->capture_default_str()->check(CLI::Range(1, INT_MAX));
   cmd->callback([opt] {
 #ifdef FLASHGPT_WITH_CUDA
     run_decode_bench(*opt);

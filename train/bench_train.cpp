@@ -1,6 +1,7 @@
 #include "train/bench_train.h"
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -195,7 +196,7 @@ void add_bench_train_command(CLI::App& bench) {
   cmd->add_option("-c,--config", o->config, "YAML config (model, batch_size, seq_len, precision, device)")->capture_default_str()->check(CLI::ExistingFile);
   cmd->add_option("--set", o->sets, "Override a config key (repeatable)");
   cmd->add_option("--warmup", o->warmup, "Untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--steps", o->steps, "Timed steps (the median is reported)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", o->steps, "Timed steps (the median is reported)")->capture_default_str()->check(CLI::Range(1, INT_MAX));
   cmd->add_flag("--breakdown", o->breakdown,
                 "Per-op time table (CUDA events; GPU only): achieved TFLOP/s and TB/s against the GEMM rate and copy "
                 "bandwidth measured first, and the step time the ops do not account for");

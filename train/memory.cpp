@@ -8,6 +8,7 @@
 // same points.
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -569,7 +570,7 @@ void add_memory_command(CLI::App& app) {
   cmd->add_option("--seq", o->seq, "Context lengths, e.g. 1K,4K,1M (default: train.seq_len)")->delimiter(',');
   cmd->add_option("--tokens-per-step", o->tokens_per_step,
                   "Batch size B = max(1, N / T) at each length (default: train.batch_size)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(int64_t(1), INT64_MAX));
   cmd->add_option("--attention", o->attention, "flash,naive (default: model.attention)")->delimiter(',');
   cmd->add_option("--recompute", o->recompute, "Policies, e.g. none,gelu,ln,gelu+ln,attn,block (default: train.recompute)")
       ->delimiter(',');
@@ -581,7 +582,7 @@ void add_memory_command(CLI::App& app) {
   cmd->add_option("--warmup", o->warmup, "--measure: untimed steps first")->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--steps", o->steps, "--measure: timed steps (the median is reported)")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, INT_MAX));
   cmd->add_option("--measure-max-seq", o->measure_max_seq, "--measure: longer contexts are planned only");
   cmd->add_option("--measured", o->measured_files,
                   "JSON of an earlier --measure --json run (or scripts/memory_torch.py) to merge into the table, CSV "
