@@ -25,6 +25,8 @@ namespace flashgpt {
 // learned: GPT-2's position table wpe (max_seq_len × C) added to the token embedding.
 // rope: no table; q and k are rotated by their position (ops.h, Ops::rope).
 enum class PositionEncoding { learned, rope };
+// The name model.position gives it in configs: "learned" or "rope".
+inline const char* position_name(PositionEncoding p) { return p == PositionEncoding::rope ? "rope" : "learned"; }
 
 struct ModelConfig {
   int n_layer = 0, n_head = 0, n_embd = 0;

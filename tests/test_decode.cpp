@@ -80,7 +80,6 @@ TEST(AttentionDecode, FewRowsMatmulEqualsManyRows) {
 // L, H, C, V, Vp, max T; learned positions (GPT-2's table) or rotary ones.
 ModelConfig small_model(PositionEncoding pos = PositionEncoding::learned) { return {2, 2, 16, 67, 128, 320, pos}; }
 constexpr PositionEncoding kPositions[] = {PositionEncoding::learned, PositionEncoding::rope};
-const char* name(PositionEncoding pos) { return pos == PositionEncoding::rope ? "rope" : "learned"; }
 
 // Random weights larger than GPT-2's init, so logits spread and argmax is well defined.
 void randomise(GPT2& m, uint64_t seed) {
@@ -105,7 +104,7 @@ TEST(Generate, GreedyWithCacheEqualsFullRecompute) {
   auto ops = make_cpu_ops();
   const int prompt_len = 5, new_tokens = 300;
   for (PositionEncoding pos : kPositions) {
-    SCOPED_TRACE(name(pos));
+    SCOPED_TRACE(position_name(pos));
     GPT2 model(small_model(pos), *ops, DType::f64, 1, prompt_len + new_tokens);
     randomise(model, 3);
     test::expect_same_greedy(test::greedy_both_ways(model, {1, 7, 42, 3, 66}, new_tokens));
@@ -116,7 +115,7 @@ TEST(Generate, GreedyWithCacheEqualsFullRecompute) {
 // and every sequence of a batch decodes as it would alone.
 TEST(Generate, BatchedDecodingMatchesSingleSequences) {
   for (PositionEncoding pos : kPositions) {
-    SCOPED_TRACE(name(pos));
+    SCOPED_TRACE(position_name(pos));
     auto ops = make_cpu_ops();
     const ModelConfig cfg = small_model(pos);
     GPT2 model(cfg, *ops, DType::f64, 1, 1);

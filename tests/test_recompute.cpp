@@ -60,7 +60,7 @@ TEST(Recompute, EveryPolicyGivesTheSameBitsAsNone) {
       const ModelConfig cfg = tiny(pos);
       const Result ref = run(cfg, ModelOptions(algo), B, T);
       for (const char* name : kPolicies) {
-        SCOPED_TRACE(cat(name, pos == PositionEncoding::rope ? ", rope" : ", learned",
+        SCOPED_TRACE(cat(name, ", ", position_name(pos),
                          algo == AttentionAlgo::naive ? ", naive" : ", flash"));
         ModelOptions o(algo);
         o.recompute = RecomputePolicy::parse(name);

@@ -16,6 +16,7 @@ bool cuda_available() {
 #endif
 }
 
+#ifdef FLASHGPT_WITH_CUDA
 // Dense bf16 tensor-core peak (TFLOP/s) of GPUs we know; 0 = unknown (print TFLOP/s).
 static double known_peak_tflops(const std::string& name) {
   if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos) return 989.0;
@@ -23,7 +24,6 @@ static double known_peak_tflops(const std::string& name) {
   return 0.0;
 }
 
-#ifdef FLASHGPT_WITH_CUDA
 // Which GPU this process uses: its rank on the node; or the only visible GPU when the
 // launcher binds one GPU per process (CUDA_VISIBLE_DEVICES set per rank).
 static int pick_gpu(int local_rank, int local_world) {
@@ -78,7 +78,7 @@ void set_model_config(Config& c, const ModelConfig& m) {
   c.model.vocab_size = m.vocab_size;
   c.model.padded_vocab = m.padded_vocab;
   c.model.max_seq_len = m.max_seq_len;
-  c.model.position = m.position == PositionEncoding::rope ? "rope" : "learned";
+  c.model.position = position_name(m.position);
 }
 
 AttentionAlgo attention_algo(const Config& c) {

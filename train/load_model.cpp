@@ -24,12 +24,12 @@ void check_checkpoint_model(const std::string& dir, const GPT2& model, const cha
   if (a.n_layer != b.n_layer || a.n_head != b.n_head || a.n_embd != b.n_embd ||
       a.vocab_size != b.vocab_size || a.padded_vocab != b.padded_vocab || a.max_seq_len != b.max_seq_len ||
       a.position != b.position) {
-    auto position = [](const ModelConfig& m) { return m.position == PositionEncoding::rope ? "rope" : "learned"; };
-    fail_input(option, " ", dir, ": the checkpoint's model (n_layer ", a.n_layer, ", n_head ", a.n_head,
-               ", n_embd ", a.n_embd, ", vocab_size ", a.vocab_size, ", padded_vocab ", a.padded_vocab,
-               ", max_seq_len ", a.max_seq_len, ", position ", position(a), ") differs from the config's (n_layer ",
-               b.n_layer, ", n_head ", b.n_head, ", n_embd ", b.n_embd, ", vocab_size ", b.vocab_size,
-               ", padded_vocab ", b.padded_vocab, ", max_seq_len ", b.max_seq_len, ", position ", position(b), ")");
+    auto keys = [](const ModelConfig& m) {
+      return cat("(n_layer ", m.n_layer, ", n_head ", m.n_head, ", n_embd ", m.n_embd, ", vocab_size ", m.vocab_size,
+                 ", padded_vocab ", m.padded_vocab, ", max_seq_len ", m.max_seq_len, ", position ",
+                 position_name(m.position), ")");
+    };
+    fail_input(option, " ", dir, ": the checkpoint's model ", keys(a), " differs from the config's ", keys(b));
   }
 }
 

@@ -274,7 +274,7 @@ TEST_F(CudaModel, RecomputePoliciesGiveTheBitsOfNone) {
         none.deterministic = true;
         const Run ref = run(cfg, dt, none);
         for (const char* policy : {"gelu", "ln", "attn", "gelu+ln+attn", "block"}) {
-          SCOPED_TRACE(cat(dtype_name(dt), pos == PositionEncoding::rope ? " rope " : " learned ",
+          SCOPED_TRACE(cat(dtype_name(dt), " ", position_name(pos), " ",
                            algo == AttentionAlgo::naive ? "naive " : "flash ", policy));
           ModelOptions o = none;
           o.recompute = RecomputePolicy::parse(policy);

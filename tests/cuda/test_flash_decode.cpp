@@ -271,7 +271,6 @@ class CudaGenerate : public CudaTest {
  protected:
   static ModelConfig config(PositionEncoding pos) { return {2, 2, 128, 67, 128, 320, pos}; }  // D = 64
   static constexpr PositionEncoding kPositions[] = {PositionEncoding::learned, PositionEncoding::rope};
-  static const char* name(PositionEncoding pos) { return pos == PositionEncoding::rope ? "rope" : "learned"; }
   // Larger-than-init random weights (spread logits); the same values on every backend.
   static std::vector<double> weights(GPT2& m) {
     m.init_random(3);
@@ -290,7 +289,7 @@ class CudaGenerate : public CudaTest {
 TEST_F(CudaGenerate, GreedyFp32WithCacheEqualsFullRecompute) {
   const int P = 5, steps = 300;
   for (PositionEncoding pos : kPositions) {
-    SCOPED_TRACE(name(pos));
+    SCOPED_TRACE(position_name(pos));
     GPT2 model(config(pos), *gpu_, DType::f32, 1, P + steps);
     OpCase::upload(*gpu_, model.params(), weights(model));
     expect_same_greedy(greedy_both_ways(model, {1, 7, 42, 3, 66}, steps));
@@ -299,7 +298,7 @@ TEST_F(CudaGenerate, GreedyFp32WithCacheEqualsFullRecompute) {
 
 TEST_F(CudaGenerate, Fp32LogitsMatchCpuAlongASequence) {
   for (PositionEncoding pos : kPositions) {
-    SCOPED_TRACE(name(pos));
+    SCOPED_TRACE(position_name(pos));
     const ModelConfig cfg = config(pos);
     const int B = 3, P = 7, steps = 60, V = cfg.vocab_size;
     std::mt19937_64 rng = test_rng();
