@@ -410,6 +410,20 @@ TEST(EvalText, SlidingWindowScoresEachTokenOnceWithItsContext) {
   }
 }
 
+// A zero or negative window or stride is refused (it used to be taken as "the default").
+TEST(EvalText, RefusesAWindowOrStrideBelowOne) {
+  test::ScratchDir dir("fg_evaltext_args_");
+  const std::string ckpt = make_checkpoint(dir.file("run"), kGpt2Vocab, DType::f32, 2);
+  write_all(dir.file("t.txt"), "Some text to score.");
+  const std::string cmd = "eval " + ckpt + " --device cpu --text " + dir.file("t.txt") + " ";
+  ASSERT_EQ(flashgpt(cmd + "--seq-len 8 --stride 4").code, 0);
+  for (const char* bad : {"--stride 0", "--stride -3", "--seq-len 0", "--seq-len -1"}) {
+    const CliRun r = flashgpt(cmd + bad);
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.out;
+    EXPECT_NE(r.out.find("not in range 1 to"), std::string::npos) << bad << ": " << r.out;
+  }
+}
+
 // ---- train --init-from ---------------------------------------------------------------
 TEST(InitFrom, LoadsWeightsAndRejectsAnotherShape) {
   test::ScratchDir dir("fg_initfrom_");

@@ -1,5 +1,6 @@
 // `flashgpt train` and `flashgpt eval`.
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -88,8 +89,10 @@ void add_train_commands(CLI::App& app) {
     cmd->add_option("--device", *device, "auto | cpu | cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     auto* text_opt = cmd->add_option("--text", text->text_file, "Raw text file: perplexity with sliding windows (README: Perplexity of raw text)")
                          ->check(CLI::ExistingFile)->excludes("--data")->excludes("--steps");
-    cmd->add_option("--seq-len", text->seq_len, "--text: window length T (default: the model's context)")->needs(text_opt);
-    cmd->add_option("--stride", text->stride, "--text: window stride S <= T (default: T/2); each token gets >= T-S+1 tokens of context")->needs(text_opt);
+    cmd->add_option("--seq-len", text->seq_len, "--text: window length T (default: the model's context)")
+        ->check(CLI::Range(1, INT_MAX))->needs(text_opt);
+    cmd->add_option("--stride", text->stride, "--text: window stride S <= T (default: T/2); each token gets >= T-S+1 tokens of context")
+        ->check(CLI::Range(1, INT_MAX))->needs(text_opt);
     cmd->add_option("--precision", text->precision, "--text: auto | bf16 | fp32 | fp64 (default: the checkpoint's)")
         ->check(CLI::IsMember({"auto", "bf16", "fp32", "fp64"}))->needs(text_opt);
     cmd->add_flag("--json", *json, "Print the result as one JSON object");
