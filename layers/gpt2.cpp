@@ -242,14 +242,16 @@ void GPT2::plan_params() {
 
   DType gd = GradDType(dtype_);
   param_mem_ = ops_.alloc(off * dtype_size(dtype_));
-  grad_mem_ = ops_.alloc(off * dtype_size(gd));
   params_ = Tensor(param_mem_, dtype_, ops_.device(), {int64_t(off)});
-  grads_ = Tensor(grad_mem_, gd, ops_.device(), {int64_t(off)});
   ops_.memset_zero(params_);
-  ops_.memset_zero(grads_);
+  if (opts_.gradients) {
+    grad_mem_ = ops_.alloc(off * dtype_size(gd));
+    grads_ = Tensor(grad_mem_, gd, ops_.device(), {int64_t(off)});
+    ops_.memset_zero(grads_);
+  }
   for (const Binding& b : bindings) {
     *b.param = slice_as(params_, param_list_[b.index]);
-    *b.grad = slice_as(grads_, param_list_[b.index]);
+    if (opts_.gradients) *b.grad = slice_as(grads_, param_list_[b.index]);
   }
 }
 
@@ -364,9 +366,13 @@ void GPT2::set_batch(const int32_t* inputs, const int32_t* targets) {
   host_targets_.assign(targets, targets + BT);
 }
 
-void GPT2::zero_grad() { ops_.memset_zero(grads_); }
+void GPT2::zero_grad() {
+  FG_ASSERT(opts_.gradients, "zero_grad() on a model built without gradients");
+  ops_.memset_zero(grads_);
+}
 
 float GPT2::forward(float dloss) {
+  FG_ASSERT(dloss == 0.0f || opts_.gradients, "forward(dloss != 0) on a model built without gradients");
   Acts& A = *acts_;
   ops_.embedding_forward(A.encoded, A.tokens, ends_->wte, ends_->wpe);  // wpe undefined with rope
   for (int l = 0; l < cfg_.n_layer; ++l) block_forward(l, /*recompute=*/false);
@@ -457,6 +463,7 @@ void GPT2::head_chunk(int64_t row0, int64_t row1, float dloss) {
 }
 
 void GPT2::backward() {
+  FG_ASSERT(opts_.gradients, "backward() on a model built without gradients");
   Acts& A = *acts_;
   const int B = B_, T = T_, C = cfg_.n_embd, H = cfg_.n_head, D = C / H, L = cfg_.n_layer;
   // dres accumulates the gradient of the residual stream as we walk back.

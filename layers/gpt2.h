@@ -50,6 +50,9 @@ struct ModelOptions {
   // Each layer's parameter range (and the arena's end) starts at a multiple of this many
   // elements, so a caller can cut every layer into equal shards (ZeRO-1).
   size_t layer_align = 1;
+  // false: no gradient arena (inference: eval, sample, export hold the weights once);
+  // backward(), zero_grad() and forward(dloss != 0) are then errors.
+  bool gradients = true;
 };
 
 // The model's memory, from the shapes alone (GPT2::memory): exactly what the
@@ -115,7 +118,8 @@ class GPT2 {
   const ModelOptions& options() const { return opts_; }
 
   Tensor params() const { return params_; }  // all parameters, flat, activation dtype
-  Tensor grads() const { return grads_; }    // all gradients, flat, GradDType(dtype)
+  Tensor grads() const { return grads_; }    // all gradients, flat, GradDType(dtype); undefined without
+                                             // ModelOptions::gradients
   const std::vector<ParamInfo>& param_list() const { return param_list_; }
   size_t num_params() const { return size_t(params_.numel()); }  // arena elements, padding included
   size_t num_packed() const;  // parameters without padding (what checkpoints hold)

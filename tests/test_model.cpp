@@ -207,6 +207,56 @@ TEST(Model, CorruptCheckpointIsRejected) {
   EXPECT_THROW(load_model_weights(ckpt, m), InputError);
 }
 
+// A model built for inference has no gradient arena, and its forward is the training
+// model's to the bit; asking it for gradients is an error, not a write through null.
+TEST(Model, InferenceModelHasNoGradients) {
+  auto ops = make_cpu_ops();
+  const int B = 2, T = 6;
+  ModelOptions inference;
+  inference.gradients = false;
+  GPT2 train(tiny(), *ops, DType::f64, B, T), infer(tiny(), *ops, DType::f64, B, T, inference);
+  train.init_random(5);
+  ops->cast(infer.params(), train.params());
+  EXPECT_FALSE(infer.grads().defined());
+  EXPECT_EQ(GPT2::memory(tiny(), Device::cpu, DType::f64, B, T, inference).grad_bytes, 0u);
+  EXPECT_GT(GPT2::memory(tiny(), Device::cpu, DType::f64, B, T, {}).grad_bytes, 0u);
+  const Batch b = random_batch(B, T, tiny().vocab_size, 17);
+  train.set_batch(b.in.data(), b.tg.data());
+  infer.set_batch(b.in.data(), b.tg.data());
+  train.forward(0.0f);
+  infer.forward(0.0f);
+  EXPECT_EQ(infer.last_loss(), train.last_loss());
+  EXPECT_THROW(infer.forward(1.0f), std::runtime_error);
+  EXPECT_THROW(infer.backward(), std::runtime_error);
+  EXPECT_THROW(infer.zero_grad(), std::runtime_error);
+}
+
+// Loading the weights (eval, sample, export) checks and reads only model.bin, config.yaml
+// and state.json: a damaged optimizer.bin does not stop them, and they load every weight
+// exactly; resuming, and verify_checkpoint, still refuse it.
+TEST(Model, WeightsLoadWithoutReadingTheOptimizerState) {
+  auto ops = make_cpu_ops();
+  ModelOptions opts;
+  opts.layer_align = 64;  // gaps between the layers' parameters: they must stay zero
+  GPT2 m(tiny(), *ops, DType::f32, 1, 4, opts);
+  m.init_random(7);
+  const size_t bytes = m.num_params() * sizeof(float);
+  OptimizerSnapshot snap{3, DType::f32, {std::string(bytes, '\1'), std::string(bytes, '\2')}};
+  test::ScratchDir scratch("flashgpt_weights_only_");
+  const std::string ckpt = save_checkpoint(scratch.path.string(), m, &snap, {3, {}, {}}, "");
+  {  // flip one byte of the optimizer state
+    std::fstream f(std::filesystem::path(ckpt) / "optimizer.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-5, std::ios::end);
+    f.put('\x7f');
+  }
+  GPT2 back(tiny(), *ops, DType::f32, 1, 4, opts);
+  ASSERT_NO_THROW(load_model_weights(ckpt, back));
+  EXPECT_EQ(host<float>(*ops, back.params()), host<float>(*ops, m.params())) << "every weight, padding zero";
+  EXPECT_THROW(verify_checkpoint(ckpt), InputError);
+  OptimizerSnapshot into{0, DType::f32, std::vector<std::string>(2)};
+  EXPECT_THROW(load_checkpoint(ckpt, back, &into), InputError);
+}
+
 // Token ids come from data files: one outside the vocabulary is bad input (exit 2),
 // caught before it indexes wte. Negative targets mean "ignore" and are accepted.
 TEST(Model, SetBatchRejectsIdsOutsideTheVocabulary) {

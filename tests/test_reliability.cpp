@@ -15,6 +15,7 @@
 
 #include "src/errors.h"
 #include "tests/train_fixture.h"
+#include "train/checkpoint.h"
 #include "train/load_model.h"
 
 extern char** environ;
@@ -78,6 +79,7 @@ TEST_F(Reliability, KillNineNeverLeavesABrokenCheckpoint) {
     for (const auto& e : fs::directory_iterator(run)) {
       const std::string n = e.path().filename().string();
       if (n.rfind("ckpt_", 0) != 0 || n.find(".tmp") != std::string::npos) continue;
+      EXPECT_NO_THROW(flashgpt::verify_checkpoint(e.path().string())) << n << " after kill " << k;
       EXPECT_NO_THROW(flashgpt::load_for_inference(e.path().string(), "cpu", "", 1, 1)) << n << " after kill " << k;
     }
     pid = spawn("eval " + run + " --steps 1 --device cpu", "eval");
@@ -156,8 +158,10 @@ TEST_F(Reliability, ResumingFromAnEarlierStepReplacesTheLaterCheckpoints) {
   EXPECT_EQ(latest(first.dir), "ckpt_000004");
   for (const auto& e : fs::directory_iterator(first.dir))
     EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << e.path() << " left behind";
-  for (const char* step : {"ckpt_000003", "ckpt_000004"})
+  for (const char* step : {"ckpt_000003", "ckpt_000004"}) {
+    EXPECT_NO_THROW(flashgpt::verify_checkpoint(first.dir + "/" + step)) << step;
     EXPECT_NO_THROW(flashgpt::load_for_inference(first.dir + "/" + step, "cpu", "", 1, 1)) << step;
+  }
 }
 
 TEST_F(Reliability, KeepCheckpointsKeepsTheNewest) {

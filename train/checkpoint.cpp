@@ -249,18 +249,20 @@ void append_packed(DurableFile& f, const GPT2& model, const std::string& arena, 
   for (const ParamInfo& p : model.param_list()) f.append(arena.data() + p.offset * es, size_t(p.numel()) * es);
 }
 
-// One packed block of the file's tensors (header "params": name, offset, shape of each,
-// offsets in elements from the block's start `base`, `data_elems` elements of src_dtype)
-// into an arena-layout buffer of dtype `dst_dtype` for `model`.
-std::string unpack_params(const GPT2& model, TensorFile& file, uint64_t base, size_t data_elems, DType src_dtype,
-                          DType dst_dtype) {
+// Each tensor of one packed block of the file (header "params": name, offset, shape of
+// each, offsets in elements from the block's start `base`, `data_elems` elements of
+// src_dtype), checked against `model`'s parameter list and read in dtype `dst_dtype`:
+// `take(param, bytes)` gets it, one tensor at a time (the block is never in memory whole).
+template <class Take>
+void for_each_packed(const GPT2& model, TensorFile& file, uint64_t base, size_t data_elems, DType src_dtype,
+                     DType dst_dtype, Take take) {
   const nlohmann::json& entries = file.header().at("params");
   const std::string& what = file.what();
   const auto& list = model.param_list();
   if (!entries.is_array() || entries.size() != list.size())
     fail_input(what, " holds ", entries.is_array() ? entries.size() : 0, " tensors, this model has ", list.size());
   const size_t ses = dtype_size(src_dtype), des = dtype_size(dst_dtype);
-  std::string raw(model.num_params() * des, '\0');  // padding stays zero
+  std::vector<char> buf, src;
   for (size_t i = 0; i < list.size(); ++i) {
     const ParamInfo& p = list[i];
     const auto& e = entries[i];
@@ -270,15 +272,25 @@ std::string unpack_params(const GPT2& model, TensorFile& file, uint64_t base, si
     const uint64_t off = json_uint(e, "offset", cat(what, ": tensor '", p.name, "'"));
     if (off > data_elems || data_elems - off < uint64_t(p.numel()))
       fail_input(what, ": tensor '", p.name, "' lies outside the file (corrupt or truncated)");
-    char* dst = raw.data() + p.offset * des;
+    buf.resize(size_t(p.numel()) * des);
     if (src_dtype == dst_dtype) {
-      file.read(base + off * ses, dst, size_t(p.numel()) * des);
+      file.read(base + off * ses, buf.data(), buf.size());
     } else {  // e.g. a bf16 checkpoint loaded for a CPU run
-      std::vector<char> src(size_t(p.numel()) * ses);
+      src.resize(size_t(p.numel()) * ses);
       file.read(base + off * ses, src.data(), src.size());
-      doubles_to_raw(dst, dst_dtype, doubles_from_raw(src.data(), src_dtype, size_t(p.numel())));
+      doubles_to_raw(buf.data(), dst_dtype, doubles_from_raw(src.data(), src_dtype, size_t(p.numel())));
     }
+    take(p, buf.data());
   }
+}
+
+// The same block as one arena-layout host buffer for `model` (padding zero).
+std::string unpack_params(const GPT2& model, TensorFile& file, uint64_t base, size_t data_elems, DType dtype) {
+  const size_t es = dtype_size(dtype);
+  std::string raw(model.num_params() * es, '\0');
+  for_each_packed(model, file, base, data_elems, dtype, dtype, [&](const ParamInfo& p, const char* data) {
+    std::memcpy(raw.data() + p.offset * es, data, size_t(p.numel()) * es);
+  });
   return raw;
 }
 
@@ -309,8 +321,12 @@ void load_weights_file(const fs::path& dir, GPT2& model) {
     const uint64_t n = json_uint(h, "numel", what);
     if (n > file.data_bytes() / dtype_size(d) || n * dtype_size(d) != file.data_bytes())
       fail_input(what, " has the wrong size (corrupt or truncated)");
-    std::string arena = unpack_params(model, file, 0, n, d, model.dtype());
-    model.ops().from_host(model.params(), arena.data());
+    // Each tensor straight into its place in the parameters (the padding between them
+    // stays as the model was built: zero).
+    const Tensor params = model.params();
+    for_each_packed(model, file, 0, n, d, model.dtype(), [&](const ParamInfo& p, const char* data) {
+      model.ops().from_host(params.rows(int64_t(p.offset), int64_t(p.offset) + p.numel()), data);
+    });
   } catch (const nlohmann::json::exception& e) {
     fail_input(what, " has a malformed header: ", e.what());
   }
@@ -427,9 +443,15 @@ std::string resolve_checkpoint(const std::string& path) {
   fail_input("'", path, "' is neither a checkpoint directory (with model.bin) nor a run directory (with latest)");
 }
 
+void verify_checkpoint(const std::string& ckpt_dir) {
+  verify_checksums(fs::path(ckpt_dir), {"model.bin", "config.yaml", "state.json"});
+}
+
 void load_model_weights(const std::string& ckpt_dir, GPT2& model) {
   fs::path dir(ckpt_dir);
-  verify_checksums(dir, {"model.bin", "config.yaml", "state.json"});
+  // Only what the weights need: the optimizer state (three times their size in fp32) is
+  // not read just to be checked.
+  verify_checksums(dir, {"model.bin", "config.yaml", "state.json"}, /*only_required=*/true);
   load_weights_file(dir, model);
 }
 
@@ -448,7 +470,7 @@ CheckpointState load_checkpoint(const std::string& ckpt_dir, GPT2& model, Optimi
     if (n != model.num_packed() || h.at("dtype") != dtype_name(opt->dtype) || count != opt->tensors.size() ||
         n * es * count != file.data_bytes())
       fail_input(what, " does not fit this run (other precision or model) or is truncated");
-    for (size_t k = 0; k < count; ++k) opt->tensors[k] = unpack_params(model, file, k * n * es, n, opt->dtype, opt->dtype);
+    for (size_t k = 0; k < count; ++k) opt->tensors[k] = unpack_params(model, file, k * n * es, n, opt->dtype);
     opt->step = int(json_uint(h, "step", what, INT_MAX));
     const auto s = parse_json((dir / "state.json").string(), read_file(dir / "state.json"));
     CheckpointState st;

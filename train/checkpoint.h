@@ -32,8 +32,13 @@ struct CheckpointState {
 // keep > 0: afterwards only the newest `keep` checkpoints remain (0: all).
 std::string save_checkpoint(const std::string& out_dir, const GPT2& model, const OptimizerSnapshot* opt,
                             const CheckpointState& st, const std::string& config_yaml, int keep = 0);
-// Model weights only (eval). Validates checksums and shapes; InputError when corrupt.
+// Model weights only (eval, sample, export, --init-from): checks the checksums of the
+// files it reads (model.bin, config.yaml, state.json) and the shapes; InputError when
+// corrupt. Each tensor goes straight into the model's parameters.
 void load_model_weights(const std::string& ckpt_dir, GPT2& model);
+// Every file checksums.json lists, and at least the ones eval needs, matches its checksum
+// (InputError otherwise): the whole checkpoint is intact.
+void verify_checkpoint(const std::string& ckpt_dir);
 // Everything for resume: weights into `model`, the optimizer state into `opt` (laid out
 // like `model`'s arena). opt->dtype and opt->tensors.size() say what this run expects
 // (2: m and v, 3: with the fp32 master); a checkpoint that differs is an InputError.

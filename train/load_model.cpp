@@ -13,7 +13,9 @@ LoadedModel load_for_inference(const std::string& ckpt, const std::string& devic
   std::string p = precision.empty() ? m.config.train.precision : precision;
   if (precision.empty() && p == "fp64" && device != "cpu") p = "auto";  // fp64 runs exist on the CPU only
   m.backend = make_backend(device, p);
-  m.model = std::make_unique<GPT2>(model_config(m.config), *m.backend.ops, m.backend.dtype, B, T);
+  ModelOptions opts;
+  opts.gradients = false;  // inference only: the weights are held once
+  m.model = std::make_unique<GPT2>(model_config(m.config), *m.backend.ops, m.backend.dtype, B, T, opts);
   load_model_weights(m.dir, *m.model);
   return m;
 }

@@ -20,7 +20,7 @@ struct LoadedModel {
 // ckpt: a checkpoint dir or a run dir (its latest). device: auto | cpu | cuda.
 // precision: "" = the checkpoint's train.precision (fp64 becomes auto off the CPU),
 // else auto | bf16 | fp32 | fp64. The model is sized for micro-batches of B×T
-// (B = T = 1 when only its weights are needed).
+// (B = T = 1 when only its weights are needed), without gradients (ModelOptions).
 LoadedModel load_for_inference(const std::string& ckpt, const std::string& device,
                                const std::string& precision, int B, int T);
 

@@ -330,7 +330,9 @@ EvalResult evaluate_checkpoint(const std::string& ckpt, const std::string& patte
   std::string precision = cfg.train.precision;
   Backend be = make_backend(device, precision == "fp64" && device != "cpu" ? "auto" : precision);
   if (be.dtype == DType::bf16) validate_bf16_model(cfg);
-  GPT2 model(model_config(cfg), *be.ops, be.dtype, cfg.train.batch_size, cfg.train.seq_len, model_options(cfg));
+  ModelOptions opts = model_options(cfg);
+  opts.gradients = false;  // forward only
+  GPT2 model(model_config(cfg), *be.ops, be.dtype, cfg.train.batch_size, cfg.train.seq_len, opts);
   load_model_weights(dir, model);
   DataLoader loader({data, cfg.train.batch_size, cfg.train.seq_len, 0, 1, 0, false, cfg.model.vocab_size, 0});
   const int n = steps > 0 ? int(std::min<uint64_t>(uint64_t(steps), loader.batches_per_epoch()))
