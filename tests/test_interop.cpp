@@ -415,8 +415,9 @@ TEST(EvalText, RefusesAWindowOrStrideBelowOne) {
   test::ScratchDir dir("fg_evaltext_args_");
   const std::string ckpt = make_checkpoint(dir.file("run"), kGpt2Vocab, DType::f32, 2);
   write_all(dir.file("t.txt"), "Some text to score.");
-  const std::string cmd = "eval " + ckpt + " --device cpu --text " + dir.file("t.txt") + " ";
-  ASSERT_EQ(flashgpt(cmd + "--seq-len 8 --stride 4").code, 0);
+  const std::string cmd = "eval " + ckpt + " --device cpu --vocab " + vocab_dir() + " --text " + dir.file("t.txt") + " ";
+  const CliRun ok = flashgpt(cmd + "--seq-len 8 --stride 4");
+  ASSERT_EQ(ok.code, 0) << ok.out;
   for (const char* bad : {"--stride 0", "--stride -3", "--seq-len 0", "--seq-len -1"}) {
     const CliRun r = flashgpt(cmd + bad);
     EXPECT_EQ(r.code, 2) << bad << ": " << r.out;

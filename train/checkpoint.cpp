@@ -128,8 +128,10 @@ bool same_checksums(const fs::path& dir, const nlohmann::json& sums) {
 // directory `latest` may name: it must not be missing even for a moment. Linux swaps the
 // two atomically (renameat2 RENAME_EXCHANGE); a file system that cannot falls back to two
 // renames (the old one first to a *.tmp name, which nothing loads and the next save removes).
+// FLASHGPT_TEST_NO_RENAME_EXCHANGE=1 takes the fallback (tests: this machine has the swap).
 void replace_checkpoint(const fs::path& old, const fs::path& fresh) {
-  if (::renameat2(AT_FDCWD, fresh.c_str(), AT_FDCWD, old.c_str(), RENAME_EXCHANGE) == 0) {
+  const bool exchange = std::getenv("FLASHGPT_TEST_NO_RENAME_EXCHANGE") == nullptr;
+  if (exchange && ::renameat2(AT_FDCWD, fresh.c_str(), AT_FDCWD, old.c_str(), RENAME_EXCHANGE) == 0) {
     fs::remove_all(fresh);  // now the old one
     return;
   }

@@ -93,6 +93,8 @@ void add_train_commands(CLI::App& app) {
         ->check(CLI::Range(1, INT_MAX))->needs(text_opt);
     cmd->add_option("--stride", text->stride, "--text: window stride S <= T (default: T/2); each token gets >= T-S+1 tokens of context")
         ->check(CLI::Range(1, INT_MAX))->needs(text_opt);
+    cmd->add_option("--vocab", text->vocab, "--text: directory with encoder.json and vocab.bpe (default: cache/gpt2)")
+        ->needs(text_opt);
     cmd->add_option("--precision", text->precision, "--text: auto | bf16 | fp32 | fp64 (default: the checkpoint's)")
         ->check(CLI::IsMember({"auto", "bf16", "fp32", "fp64"}))->needs(text_opt);
     cmd->add_flag("--json", *json, "Print the result as one JSON object");
