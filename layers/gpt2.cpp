@@ -185,6 +185,7 @@ ModelMemory GPT2::memory(const ModelConfig& cfg, Device device, DType dtype, int
   GPT2 m(cfg, planning, dtype, B, T, opts);
   ModelMemory r;
   r.num_params = m.num_params();
+  for (const ParamInfo& p : m.param_list_) r.largest_param = std::max(r.largest_param, size_t(p.numel()));
   r.param_bytes = m.params_.nbytes();
   r.grad_bytes = m.grads_.nbytes();
   r.activation_bytes = m.act_bytes_;

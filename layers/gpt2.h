@@ -59,6 +59,7 @@ struct ModelOptions {
 // constructor allocates, arena by arena, since it comes from the same code.
 struct ModelMemory {
   size_t num_params = 0;        // elements of the parameter arena (alignment gaps included)
+  size_t largest_param = 0;     // elements of the largest parameter tensor (wte)
   size_t param_bytes = 0;       // parameters, activation dtype
   size_t grad_bytes = 0;        // gradients, GradDType
   size_t activation_bytes = 0;  // the activation arena (alignment gaps included)

@@ -577,9 +577,11 @@ struct CheckpointFixture {
     for (int s = 0; s < 3; ++s) loader->next(in.data(), tg.data());
     AdamW opt(*model, adamw_config(cfg));
     auto single = make_host_communicator();
-    const OptimizerSnapshot snap = DataParallel(*model, *single, 1).snapshot_optimizer(opt);
+    DataParallel dp(*model, *single, 1);
+    const OptimizerSource source{opt.steps_done(), DType::f32, 2,
+                                 [&](int k, std::string& bytes) { dp.gather_state(opt, k, &bytes); }};
     run_dir = scratch.file("run");
-    ckpt = save_checkpoint(run_dir, *model, &snap, {3, loader->state(), {}}, config_to_yaml(cfg));
+    ckpt = save_checkpoint(run_dir, *model, &source, {3, loader->state(), {}}, config_to_yaml(cfg));
     for (const char* name : {"model.bin", "optimizer.bin", "state.json", "config.yaml", "checksums.json"})
       files[name] = slurp((fs::path(ckpt) / name).string());
     files["../latest"] = slurp(run_dir + "/latest");
@@ -595,8 +597,12 @@ struct CheckpointFixture {
     const std::string dir = resolve_checkpoint(run_dir);
     load_checkpoint_config(dir);
     load_model_weights(dir, *model);
-    OptimizerSnapshot snap{0, DType::f32, std::vector<std::string>(2)};
-    const CheckpointState st = load_checkpoint(dir, *model, &snap);
+    const size_t bytes = model->num_params() * sizeof(float);
+    const OptimizerSink sink{DType::f32, 2, [&](int, const std::string& t) {
+                               if (t.size() != bytes) throw std::logic_error("optimizer state of the wrong size");
+                             }};
+    const CheckpointState st = load_checkpoint(dir, *model, sink);
+    load_optimizer_state(dir, *model, sink);
     loader->restore(st.loader);
   }
 };

@@ -168,19 +168,22 @@ TEST(Model, ResumeFromCheckpointIsBitExact) {
     AdamW o(m, {});
     run(m, o, 0, 2);
     auto single = make_host_communicator();
-    OptimizerSnapshot snap = DataParallel(m, *single, 1).snapshot_optimizer(o);
-    ckpt = save_checkpoint(dir.string(), m, &snap, {2, nlohmann::json::object(), {}}, "model: {}\n");
+    DataParallel dp(m, *single, 1);
+    const OptimizerSource source{o.steps_done(), DType::f32, 2,
+                                 [&](int k, std::string& bytes) { dp.gather_state(o, k, &bytes); }};
+    ckpt = save_checkpoint(dir.string(), m, &source, {2, nlohmann::json::object(), {}}, "model: {}\n");
   }
   ModelOptions aligned;
   aligned.layer_align = 3 * 64;
   GPT2 m(cfg, *ops, DType::f32, B, T, aligned);
   ASSERT_NE(m.num_params(), ref.num_params()) << "the test wants another arena layout";
   AdamW o(m, {});
-  OptimizerSnapshot snap{0, DType::f32, std::vector<std::string>(2)};
-  CheckpointState st = load_checkpoint(resolve_checkpoint(dir.string()), m, &snap);
   auto single = make_host_communicator();
-  DataParallel(m, *single, 1).restore_optimizer(o, snap);
-  o.set_steps_done(snap.step);
+  DataParallel dp(m, *single, 1);
+  const OptimizerSink sink{DType::f32, 2, [&](int k, const std::string& bytes) { dp.scatter_state(o, k, &bytes); }};
+  CheckpointState st = load_checkpoint(resolve_checkpoint(dir.string()), m, sink);
+  load_optimizer_state(resolve_checkpoint(dir.string()), m, sink);
+  o.set_steps_done(st.optimizer_step);
   EXPECT_EQ(st.step, 2);
   EXPECT_EQ(o.steps_done(), 2);
   run(m, o, 2, 4);
@@ -241,9 +244,10 @@ TEST(Model, WeightsLoadWithoutReadingTheOptimizerState) {
   GPT2 m(tiny(), *ops, DType::f32, 1, 4, opts);
   m.init_random(7);
   const size_t bytes = m.num_params() * sizeof(float);
-  OptimizerSnapshot snap{3, DType::f32, {std::string(bytes, '\1'), std::string(bytes, '\2')}};
+  const OptimizerSource source{3, DType::f32, 2,
+                               [&](int k, std::string& t) { t.assign(bytes, char(1 + k)); }};
   test::ScratchDir scratch("flashgpt_weights_only_");
-  const std::string ckpt = save_checkpoint(scratch.path.string(), m, &snap, {3, {}, {}}, "");
+  const std::string ckpt = save_checkpoint(scratch.path.string(), m, &source, {3, {}, {}}, "");
   {  // flip one byte of the optimizer state
     std::fstream f(std::filesystem::path(ckpt) / "optimizer.bin", std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(-5, std::ios::end);
@@ -253,8 +257,8 @@ TEST(Model, WeightsLoadWithoutReadingTheOptimizerState) {
   ASSERT_NO_THROW(load_model_weights(ckpt, back));
   EXPECT_EQ(host<float>(*ops, back.params()), host<float>(*ops, m.params())) << "every weight, padding zero";
   EXPECT_THROW(verify_checkpoint(ckpt), InputError);
-  OptimizerSnapshot into{0, DType::f32, std::vector<std::string>(2)};
-  EXPECT_THROW(load_checkpoint(ckpt, back, &into), InputError);
+  const OptimizerSink into{DType::f32, 2, [](int, const std::string&) {}};
+  EXPECT_THROW(load_checkpoint(ckpt, back, into), InputError);
 }
 
 // Token ids come from data files: one outside the vocabulary is bad input (exit 2),

@@ -9,13 +9,16 @@
 #include <random>
 #include <spawn.h>
 #include <string>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
 
 #include "src/errors.h"
 #include "tests/train_fixture.h"
+#include "src/config.h"
 #include "train/checkpoint.h"
+#include "train/memory_plan.h"
 #include "train/load_model.h"
 
 extern char** environ;
@@ -28,8 +31,8 @@ using flashgpt::test::slurp;
 class Reliability : public flashgpt::test::TrainFixture {
  protected:
   // Starts `flashgpt <args>` (stdout/stderr to files under the scratch dir); returns its pid.
-  pid_t spawn(const std::string& args, const std::string& log) {
-    const std::string cmd = "OMP_NUM_THREADS=1 exec " + std::string(FLASHGPT_BINARY) + " " + args + " >" +
+  pid_t spawn(const std::string& args, const std::string& log, const std::string& env = "") {
+    const std::string cmd = "OMP_NUM_THREADS=1 " + env + " exec " + std::string(FLASHGPT_BINARY) + " " + args + " >" +
                             dir_.file(log + ".out") + " 2>" + dir_.file(log + ".err");
     const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
     pid_t pid = -1;
@@ -168,6 +171,51 @@ TEST_F(Reliability, ResumingFromAnEarlierStepReplacesTheLaterCheckpoints) {
       EXPECT_NO_THROW(flashgpt::load_for_inference(first.dir + "/" + step, "cpu", "", 1, 1)) << step;
     }
   }
+}
+
+// The CPU pre-flight's plan bounds what a run really holds, a checkpoint save and a
+// resume included (a save used to hold the weights and every optimizer tensor at once:
+// three arenas more than the plan). The peak resident memory of a run whose arenas
+// dominate (about 25M parameters, 100 MB an fp32 arena) must stay within its plan plus
+// the program's own footprint, measured as the peak of the same run on the fixture's tiny
+// model. glibc's malloc is told to give every freed buffer of 1 MiB or more back to the
+// system (by default its threshold rises as large buffers are freed, and it keeps freed
+// buffers of up to 32 MiB: allocator policy, which the pre-flight's margin covers).
+TEST_F(Reliability, SaveAndResumeStayWithinTheCpuMemoryPlan) {
+  const std::string common = " --set train.batch_size=1 --set train.total_batch=0 --set train.eval_every=0"
+                             " --set train.eval_steps=1 --set train.checkpoint_every=1";
+  const std::vector<std::string> big = {"model.n_layer=8", "model.n_embd=512", "model.n_head=8"};
+  std::string big_args;
+  for (const auto& b : big) big_args += " --set " + b;
+  // Peak resident KB of `flashgpt train` with these arguments.
+  auto peak_kb = [&](const std::string& name, const std::string& args) {
+    const pid_t pid = spawn("train -c " + config() + " --set run.out_dir=" + dir_.file(name) + common + args, name,
+                            "MALLOC_MMAP_THRESHOLD_=1048576");
+    int status = 0;
+    struct rusage ru {};
+    EXPECT_EQ(wait4(pid, &status, 0, &ru), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << name << ": " << slurp(dir_.file(name + ".err"));
+    return size_t(ru.ru_maxrss);
+  };
+  const size_t tiny = peak_kb("tiny", " --set train.steps=1");
+  const size_t tiny_resumed = peak_kb("tiny", " --set train.steps=2 --resume " + dir_.file("tiny"));
+  const size_t saved = peak_kb("big", big_args + " --set train.steps=1");
+  const size_t resumed = peak_kb("big", big_args + " --set train.steps=2 --resume " + dir_.file("big"));
+  std::vector<std::string> overrides = big;
+  for (const char* o : {"train.batch_size=1", "train.total_batch=0"}) overrides.push_back(o);
+  const flashgpt::MemoryPlan plan =
+      flashgpt::plan_memory(flashgpt::load_config(config(), overrides), {flashgpt::Device::cpu, flashgpt::DType::f32, 1, 1});
+  const size_t arena_kb = plan.num_params * sizeof(float) / 1024;
+  ASSERT_GT(arena_kb, 90u * 1024) << "the test wants arenas of about 100 MB";
+  const size_t plan_kb = plan.total / 1024;
+  EXPECT_LE(saved, plan_kb + tiny) << "a run that saved a checkpoint (plan " << plan_kb << " KB, the program "
+                                   << tiny << " KB)";
+  EXPECT_LE(resumed, plan_kb + tiny_resumed) << "a resumed run (plan " << plan_kb << " KB, the program "
+                                             << tiny_resumed << " KB)";
+  // And the plan is not loose by more than an arena: the run touches what it plans.
+  EXPECT_GE(saved + arena_kb, plan_kb + tiny) << "plan " << plan_kb << " KB";
+  std::printf("[   RSS    ] peak %zu KB saving, %zu KB resuming; plan %zu KB; the program %zu / %zu KB\n", saved,
+              resumed, plan_kb, tiny, tiny_resumed);
 }
 
 TEST_F(Reliability, KeepCheckpointsKeepsTheNewest) {

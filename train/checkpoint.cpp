@@ -263,8 +263,8 @@ void for_each_packed(const GPT2& model, TensorFile& file, uint64_t base, size_t 
   const auto& list = model.param_list();
   if (!entries.is_array() || entries.size() != list.size())
     fail_input(what, " holds ", entries.is_array() ? entries.size() : 0, " tensors, this model has ", list.size());
-  const size_t ses = dtype_size(src_dtype), des = dtype_size(dst_dtype);
-  std::vector<char> buf, src;
+  // Every entry is checked before any tensor is handed over.
+  std::vector<uint64_t> offsets;
   for (size_t i = 0; i < list.size(); ++i) {
     const ParamInfo& p = list[i];
     const auto& e = entries[i];
@@ -274,6 +274,13 @@ void for_each_packed(const GPT2& model, TensorFile& file, uint64_t base, size_t 
     const uint64_t off = json_uint(e, "offset", cat(what, ": tensor '", p.name, "'"));
     if (off > data_elems || data_elems - off < uint64_t(p.numel()))
       fail_input(what, ": tensor '", p.name, "' lies outside the file (corrupt or truncated)");
+    offsets.push_back(off);
+  }
+  const size_t ses = dtype_size(src_dtype), des = dtype_size(dst_dtype);
+  std::vector<char> buf, src;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const ParamInfo& p = list[i];
+    const uint64_t off = offsets[i];
     buf.resize(size_t(p.numel()) * des);
     if (src_dtype == dst_dtype) {
       file.read(base + off * ses, buf.data(), buf.size());
@@ -342,7 +349,7 @@ Config load_checkpoint_config(const std::string& ckpt_dir) {
   return load_config((dir / "config.yaml").string(), {});
 }
 
-std::string save_checkpoint(const std::string& out_dir, const GPT2& model, const OptimizerSnapshot* opt,
+std::string save_checkpoint(const std::string& out_dir, const GPT2& model, const OptimizerSource* opt,
                             const CheckpointState& st, const std::string& config_yaml, int keep) {
   GPT2& m = const_cast<GPT2&>(model);
   Ops& ops = m.ops();
@@ -372,11 +379,18 @@ std::string save_checkpoint(const std::string& out_dir, const GPT2& model, const
     sums["model.bin"] = f.finish();
   }
   if (opt) {
+    FG_ASSERT(opt->count == 2 || opt->count == 3, "optimizer state of ", opt->count, " tensors");
     nlohmann::json oh = {{"step", opt->step}, {"dtype", dtype_name(opt->dtype)}, {"numel", model.num_packed()},
-                         {"master", opt->tensors.size() == 3}, {"params", param_entries(model)}};
+                         {"master", opt->count == 3}, {"params", param_entries(model)}};
     DurableFile f(tmp_dir / "optimizer.bin");
     append_header(f, kOptMagic, oh);
-    for (const std::string& t : opt->tensors) append_packed(f, model, t, opt->dtype);
+    std::string t;  // one tensor at a time, the buffer reused
+    for (int k = 0; k < opt->count; ++k) {
+      opt->fetch(k, t);
+      FG_ASSERT(t.size() == model.num_params() * dtype_size(opt->dtype), "optimizer state tensor ", k,
+                " has the wrong size");
+      append_packed(f, model, t, opt->dtype);
+    }
     sums["optimizer.bin"] = f.finish();
   }
   sums["state.json"] =
@@ -457,29 +471,51 @@ void load_model_weights(const std::string& ckpt_dir, GPT2& model) {
   load_weights_file(dir, model);
 }
 
-CheckpointState load_checkpoint(const std::string& ckpt_dir, GPT2& model, OptimizerSnapshot* opt) {
-  fs::path dir(ckpt_dir);
-  verify_checksums(dir, {"model.bin", "config.yaml", "state.json", "optimizer.bin"});
-  load_weights_file(dir, model);
+namespace {
+
+// optimizer.bin opened and checked against what `opt` expects; n: elements per tensor.
+TensorFile open_optimizer_file(const fs::path& dir, const GPT2& model, const OptimizerSink& opt, size_t& n) {
   TensorFile file(dir / "optimizer.bin", kOptMagic);
   const std::string& what = file.what();
   const nlohmann::json& h = file.header();
+  if (!h.contains("params"))
+    fail_input(what, " was written by an older flashgpt (padded layout); its weights load, but it cannot be resumed");
+  n = json_uint(h, "numel", what);
+  const size_t es = dtype_size(opt.dtype), count = h.at("master").get<bool>() ? 3 : 2;
+  if (n != model.num_packed() || h.at("dtype") != dtype_name(opt.dtype) || count != size_t(opt.count) ||
+      n * es * count != file.data_bytes())
+    fail_input(what, " does not fit this run (other precision or model) or is truncated");
+  return file;
+}
+
+}  // namespace
+
+CheckpointState load_checkpoint(const std::string& ckpt_dir, GPT2& model, const OptimizerSink& opt) {
+  fs::path dir(ckpt_dir);
+  verify_checksums(dir, {"model.bin", "config.yaml", "state.json", "optimizer.bin"});
+  load_weights_file(dir, model);
   try {
-    if (!h.contains("params"))
-      fail_input(what, " was written by an older flashgpt (padded layout); its weights load, but it cannot be resumed");
-    const size_t n = json_uint(h, "numel", what), es = dtype_size(opt->dtype);
-    const size_t count = h.at("master").get<bool>() ? 3 : 2;
-    if (n != model.num_packed() || h.at("dtype") != dtype_name(opt->dtype) || count != opt->tensors.size() ||
-        n * es * count != file.data_bytes())
-      fail_input(what, " does not fit this run (other precision or model) or is truncated");
-    for (size_t k = 0; k < count; ++k) opt->tensors[k] = unpack_params(model, file, k * n * es, n, opt->dtype);
-    opt->step = int(json_uint(h, "step", what, INT_MAX));
+    size_t n = 0;
+    const TensorFile file = open_optimizer_file(dir, model, opt, n);
     const auto s = parse_json((dir / "state.json").string(), read_file(dir / "state.json"));
     CheckpointState st;
     st.step = int(json_uint(s, "step", (dir / "state.json").string(), INT_MAX));
     st.loader = s.at("loader");
     st.extra = s.value("extra", nlohmann::json::object());
+    st.optimizer_step = int(json_uint(file.header(), "step", file.what(), INT_MAX));
     return st;
+  } catch (const nlohmann::json::exception& e) {
+    fail_input("checkpoint '", dir.string(), "' has malformed state: ", e.what());
+  }
+}
+
+void load_optimizer_state(const std::string& ckpt_dir, const GPT2& model, const OptimizerSink& opt) {
+  fs::path dir(ckpt_dir);
+  try {
+    size_t n = 0;
+    TensorFile file = open_optimizer_file(dir, model, opt, n);
+    const size_t es = dtype_size(opt.dtype);
+    for (int k = 0; k < opt.count; ++k) opt.store(k, unpack_params(model, file, size_t(k) * n * es, n, opt.dtype));
   } catch (const nlohmann::json::exception& e) {
     fail_input("checkpoint '", dir.string(), "' has malformed state: ", e.what());
   }

@@ -13,12 +13,12 @@
 //     checksums.json  FNV-1a 64 of every file above
 //   <out_dir>/latest  name of the newest complete checkpoint (replaced atomically)
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
 #include "layers/gpt2.h"
 #include "src/config.h"
-#include "train/data_parallel.h"
 
 namespace flashgpt {
 
@@ -26,11 +26,29 @@ struct CheckpointState {
   int step = 0;
   nlohmann::json loader;  // DataLoader::state()
   nlohmann::json extra;   // anything else the trainer wants back
+  int optimizer_step = 0;  // load_checkpoint: the AdamW step in optimizer.bin
+};
+
+// The AdamW state a save writes: `count` tensors (m, v, then the fp32 master if the run
+// keeps one), each asked for in turn, k = 0, 1, ..., as a host buffer laid out like the
+// model's arena (DataParallel::gather_state), so a save holds one of them at a time.
+struct OptimizerSource {
+  int step = 0;  // AdamW steps done
+  DType dtype = DType::f32;
+  int count = 2;
+  std::function<void(int k, std::string& bytes)> fetch;
+};
+// What a load expects of optimizer.bin, and where its tensors go, one at a time, in the
+// same order and layout (DataParallel::scatter_state).
+struct OptimizerSink {
+  DType dtype = DType::f32;
+  int count = 2;
+  std::function<void(int k, const std::string& bytes)> store;
 };
 
 // Returns the directory written. opt: nullptr writes no optimizer state (weights only).
 // keep > 0: afterwards only the newest `keep` checkpoints remain (0: all).
-std::string save_checkpoint(const std::string& out_dir, const GPT2& model, const OptimizerSnapshot* opt,
+std::string save_checkpoint(const std::string& out_dir, const GPT2& model, const OptimizerSource* opt,
                             const CheckpointState& st, const std::string& config_yaml, int keep = 0);
 // Model weights only (eval, sample, export, --init-from): checks the checksums of the
 // files it reads (model.bin, config.yaml, state.json) and the shapes; InputError when
@@ -39,10 +57,13 @@ void load_model_weights(const std::string& ckpt_dir, GPT2& model);
 // Every file checksums.json lists, and at least the ones eval needs, matches its checksum
 // (InputError otherwise): the whole checkpoint is intact.
 void verify_checkpoint(const std::string& ckpt_dir);
-// Everything for resume: weights into `model`, the optimizer state into `opt` (laid out
-// like `model`'s arena). opt->dtype and opt->tensors.size() say what this run expects
-// (2: m and v, 3: with the fp32 master); a checkpoint that differs is an InputError.
-CheckpointState load_checkpoint(const std::string& ckpt_dir, GPT2& model, OptimizerSnapshot* opt);
+// Resume, in two parts, so that a multi-rank trainer can broadcast the weights and the
+// state between them. load_checkpoint checks every file's checksum, loads the weights
+// into `model`, checks that optimizer.bin holds what `opt` expects (its dtype and count:
+// 2, m and v, or 3, with the fp32 master; otherwise an InputError) and returns state.json
+// with the optimizer's step. load_optimizer_state then hands its tensors to opt.store.
+CheckpointState load_checkpoint(const std::string& ckpt_dir, GPT2& model, const OptimizerSink& opt);
+void load_optimizer_state(const std::string& ckpt_dir, const GPT2& model, const OptimizerSink& opt);
 // The complete checkpoints of a run directory (ckpt_NNNNNN, oldest first; none when the
 // directory does not exist).
 std::vector<std::string> checkpoints_in(const std::string& run_dir);

@@ -71,57 +71,50 @@ void DataParallel::broadcast_weights() {
   comm_.wait();
 }
 
-std::vector<Tensor> DataParallel::state_tensors(AdamW& opt) const {
-  std::vector<Tensor> t = {opt.m(), opt.v()};
-  if (opt.master().defined()) t.push_back(opt.master());
-  return t;
+int DataParallel::state_count(const AdamW& opt) { return opt.master().defined() ? 3 : 2; }
+
+Tensor DataParallel::state_tensor(AdamW& opt, int k) {
+  FG_ASSERT(k >= 0 && k < state_count(opt), "optimizer state tensor ", k, " of ", state_count(opt));
+  return k == 0 ? opt.m() : k == 1 ? opt.v() : opt.master();
 }
 
-OptimizerSnapshot DataParallel::snapshot_optimizer(AdamW& opt) {
+void DataParallel::gather_state(AdamW& opt, int k, std::string* host) {
   Ops& ops = model_.ops();
   const Tensor scratch = model_.grads();
-  FG_ASSERT(scratch.dtype == opt.m().dtype, "optimizer state and gradients differ in dtype");
-  OptimizerSnapshot snap{opt.steps_done(), opt.m().dtype, {}};
+  const Tensor state = state_tensor(opt, k);
+  FG_ASSERT(scratch.dtype == state.dtype, "optimizer state and gradients differ in dtype");
   const std::vector<Range>& owned = opt.owned();
-  for (const Tensor& state : state_tensors(opt)) {
-    for (size_t i = 0; i < owned.size(); ++i)
-      ops.cast(slice(scratch, owned[i]), state.rows(int64_t(opt.state_offset(i)),
-                                                    int64_t(opt.state_offset(i) + owned[i].size())));
-    if (sharded_) {
-      for (const Range& b : buckets_) comm_.all_gather(slice(scratch, b));
-      comm_.wait();
-    }
-    if (comm_.rank() == 0) {
-      std::string bytes(scratch.nbytes(), '\0');
-      ops.to_host(bytes.data(), scratch);
-      snap.tensors.push_back(std::move(bytes));
-    }
+  for (size_t i = 0; i < owned.size(); ++i)
+    ops.cast(slice(scratch, owned[i]),
+             state.rows(int64_t(opt.state_offset(i)), int64_t(opt.state_offset(i) + owned[i].size())));
+  if (sharded_) {
+    for (const Range& b : buckets_) comm_.all_gather(slice(scratch, b));
+    comm_.wait();
+  }
+  if (comm_.rank() == 0) {
+    FG_ASSERT(host, "rank 0 receives the optimizer state");
+    host->resize(scratch.nbytes());
+    ops.to_host(host->data(), scratch);
   }
   ops.memset_zero(scratch);
-  return snap;
 }
 
-void DataParallel::restore_optimizer(AdamW& opt, const OptimizerSnapshot& snap) {
+void DataParallel::scatter_state(AdamW& opt, int k, const std::string* host) {
   Ops& ops = model_.ops();
   const Tensor scratch = model_.grads();
-  const std::vector<Tensor> states = state_tensors(opt);
-  if (comm_.rank() == 0)
-    FG_ASSERT(snap.tensors.size() == states.size() && snap.dtype == opt.m().dtype,
-              "optimizer snapshot does not fit this optimizer");
-  const std::vector<Range>& owned = opt.owned();
-  for (size_t k = 0; k < states.size(); ++k) {
-    if (comm_.rank() == 0) {
-      FG_ASSERT(snap.tensors[k].size() == scratch.nbytes(), "optimizer snapshot has the wrong size");
-      ops.from_host(scratch, snap.tensors[k].data());
-    }
-    if (active_) {
-      comm_.broadcast(scratch, 0);
-      comm_.wait();
-    }
-    for (size_t i = 0; i < owned.size(); ++i)
-      ops.cast(states[k].rows(int64_t(opt.state_offset(i)), int64_t(opt.state_offset(i) + owned[i].size())),
-               slice(scratch, owned[i]));
+  const Tensor state = state_tensor(opt, k);
+  if (comm_.rank() == 0) {
+    FG_ASSERT(host && host->size() == scratch.nbytes(), "optimizer state tensor ", k, " has the wrong size");
+    ops.from_host(scratch, host->data());
   }
+  if (active_) {
+    comm_.broadcast(scratch, 0);
+    comm_.wait();
+  }
+  const std::vector<Range>& owned = opt.owned();
+  for (size_t i = 0; i < owned.size(); ++i)
+    ops.cast(state.rows(int64_t(opt.state_offset(i)), int64_t(opt.state_offset(i) + owned[i].size())),
+             slice(scratch, owned[i]));
   ops.memset_zero(scratch);
 }
 

@@ -21,14 +21,6 @@
 
 namespace flashgpt {
 
-// AdamW state of every parameter in host memory, laid out like the model's arena
-// (what checkpoints read and write; independent of how ranks shard it).
-struct OptimizerSnapshot {
-  int step = 0;
-  DType dtype = DType::f32;
-  std::vector<std::string> tensors;  // m, v, then the fp32 master if the run keeps one
-};
-
 class DataParallel {
  public:
   // The arena alignment the model must be built with (GPT2's layer_align), so that each
@@ -59,18 +51,23 @@ class DataParallel {
   // Every rank gets rank 0's weights (at the start of a run and after a resume).
   void broadcast_weights();
 
-  // Checkpoints. Both are collective (every rank calls) and use the gradient arena as
-  // scratch, so they belong between steps (after the update, before zero_grad()).
-  // The snapshot is complete on rank 0 only; restore reads `snap` on rank 0 only.
-  OptimizerSnapshot snapshot_optimizer(AdamW& opt);
-  void restore_optimizer(AdamW& opt, const OptimizerSnapshot& snap);
+  // Checkpoints: the AdamW state as the files hold it, tensor k of state_count(opt) (m,
+  // v, then the fp32 master if the run keeps one) in host memory, laid out like the
+  // model's arena whatever the sharding, one tensor at a time. Both are collective (every
+  // rank calls them, for k = 0, 1, ... in turn) and use the gradient arena as scratch
+  // (left zero), so they belong between steps (after the update, before zero_grad()).
+  // gather_state fills `host` on rank 0 (nullptr elsewhere); scatter_state reads it on
+  // rank 0 (nullptr elsewhere).
+  static int state_count(const AdamW& opt);
+  void gather_state(AdamW& opt, int k, std::string* host);
+  void scatter_state(AdamW& opt, int k, const std::string* host);
 
   // Bytes summed per step, and the buckets (for logs and benchmarks).
   size_t bucket_count() const { return buckets_.size(); }
 
  private:
   void on_layer_ready(int layer);
-  std::vector<Tensor> state_tensors(AdamW& opt) const;
+  static Tensor state_tensor(AdamW& opt, int k);
 
   GPT2& model_;
   Communicator& comm_;

@@ -115,6 +115,10 @@ MemoryPlan plan_memory(const Config& c, const PlanTarget& target) {
     const int64_t Vp = c.model.padded_vocab, chunk = std::min<int64_t>(N, 8192);
     const int64_t elems = std::max({N * 4 * C, chunk * Vp, Vp * C});
     add("op scratch", "matmul transposes", size_t(elems) * dtype_size(target.dtype));
+    // train/checkpoint.cpp, on the host (so counted for CPU runs only): a save holds one
+    // arena in the optimizer's dtype (the weights, then m, v, the master, in turn); a
+    // resume holds one such arena and one tensor being read into it.
+    add("workspace", "checkpoint save/resume buffer", (mm.num_params + mm.largest_param) * state);
   }
   for (const auto& l : p.lines) p.total += l.bytes;
   return p;

@@ -148,18 +148,21 @@ TrainResult train(const Config& cfg, const std::string& resume, Communicator& ho
   if (!resume.empty()) {
     // Rank 0 reads the checkpoint; everything in it reaches the others by broadcast, so
     // only rank 0's filesystem needs it.
-    const size_t n_state = opt.master().defined() ? 3 : 2;
-    OptimizerSnapshot snap{0, opt.m().dtype, std::vector<std::string>(n_state)};
+    // The optimizer state streams from the file to every rank, one tensor at a time.
+    const OptimizerSink sink{opt.m().dtype, DataParallel::state_count(opt),
+                             [&](int k, const std::string& bytes) { dp.scatter_state(opt, k, &bytes); }};
     std::string state, dir;
     if (lead) {
       dir = resolve_checkpoint(resume);
       check_checkpoint_model(dir, model, "--resume");
-      CheckpointState st = load_checkpoint(dir, model, &snap);
-      state = nlohmann::json{{"step", st.step}, {"optimizer_step", snap.step}, {"loader", st.loader}}.dump();
+      CheckpointState st = load_checkpoint(dir, model, sink);
+      state = nlohmann::json{{"step", st.step}, {"optimizer_step", st.optimizer_step}, {"loader", st.loader}}.dump();
     }
     const nlohmann::json st = nlohmann::json::parse(comm.broadcast_string(state, 0));
     dp.broadcast_weights();
-    dp.restore_optimizer(opt, snap);
+    if (lead) load_optimizer_state(dir, model, sink);
+    else
+      for (int k = 0; k < sink.count; ++k) dp.scatter_state(opt, k, nullptr);
     opt.set_steps_done(st.at("optimizer_step").get<int>());
     train_loader.restore(st.at("loader"));
     start = st.at("step").get<int>();
@@ -192,10 +195,15 @@ TrainResult train(const Config& cfg, const std::string& resume, Communicator& ho
 
   auto save = [&](int step) {
     if (saved_step == step) return;
-    OptimizerSnapshot snap = dp.snapshot_optimizer(opt);  // collective
+    // Rank 0 writes; the optimizer state is gathered to it tensor by tensor as the file
+    // is written (collective: the other ranks take part in each gather).
+    const OptimizerSource source{opt.steps_done(), opt.m().dtype, DataParallel::state_count(opt),
+                                 [&](int k, std::string& bytes) { dp.gather_state(opt, k, &bytes); }};
     if (lead) {
       CheckpointState st{step, train_loader.state(), {}};
-      res.last_checkpoint = save_checkpoint(cfg.run.out_dir, model, &snap, st, config_yaml, t.keep_checkpoints);
+      res.last_checkpoint = save_checkpoint(cfg.run.out_dir, model, &source, st, config_yaml, t.keep_checkpoints);
+    } else {
+      for (int k = 0; k < source.count; ++k) dp.gather_state(opt, k, nullptr);
     }
     saved_step = step;
   };
