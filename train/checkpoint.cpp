@@ -251,19 +251,15 @@ void append_packed(DurableFile& f, const GPT2& model, const std::string& arena, 
   for (const ParamInfo& p : model.param_list()) f.append(arena.data() + p.offset * es, size_t(p.numel()) * es);
 }
 
-// Each tensor of one packed block of the file (header "params": name, offset, shape of
-// each, offsets in elements from the block's start `base`, `data_elems` elements of
-// src_dtype), checked against `model`'s parameter list and read in dtype `dst_dtype`:
-// `take(param, bytes)` gets it, one tensor at a time (the block is never in memory whole).
-template <class Take>
-void for_each_packed(const GPT2& model, TensorFile& file, uint64_t base, size_t data_elems, DType src_dtype,
-                     DType dst_dtype, Take take) {
+// The file's tensor entries (header "params": name, offset, shape of each; offsets in
+// elements from the start of a packed block of `data_elems` elements), checked against
+// `model`'s parameter list: the offsets, in parameter order.
+std::vector<uint64_t> packed_offsets(const GPT2& model, const TensorFile& file, size_t data_elems) {
   const nlohmann::json& entries = file.header().at("params");
   const std::string& what = file.what();
   const auto& list = model.param_list();
   if (!entries.is_array() || entries.size() != list.size())
     fail_input(what, " holds ", entries.is_array() ? entries.size() : 0, " tensors, this model has ", list.size());
-  // Every entry is checked before any tensor is handed over.
   std::vector<uint64_t> offsets;
   for (size_t i = 0; i < list.size(); ++i) {
     const ParamInfo& p = list[i];
@@ -276,6 +272,17 @@ void for_each_packed(const GPT2& model, TensorFile& file, uint64_t base, size_t 
       fail_input(what, ": tensor '", p.name, "' lies outside the file (corrupt or truncated)");
     offsets.push_back(off);
   }
+  return offsets;
+}
+
+// Each tensor of the packed block at `base` (`data_elems` elements of src_dtype), read in
+// dtype `dst_dtype`: `take(param, bytes)` gets it, one tensor at a time (the block is
+// never in memory whole). Every entry is checked before any tensor is handed over.
+template <class Take>
+void for_each_packed(const GPT2& model, TensorFile& file, uint64_t base, size_t data_elems, DType src_dtype,
+                     DType dst_dtype, Take take) {
+  const std::vector<uint64_t> offsets = packed_offsets(model, file, data_elems);
+  const auto& list = model.param_list();
   const size_t ses = dtype_size(src_dtype), des = dtype_size(dst_dtype);
   std::vector<char> buf, src;
   for (size_t i = 0; i < list.size(); ++i) {
@@ -473,7 +480,9 @@ void load_model_weights(const std::string& ckpt_dir, GPT2& model) {
 
 namespace {
 
-// optimizer.bin opened and checked against what `opt` expects; n: elements per tensor.
+// optimizer.bin opened and checked against what `opt` expects, its tensor entries
+// included (before any tensor is handed over, so before a multi-rank resume broadcasts
+// anything); n: elements per tensor.
 TensorFile open_optimizer_file(const fs::path& dir, const GPT2& model, const OptimizerSink& opt, size_t& n) {
   TensorFile file(dir / "optimizer.bin", kOptMagic);
   const std::string& what = file.what();
@@ -485,6 +494,7 @@ TensorFile open_optimizer_file(const fs::path& dir, const GPT2& model, const Opt
   if (n != model.num_packed() || h.at("dtype") != dtype_name(opt.dtype) || count != size_t(opt.count) ||
       n * es * count != file.data_bytes())
     fail_input(what, " does not fit this run (other precision or model) or is truncated");
+  packed_offsets(model, file, n);
   return file;
 }
 
