@@ -5,7 +5,11 @@
 // Attention has its own file (test_attention_cpu.cpp).
 #include <gtest/gtest.h>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <random>
+#include <vector>
+#include "kernels/cpu/gemm.h"
 #include "kernels/ops.h"
 #include "src/bf16.h"
 #include "testing.h"
@@ -286,6 +290,48 @@ TEST_F(CpuOps, MatmulFp32IsExactOnSmallIntegers) {
 }
 
 // ---------------------------------------------------------------- GELU ----
+// The matmul kernel at every x86-64 level this CPU runs (SSE4.2, AVX2, AVX-512: other
+// tile shapes and vector widths) gives the bits of a plain loop that sums each element in
+// k order (this test is built without fused multiply-adds), on shapes that leave partial
+// tiles on every side, both ways of walking the tiles, with and without accumulation.
+template <class T>
+void check_gemm_levels(std::mt19937_64& rng) {
+  std::normal_distribution<double> n(0, 1);
+  struct Shape { int64_t M, K, P; };
+  for (const Shape sh : {Shape{1, 1, 1}, Shape{7, 13, 65}, Shape{33, 70, 129}, Shape{130, 9, 3},
+                         Shape{5, 300, 1000}, Shape{1000, 40, 7}}) {
+    std::vector<T> A(size_t(sh.M * sh.K)), B(size_t(sh.K * sh.P)), init(size_t(sh.M * sh.P));
+    for (auto& x : A) x = T(n(rng));
+    for (auto& x : B) x = T(n(rng));
+    for (auto& x : init) x = T(n(rng));
+    for (bool accumulate : {false, true}) {
+      std::vector<T> want = init;
+      for (int64_t i = 0; i < sh.M; ++i)
+        for (int64_t j = 0; j < sh.P; ++j) {
+          T acc = accumulate ? want[size_t(i * sh.P + j)] : T(0);
+          for (int64_t k = 0; k < sh.K; ++k) {
+            const T prod = A[size_t(i * sh.K + k)] * B[size_t(k * sh.P + j)];
+            acc = acc + prod;
+          }
+          want[size_t(i * sh.P + j)] = acc;
+        }
+      for (int level = 2; level <= flashgpt::cpu::gemm_level(); ++level) {
+        std::vector<T> got = init;
+        flashgpt::cpu::gemm_nn_at(level, got.data(), A.data(), B.data(), sh.M, sh.K, sh.P, accumulate);
+        ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(T)))
+            << "level " << level << ", M " << sh.M << " K " << sh.K << " P " << sh.P << ", accumulate " << accumulate;
+      }
+    }
+  }
+}
+
+TEST(CpuGemm, EveryVectorLevelGivesTheBitsOfThePlainLoop) {
+  auto rng = test::test_rng();
+  std::printf("[   GEMM   ] levels 2..%d (x86-64-v2 SSE4.2, v3 AVX2, v4 AVX-512)\n", flashgpt::cpu::gemm_level());
+  check_gemm_levels<float>(rng);
+  check_gemm_levels<double>(rng);
+}
+
 TEST_F(CpuOps, GeluBackwardMatchesFiniteDifferences) {
   auto rng = test_rng();
   H64 x({3, 7, 37}), y({3, 7, 37});

@@ -207,15 +207,19 @@ void softmax_cross_entropy(StatView losses, Tensor logits, Tensor targets, int V
       if (dloss != 0) std::fill(row, row + Vp, T(0));
       continue;
     }
+    // One exponential per logit, kept (in double) for the gradient: p = e / sum.
+    thread_local std::vector<double> e;
+    e.resize(size_t(V));
     double max = -std::numeric_limits<double>::infinity();
     for (int64_t j = 0; j < V; ++j) max = std::max(max, double(row[j]));
     double sum = 0;
-    for (int64_t j = 0; j < V; ++j) sum += std::exp(double(row[j]) - max);
+    for (int64_t j = 0; j < V; ++j) sum += e[size_t(j)] = std::exp(double(row[j]) - max);
     const double lse = max + std::log(sum);
     losses.set(n, lse - double(row[target]));
     if (dloss == 0) continue;
+    const double inv_sum = 1.0 / sum;
     for (int64_t j = 0; j < V; ++j) {
-      const double p = std::exp(double(row[j]) - lse);
+      const double p = e[size_t(j)] * inv_sum;
       row[j] = T(double(dloss) * (p - (j == target ? 1.0 : 0.0)));
     }
     std::fill(row + V, row + Vp, T(0));

@@ -1,25 +1,35 @@
 // CPU matmul, the hot op of CPU training: out (N,OC) = inp (N,C) · Wᵀ + b, optional GELU
 // epilogue in forward and DGELU epilogue on dinp in backward (see ops.h).
 //
-// Every product is computed by one kernel, gemm_nn: out (M,P) (+)= A (M,K) · B (K,P),
-// all row-major. Its inner loop is an axpy over a row of B (acc[j] += a·B[k,j]), which
-// the compiler vectorises without reordering any sum (a dot-product inner loop would
-// need -ffast-math to vectorise). A tile of kRowBlock rows × kColBlock columns of out
-// stays in registers/L1 while k walks the whole depth, so each B row segment loaded is
-// used kRowBlock times. Each output element is summed in k order whatever the thread
-// count: results are deterministic.
+// Every product is computed by one kernel, gemm_nn (gemm.h, gemm_kernel.cpp): out (M,P)
+// (+)= A (M,K) · B (K,P), all row-major, each output element summed in k order whatever
+// the thread count and the CPU's vector width: results are deterministic.
 //   forward:   out    = inp · Wᵀ     A = inp (N,C),    B = Wᵀ (C,OC)  (transposed copy)
 //   dinp:      dinp   = dout · W     A = dout (N,OC),  B = W (OC,C)
 //   dweight:   dW    += doutᵀ · inp  A = doutᵀ (OC,N), B = inp (N,C)  (transposed copy)
 #include <algorithm>
 #include <vector>
 #include "cpu_kernels.h"
+#include "kernels/cpu/gemm.h"
 
 namespace flashgpt::cpu {
 
+int gemm_level() {
+  static const int level = __builtin_cpu_supports("x86-64-v4") ? 4 : __builtin_cpu_supports("x86-64-v3") ? 3 : 2;
+  return level;
+}
+
+template <class T>
+void gemm_nn_at(int level, T* out, const T* A, const T* B, int64_t M, int64_t K, int64_t P, bool accumulate) {
+  FG_ASSERT(level >= 2 && level <= gemm_level(), "gemm level ", level, " on a CPU of level ", gemm_level());
+  if (level == 4) v4::gemm_nn(out, A, B, M, K, P, accumulate);
+  else if (level == 3) v3::gemm_nn(out, A, B, M, K, P, accumulate);
+  else v2::gemm_nn(out, A, B, M, K, P, accumulate);
+}
+template void gemm_nn_at<float>(int, float*, const float*, const float*, int64_t, int64_t, int64_t, bool);
+template void gemm_nn_at<double>(int, double*, const double*, const double*, int64_t, int64_t, int64_t, bool);
+
 namespace {
-constexpr int64_t kRowBlock = 4;   // rows of out per tile (reuse of each B load)
-constexpr int64_t kColBlock = 32;  // columns of out per tile: 4×32 accumulators
 constexpr int64_t kFewRows = 8;    // forward with fewer rows: dot products, no transposed copy of W
 
 // Reused transposition buffer (grown, never shrunk): no allocation per step.
@@ -29,48 +39,15 @@ template <class T> T* scratch(size_t n) {
   return buf.data();
 }
 
-// dst (cols, rows) = srcᵀ, src (rows, cols).
+// dst (cols, rows) = srcᵀ, src (rows, cols), in 32 × 32 blocks: each block's source
+// rows and destination rows stay in cache while it is copied.
 template <class T> void transpose(T* dst, const T* src, int64_t rows, int64_t cols) {
-#pragma omp parallel for schedule(static) if (cpu::worth_parallel(rows * cols))
-  for (int64_t c = 0; c < cols; ++c)
-    for (int64_t r = 0; r < rows; ++r) dst[c * rows + r] = src[r * cols + c];
-}
-
-// One tile of out at (r0, c0). kFull: the tile is whole, so the bounds are compile-time
-// constants and the compiler unrolls and keeps acc in registers.
-template <class T, bool kFull>
-void gemm_tile(T* out, const T* A, const T* B, int64_t K, int64_t P, int64_t r0, int64_t c0,
-               int64_t rows_left, int64_t cols_left, bool accumulate) {
-  const int64_t rows = kFull ? kRowBlock : std::min(kRowBlock, rows_left);
-  const int64_t cols = kFull ? kColBlock : std::min(kColBlock, cols_left);
-  T acc[kRowBlock][kColBlock];
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < cols; ++j) acc[r][j] = accumulate ? out[(r0 + r) * P + c0 + j] : T(0);
-  for (int64_t k = 0; k < K; ++k) {
-    const T* b = B + k * P + c0;
-    for (int64_t r = 0; r < rows; ++r) {
-      const T a = A[(r0 + r) * K + k];
-      for (int64_t j = 0; j < cols; ++j) acc[r][j] += a * b[j];
-    }
-  }
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < cols; ++j) out[(r0 + r) * P + c0 + j] = acc[r][j];
-}
-
-// out (M,P) = (accumulate ? out : 0) + A (M,K) · B (K,P).
-template <class T>
-void gemm_nn(T* out, const T* A, const T* B, int64_t M, int64_t K, int64_t P, bool accumulate) {
-  const int64_t row_tiles = (M + kRowBlock - 1) / kRowBlock;
-  const int64_t col_tiles = (P + kColBlock - 1) / kColBlock;
-#pragma omp parallel for collapse(2) schedule(static) if (cpu::worth_parallel(M * K * P))
-  for (int64_t rt = 0; rt < row_tiles; ++rt)
-    for (int64_t ct = 0; ct < col_tiles; ++ct) {
-      const int64_t r0 = rt * kRowBlock, c0 = ct * kColBlock;
-      if (r0 + kRowBlock <= M && c0 + kColBlock <= P)
-        gemm_tile<T, true>(out, A, B, K, P, r0, c0, 0, 0, accumulate);
-      else
-        gemm_tile<T, false>(out, A, B, K, P, r0, c0, M - r0, P - c0, accumulate);
-    }
+  constexpr int64_t kBlock = 32;
+#pragma omp parallel for collapse(2) schedule(static) if (cpu::worth_parallel(rows * cols))
+  for (int64_t c0 = 0; c0 < cols; c0 += kBlock)
+    for (int64_t r0 = 0; r0 < rows; r0 += kBlock)
+      for (int64_t c = c0; c < std::min(cols, c0 + kBlock); ++c)
+        for (int64_t r = r0; r < std::min(rows, r0 + kBlock); ++r) dst[c * rows + r] = src[r * cols + c];
 }
 }  // namespace
 
@@ -80,7 +57,7 @@ template <class T> void matmul_forward(const MatmulForward& a) {
   T* pre = a.gelu ? a.pre_gelu.as<T>() : a.out.as<T>();
   if (N < kFewRows) {
     // A few rows (decoding one token per sequence): dot products against W in place, each
-    // summed in k order like gemm_tile, instead of transposing all of W for them.
+    // summed in k order like gemm_nn, instead of transposing all of W for them.
     const T* inp = a.inp.as<T>();
     const T* w = a.weight.as<T>();
 #pragma omp parallel for schedule(static) if (cpu::worth_parallel(N * C * OC))
