@@ -182,6 +182,9 @@ TEST_F(Reliability, ResumingFromAnEarlierStepReplacesTheLaterCheckpoints) {
 // system (by default its threshold rises as large buffers are freed, and it keeps freed
 // buffers of up to 32 MiB: allocator policy, which the pre-flight's margin covers).
 TEST_F(Reliability, SaveAndResumeStayWithinTheCpuMemoryPlan) {
+#ifdef __SANITIZE_ADDRESS__
+  GTEST_SKIP() << "AddressSanitizer's shadow memory and quarantine are not the program's own";
+#endif
   const std::string common = " --set train.batch_size=1 --set train.total_batch=0 --set train.eval_every=0"
                              " --set train.eval_steps=1 --set train.checkpoint_every=1";
   const std::vector<std::string> big = {"model.n_layer=8", "model.n_embd=512", "model.n_head=8"};
