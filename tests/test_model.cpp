@@ -2,6 +2,7 @@
 // flash vs naive attention, loss at init, overfitting one batch, bit-exact resume.
 #include <gtest/gtest.h>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -259,6 +260,43 @@ TEST(Model, WeightsLoadWithoutReadingTheOptimizerState) {
   EXPECT_THROW(verify_checkpoint(ckpt), InputError);
   const OptimizerSink into{DType::f32, 2, [](int, const std::string&) {}};
   EXPECT_THROW(load_checkpoint(ckpt, back, into), InputError);
+}
+
+// The optimizer state goes to the file and back one tensor at a time, in order, each in
+// the arena's layout (the padding between layers zero): three tensors as a bf16 run
+// keeps (m, v, the fp32 master), which only a GPU trains, so it is checked here directly.
+TEST(Model, OptimizerStateRoundTripsTensorByTensor) {
+  auto ops = make_cpu_ops();
+  ModelOptions opts;
+  opts.layer_align = 64;
+  GPT2 m(tiny(), *ops, DType::f32, 1, 4, opts);
+  std::vector<std::vector<float>> state(3, std::vector<float>(m.num_params(), 0.f));
+  for (size_t k = 0; k < 3; ++k)
+    for (const ParamInfo& p : m.param_list())
+      for (int64_t i = 0; i < p.numel(); ++i) state[k][p.offset + size_t(i)] = float(k * 100000 + p.packed) + float(i);
+  std::vector<int> asked;
+  const OptimizerSource source{7, DType::f32, 3, [&](int k, std::string& t) {
+                                 asked.push_back(k);
+                                 t.assign(reinterpret_cast<const char*>(state[size_t(k)].data()), m.num_params() * 4);
+                               }};
+  test::ScratchDir scratch("flashgpt_opt_stream_");
+  const std::string ckpt = save_checkpoint(scratch.path.string(), m, &source, {7, {}, {}}, "");
+  EXPECT_EQ(asked, (std::vector<int>{0, 1, 2}));
+  std::vector<std::vector<float>> back;
+  const OptimizerSink sink{DType::f32, 3, [&](int k, const std::string& t) {
+                             EXPECT_EQ(k, int(back.size()));
+                             ASSERT_EQ(t.size(), m.num_params() * 4);
+                             back.emplace_back(m.num_params());
+                             std::memcpy(back.back().data(), t.data(), t.size());
+                           }};
+  GPT2 into(tiny(), *ops, DType::f32, 1, 4, opts);
+  const CheckpointState st = load_checkpoint(ckpt, into, sink);
+  EXPECT_EQ(st.optimizer_step, 7);
+  EXPECT_TRUE(back.empty()) << "load_checkpoint only checks the optimizer state";
+  load_optimizer_state(ckpt, into, sink);
+  EXPECT_EQ(back, state);
+  const OptimizerSink two{DType::f32, 2, [](int, const std::string&) {}};
+  EXPECT_THROW(load_checkpoint(ckpt, into, two), InputError) << "a run without the master refuses it";
 }
 
 // Token ids come from data files: one outside the vocabulary is bad input (exit 2),
