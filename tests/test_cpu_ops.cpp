@@ -325,6 +325,33 @@ void check_gemm_levels(std::mt19937_64& rng) {
   }
 }
 
+// The forward with a few rows (decoding: dot products against W, several outputs at a
+// time) gives the bits of the plain k-order loop too, with output counts that leave a
+// partial group of outputs.
+TEST_F(CpuOps, MatmulForwardWithFewRowsGivesThePlainLoopsBits) {
+  auto rng = test_rng();
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (const int64_t N : {1, 3, 7})
+    for (const int64_t OC : {1, 13, 64, 77}) {
+      const int64_t C = 45;
+      HostTensor<float> inp({N, C}), w({OC, C}), out({N, OC});
+      for (auto& v : inp.vec()) v = nd(rng);
+      for (auto& v : w.vec()) v = nd(rng);
+      MatmulForward fwd;
+      fwd.out = out, fwd.inp = inp, fwd.weight = w;
+      ops->matmul_forward(fwd);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t o = 0; o < OC; ++o) {
+          float acc = 0.f;
+          for (int64_t k = 0; k < C; ++k) {
+            const float prod = inp[n * C + k] * w[o * C + k];
+            acc = acc + prod;
+          }
+          ASSERT_EQ(0, std::memcmp(&acc, &out[n * OC + o], sizeof(float))) << "N " << N << " OC " << OC << " o " << o;
+        }
+    }
+}
+
 TEST(CpuGemm, EveryVectorLevelGivesTheBitsOfThePlainLoop) {
   auto rng = test::test_rng();
   std::printf("[   GEMM   ] levels 2..%d (x86-64-v2 SSE4.2, v3 AVX2, v4 AVX-512)\n", flashgpt::cpu::gemm_level());

@@ -57,16 +57,28 @@ template <class T> void matmul_forward(const MatmulForward& a) {
   T* pre = a.gelu ? a.pre_gelu.as<T>() : a.out.as<T>();
   if (N < kFewRows) {
     // A few rows (decoding one token per sequence): dot products against W in place, each
-    // summed in k order like gemm_nn, instead of transposing all of W for them.
+    // summed in k order like gemm_nn, instead of transposing all of W for them. kOuts
+    // outputs at a time: their sums are independent chains, so the core overlaps their
+    // additions instead of waiting out each one's latency.
+    constexpr int64_t kOuts = 8;
     const T* inp = a.inp.as<T>();
     const T* w = a.weight.as<T>();
 #pragma omp parallel for schedule(static) if (cpu::worth_parallel(N * C * OC))
-    for (int64_t o = 0; o < OC; ++o)
+    for (int64_t o0 = 0; o0 < OC; o0 += kOuts) {
+      const int64_t outs = std::min(kOuts, OC - o0);
       for (int64_t n = 0; n < N; ++n) {
-        T acc = 0;
-        for (int64_t k = 0; k < C; ++k) acc += inp[n * C + k] * w[o * C + k];
-        pre[n * OC + o] = acc;
+        const T* x = inp + n * C;
+        T acc[kOuts] = {};
+        if (outs == kOuts) {
+          for (int64_t k = 0; k < C; ++k)
+            for (int64_t i = 0; i < kOuts; ++i) acc[i] += x[k] * w[(o0 + i) * C + k];
+        } else {
+          for (int64_t k = 0; k < C; ++k)
+            for (int64_t i = 0; i < outs; ++i) acc[i] += x[k] * w[(o0 + i) * C + k];
+        }
+        for (int64_t i = 0; i < outs; ++i) pre[n * OC + o0 + i] = acc[i];
       }
+    }
   } else {
     T* wt = scratch<T>(size_t(C * OC));
     transpose(wt, a.weight.as<T>(), OC, C);
