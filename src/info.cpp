@@ -2,6 +2,10 @@
 #include <cstdio>
 #include "src/commands.h"
 #include <string>
+#include "kernels/cpu/gemm.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #ifdef FLASHGPT_WITH_CUDA
 #include <nccl.h>
 #include "src/cuda/device_context.h"
@@ -34,8 +38,10 @@ void add_info_command(CLI::App& app) {
     std::printf("MPI:    off\n");
 #endif
 #ifdef _OPENMP
-    std::printf("OpenMP: on\n");
+    std::printf("OpenMP: on (%d threads)\n", omp_get_max_threads());
 #endif
+    static const char* const kLevels[] = {"", "", "x86-64-v2, SSE4.2", "x86-64-v3, AVX2", "x86-64-v4, AVX-512"};
+    std::printf("CPU:    matmul kernel %s\n", kLevels[cpu::gemm_level()]);
 #ifdef FLASHGPT_WITH_CUDA
     std::printf("GPUs:\n%s\n", describe_gpus().c_str());
 #else
