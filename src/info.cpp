@@ -40,8 +40,9 @@ void add_info_command(CLI::App& app) {
 #ifdef _OPENMP
     std::printf("OpenMP: on (%d threads)\n", omp_get_max_threads());
 #endif
-    static const char* const kLevels[] = {"", "", "x86-64-v2, SSE4.2", "x86-64-v3, AVX2", "x86-64-v4, AVX-512"};
-    std::printf("CPU:    matmul kernel %s\n", kLevels[cpu::gemm_level()]);
+    const int level = cpu::gemm_level();
+    std::printf("CPU:    matmul kernel x86-64-v%d, %s\n", level,
+                level == 4 ? "AVX-512" : level == 3 ? "AVX2" : "SSE4.2");
 #ifdef FLASHGPT_WITH_CUDA
     std::printf("GPUs:\n%s\n", describe_gpus().c_str());
 #else

@@ -482,14 +482,14 @@ namespace {
 
 // optimizer.bin opened and checked against what `opt` expects, its tensor entries
 // included (before any tensor is handed over, so before a multi-rank resume broadcasts
-// anything); n: elements per tensor.
-TensorFile open_optimizer_file(const fs::path& dir, const GPT2& model, const OptimizerSink& opt, size_t& n) {
+// anything). Each of its tensors holds model.num_packed() elements.
+TensorFile open_optimizer_file(const fs::path& dir, const GPT2& model, const OptimizerSink& opt) {
   TensorFile file(dir / "optimizer.bin", kOptMagic);
   const std::string& what = file.what();
   const nlohmann::json& h = file.header();
   if (!h.contains("params"))
     fail_input(what, " was written by an older flashgpt (padded layout); its weights load, but it cannot be resumed");
-  n = json_uint(h, "numel", what);
+  const size_t n = json_uint(h, "numel", what);
   const size_t es = dtype_size(opt.dtype), count = h.at("master").get<bool>() ? 3 : 2;
   if (n != model.num_packed() || h.at("dtype") != dtype_name(opt.dtype) || count != size_t(opt.count) ||
       n * es * count != file.data_bytes())
@@ -505,8 +505,7 @@ CheckpointState load_checkpoint(const std::string& ckpt_dir, GPT2& model, const 
   verify_checksums(dir, {"model.bin", "config.yaml", "state.json", "optimizer.bin"});
   load_weights_file(dir, model);
   try {
-    size_t n = 0;
-    const TensorFile file = open_optimizer_file(dir, model, opt, n);
+    const TensorFile file = open_optimizer_file(dir, model, opt);
     const auto s = parse_json((dir / "state.json").string(), read_file(dir / "state.json"));
     CheckpointState st;
     st.step = int(json_uint(s, "step", (dir / "state.json").string(), INT_MAX));
@@ -522,9 +521,8 @@ CheckpointState load_checkpoint(const std::string& ckpt_dir, GPT2& model, const 
 void load_optimizer_state(const std::string& ckpt_dir, const GPT2& model, const OptimizerSink& opt) {
   fs::path dir(ckpt_dir);
   try {
-    size_t n = 0;
-    TensorFile file = open_optimizer_file(dir, model, opt, n);
-    const size_t es = dtype_size(opt.dtype);
+    TensorFile file = open_optimizer_file(dir, model, opt);
+    const size_t n = model.num_packed(), es = dtype_size(opt.dtype);
     for (int k = 0; k < opt.count; ++k) opt.store(k, unpack_params(model, file, size_t(k) * n * es, n, opt.dtype));
   } catch (const nlohmann::json::exception& e) {
     fail_input("checkpoint '", dir.string(), "' has malformed state: ", e.what());
