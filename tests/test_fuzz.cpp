@@ -44,6 +44,7 @@
 #include "data/tokenizer.h"
 #include "layers/gpt2.h"
 #include "optim/adamw.h"
+#include "src/checksum.h"
 #include "src/config.h"
 #include "src/errors.h"
 #include "tests/testing.h"
@@ -493,10 +494,10 @@ TEST(Fuzz, ShardReader) {
 
 // ---- checkpoints -------------------------------------------------------------------
 
-uint64_t fnv1a(const std::string& bytes) {  // as train/checkpoint.cpp
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
-  return h;
+uint32_t crc32c(const std::string& bytes) {
+  Crc32c sum;
+  sum.add(bytes.data(), bytes.size());
+  return sum.value();
 }
 
 // model.bin and optimizer.bin: [magic 8][header length u64][header JSON][data].
@@ -612,8 +613,8 @@ struct CheckpointFixture {
 std::string checksums_of(const std::map<std::string, std::string>& files) {
   json sums;
   for (const char* name : {"config.yaml", "model.bin", "optimizer.bin", "state.json"})
-    sums[name] = fnv1a(files.at(name));
-  return sums.dump(1);
+    sums[name] = crc32c(files.at(name));
+  return json{{"algorithm", "crc32c"}, {"files", sums}}.dump(1);
 }
 
 TEST(Fuzz, CheckpointReader) {

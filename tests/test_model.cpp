@@ -8,7 +8,10 @@
 #include <random>
 #include <vector>
 #include "layers/gpt2.h"
+#include <iterator>
+#include <nlohmann/json.hpp>
 #include "optim/adamw.h"
+#include "src/checksum.h"
 #include "tests/testing.h"
 #include "train/checkpoint.h"
 #include "train/comm.h"
@@ -209,6 +212,77 @@ TEST(Model, CorruptCheckpointIsRejected) {
     f.put('\x7f');
   }
   EXPECT_THROW(load_model_weights(ckpt, m), InputError);
+}
+
+std::string read_bytes(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+void write_bytes(const std::filesystem::path& p, const std::string& bytes) {
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// checksums.json is {"algorithm": "crc32c", "files": {...}}; a checkpoint written before
+// it (a flat object of LegacyFnv64 sums) still loads, and is still checked; a malformed or
+// unknown algorithm entry is refused.
+TEST(Model, CheckpointChecksumsOldAndNew) {
+  auto ops = make_cpu_ops();
+  GPT2 m(tiny(), *ops, DType::f32, 1, 4);
+  m.init_random(3);
+  test::ScratchDir scratch("flashgpt_checksums_");
+  const std::filesystem::path ckpt = save_checkpoint(scratch.path.string(), m, nullptr, {1, {}, {}}, "");
+  const nlohmann::json sums = nlohmann::json::parse(read_bytes(ckpt / "checksums.json"));
+  ASSERT_EQ(sums.at("algorithm"), "crc32c");
+  ASSERT_EQ(sums.at("files").size(), 3u);  // model.bin, state.json, config.yaml
+  for (auto& [name, sum] : sums.at("files").items()) {
+    Crc32c c;
+    const std::string bytes = read_bytes(ckpt / name);
+    c.add(bytes.data(), bytes.size());
+    EXPECT_EQ(sum.get<uint64_t>(), c.value()) << name;
+  }
+  GPT2 back(tiny(), *ops, DType::f32, 1, 4);
+  const auto load_with = [&](const nlohmann::json& j) {
+    write_bytes(ckpt / "checksums.json", j.dump(1));
+    load_model_weights(ckpt.string(), back);
+  };
+  EXPECT_NO_THROW(load_with(sums));
+
+  nlohmann::json legacy;  // as the checkpoints of earlier versions
+  for (auto& [name, sum] : sums.at("files").items()) {
+    LegacyFnv64 f;
+    const std::string bytes = read_bytes(ckpt / name);
+    f.add(bytes.data(), bytes.size());
+    legacy[name] = f.value();
+  }
+  EXPECT_NO_THROW(load_with(legacy));
+  EXPECT_EQ(host<float>(*ops, back.params()), host<float>(*ops, m.params()));
+  nlohmann::json legacy_crc;  // CRC values in the flat (old) layout: wrong sums
+  for (auto& [name, sum] : sums.at("files").items()) legacy_crc[name] = sum;
+  EXPECT_THROW(load_with(legacy_crc), InputError);
+
+  nlohmann::json bad = sums;
+  bad["algorithm"] = "fnv1a";
+  EXPECT_THROW(load_with(bad), InputError) << "an unknown algorithm";
+  bad = sums;
+  bad.erase("algorithm");
+  EXPECT_THROW(load_with(bad), InputError) << "no algorithm";
+  bad = sums;
+  bad["files"] = nlohmann::json::array();
+  EXPECT_THROW(load_with(bad), InputError) << "files not an object";
+  bad = sums;
+  bad["extra"] = 1;
+  EXPECT_THROW(load_with(bad), InputError) << "a key besides algorithm and files";
+  bad = sums;
+  bad["files"]["model.bin"] = bad["files"]["model.bin"].get<uint64_t>() + (uint64_t(1) << 32);
+  EXPECT_THROW(load_with(bad), InputError) << "a CRC-32C past 32 bits";
+
+  {  // the new sums, one flipped byte of the weights
+    std::string w = read_bytes(ckpt / "model.bin");
+    w[w.size() - 3] ^= 0x10;
+    write_bytes(ckpt / "model.bin", w);
+  }
+  EXPECT_THROW(load_with(sums), InputError);
+  EXPECT_THROW(load_with(legacy), InputError);
 }
 
 // A model built for inference has no gradient arena, and its forward is the training

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <utility>
 #include <vector>
+#include "src/checksum.h"
 #include "src/errors.h"
 #include "src/host_floats.h"
 #include "src/json_fields.h"
@@ -24,26 +25,23 @@ namespace {
 constexpr char kModelMagic[8] = {'F', 'G', 'P', 'T', 'M', 'D', 'L', '1'};
 constexpr char kOptMagic[8] = {'F', 'G', 'P', 'T', 'O', 'P', 'T', '1'};
 
-// The files' checksum (FNV-1a, 64 bit), fed piece by piece.
-struct Fnv1a {
-  uint64_t h = 1469598103934665603ull;
-  void add(const char* p, size_t n) {
-    for (size_t i = 0; i < n; ++i) { h ^= static_cast<unsigned char>(p[i]); h *= 1099511628211ull; }
-  }
-};
+// checksums.json: {"algorithm": "crc32c", "files": {name: CRC-32C, ...}} (src/checksum.h).
+// Checkpoints written before it (a flat {name: sum}, src/checksum.h LegacyFnv64) are still verified.
+constexpr char kChecksumAlgorithm[] = "crc32c";
 
 // The checksum of a file, read in pieces (a checkpoint's optimizer state is never held
 // in memory twice just to be checked).
-uint64_t fnv1a_file(const fs::path& p) {
+template <class Sum>
+uint64_t file_checksum(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
   if (!f) fail_input("checkpoint file '", p.string(), "' is missing or unreadable");
-  Fnv1a sum;
+  Sum sum;
   std::vector<char> buf(size_t(1) << 20);
   while (f) {
     f.read(buf.data(), std::streamsize(buf.size()));
     sum.add(buf.data(), size_t(f.gcount()));
   }
-  return sum.h;
+  return sum.value();
 }
 
 std::string read_file(const fs::path& p) {
@@ -82,21 +80,21 @@ class DurableFile {
   }
   void append(const std::string& s) { append(s.data(), s.size()); }
   // fsync and close; returns the file's checksum.
-  uint64_t finish() {
+  uint32_t finish() {
     if (::fsync(fd_) != 0) fail("cannot fsync '", path_.string(), "': ", std::strerror(errno));
     const int fd = fd_;
     fd_ = -1;
     if (::close(fd) != 0) fail("cannot close '", path_.string(), "': ", std::strerror(errno));
-    return sum_.h;
+    return sum_.value();
   }
 
  private:
   fs::path path_;
   int fd_ = -1;
-  Fnv1a sum_;
+  Crc32c sum_;
 };
 
-uint64_t write_file(const fs::path& p, const std::string& bytes) {
+uint32_t write_file(const fs::path& p, const std::string& bytes) {
   DurableFile f(p);
   f.append(bytes);
   return f.finish();
@@ -225,6 +223,18 @@ void verify_checksums(const fs::path& dir, std::initializer_list<const char*> re
     fail_input("checkpoint '", dir.string(), "': checksums.json is corrupt");
   }
   if (!sums.is_object()) fail_input("checkpoint '", dir.string(), "': checksums.json is not an object");
+  // CRC-32C under "files", or (checkpoints written before it) a flat object of LegacyFnv64 sums.
+  const bool legacy = !sums.contains("files");
+  if (!legacy) {
+    const nlohmann::json& algorithm = sums.contains("algorithm") ? sums["algorithm"] : nlohmann::json();
+    if (algorithm != kChecksumAlgorithm)
+      fail_input("checkpoint '", dir.string(), "': checksums.json names the algorithm ", algorithm.dump(),
+                 ", expected \"", kChecksumAlgorithm, "\"");
+    if (sums.size() != 2) fail_input("checkpoint '", dir.string(), "': checksums.json has keys besides algorithm and files");
+    nlohmann::json files = std::move(sums["files"]);
+    sums = std::move(files);
+    if (!sums.is_object()) fail_input("checkpoint '", dir.string(), "': checksums.json's files is not an object");
+  }
   for (const char* name : required)
     if (!sums.contains(name))
       fail_input("checkpoint '", dir.string(), "': checksums.json does not list ", name, " (corrupt or incomplete)");
@@ -234,7 +244,9 @@ void verify_checksums(const fs::path& dir, std::initializer_list<const char*> re
     if (only_required && std::find_if(required.begin(), required.end(), [&](const char* r) { return name == r; }) ==
                              required.end())
       continue;
-    if (fnv1a_file(dir / name) != sum.get<uint64_t>())
+    if (!legacy && sum.get<uint64_t>() > UINT32_MAX)
+      fail_input("checkpoint '", dir.string(), "': checksums.json has a malformed entry '", name, "'");
+    if ((legacy ? file_checksum<LegacyFnv64>(dir / name) : file_checksum<Crc32c>(dir / name)) != sum.get<uint64_t>())
       fail_input("checkpoint '", dir.string(), "': ", name, " does not match its checksum (corrupt or truncated)");
   }
 }
@@ -378,12 +390,12 @@ std::string save_checkpoint(const std::string& out_dir, const GPT2& model, const
                        {"numel", model.num_packed()}, {"params", param_entries(model)}};
   // Each tensor file streams from one host copy of its arena (never packed in memory
   // first: the optimizer state of a large model is several of its sizes).
-  nlohmann::json sums;
+  nlohmann::json files;  // each file's checksum
   {
     DurableFile f(tmp_dir / "model.bin");
     append_header(f, kModelMagic, mh);
     append_packed(f, model, tensor_bytes(ops, m.params()), model.dtype());
-    sums["model.bin"] = f.finish();
+    files["model.bin"] = f.finish();
   }
   if (opt) {
     FG_ASSERT(opt->count == 2 || opt->count == 3, "optimizer state of ", opt->count, " tensors");
@@ -398,11 +410,12 @@ std::string save_checkpoint(const std::string& out_dir, const GPT2& model, const
                 " has the wrong size");
       append_packed(f, model, t, opt->dtype);
     }
-    sums["optimizer.bin"] = f.finish();
+    files["optimizer.bin"] = f.finish();
   }
-  sums["state.json"] =
+  files["state.json"] =
       write_file(tmp_dir / "state.json", nlohmann::json{{"step", st.step}, {"loader", st.loader}, {"extra", st.extra}}.dump(1));
-  sums["config.yaml"] = write_file(tmp_dir / "config.yaml", config_yaml);
+  files["config.yaml"] = write_file(tmp_dir / "config.yaml", config_yaml);
+  const nlohmann::json sums = {{"algorithm", kChecksumAlgorithm}, {"files", std::move(files)}};
   write_file(tmp_dir / "checksums.json", sums.dump(1));
   fsync_dir(tmp_dir);
   // Complete and on disk: move it into place, then point `latest` at it.

@@ -10,7 +10,8 @@
 // so a checkpoint written by N ranks resumes on any number of ranks.
 //     state.json      step, loader state, RNG seed
 //     config.yaml     the resolved config
-//     checksums.json  FNV-1a 64 of every file above
+//     checksums.json  CRC-32C of every file above (src/checksum.h); the checkpoints of
+//                     earlier versions, with their older sum, still load
 //   <out_dir>/latest  name of the newest complete checkpoint (replaced atomically)
 #pragma once
 #include <functional>
