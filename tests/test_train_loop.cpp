@@ -126,6 +126,23 @@ TEST_F(TrainLoop, StepsZeroSavesTheInitialModel) {
   EXPECT_EQ(resumed.losses, fresh.losses);
 }
 
+// --init-from takes every weight from the checkpoint (a new run draws none of its own):
+// with the learning rate 0 a step leaves them as they were, so the fine-tuned run's
+// checkpoint holds the source's model.bin byte for byte; its optimizer starts afresh
+// (step 1), and its first loss is the trained model's, not a fresh one's.
+TEST_F(TrainLoop, InitFromStartsFromTheCheckpointsWeights) {
+  Run source = expect_ok(train("source", 0, 6, "--set train.steps=10"));
+  Run tuned = expect_ok(train("tuned", 0, 6,
+                              "--set train.steps=1 --set train.lr=0 --set train.eval_steps=0 --init-from " +
+                                  source.dir + "/ckpt_000010"));
+  ASSERT_EQ(tuned.losses.size(), 1u) << tuned.err;
+  EXPECT_EQ(tuned.metrics.front()["step"].get<int>(), 1);
+  EXPECT_LT(tuned.losses[0], source.losses[0] - 0.1) << "the first loss must be the trained model's";
+  const std::string want = slurp(source.dir + "/ckpt_000010/model.bin");
+  ASSERT_GT(want.size(), 1000u);
+  EXPECT_TRUE(slurp(tuned.dir + "/ckpt_000001/model.bin") == want) << "weights differ from the checkpoint's";
+}
+
 class TrainLoopCuda : public TrainLoop {};
 
 TEST_F(TrainLoopCuda, Bf16ResumeIsBitExact) {
