@@ -606,6 +606,16 @@ TEST_F(CpuOps, CastRoundTripsBetweenFp32Fp64AndBf16) {
   ops->cast(f, h);
   ops->cast(h2, f);  // bf16 -> fp32 -> bf16 is the identity
   EXPECT_EQ(h2.vec(), h.vec());
+  // Within one dtype a cast is a copy of every element (a view's rows only), bit for bit.
+  H64 d2({257});
+  ops->cast(d2, d);
+  EXPECT_EQ(d2.vec(), d.vec());
+  HostTensor<float> f2({257});
+  f2[0] = f2[256] = -1.f;
+  ops->cast(Tensor(f2.tensor()).rows(1, 256), Tensor(f.tensor()).rows(1, 256));
+  EXPECT_EQ(f2[0], -1.f);
+  EXPECT_EQ(f2[256], -1.f);
+  for (int64_t i = 1; i < 256; ++i) ASSERT_EQ(f2[i], f[i]) << i;
 }
 
 TEST_F(CpuOps, RejectsUnsupportedDtypesAndMismatchedShapes) {

@@ -98,6 +98,10 @@ class CpuOps final : public Ops {
       FG_ASSERT(t == DType::f32 || t == DType::f64 || t == DType::bf16,
                 "cast supports fp32, fp64, bf16; got ", dtype_name(t));
     const int64_t n = src.numel();
+    if (dst.dtype == src.dtype) {  // a copy (the optimizer state in and out of checkpoints)
+      if (dst.data != src.data) std::memmove(dst.data, src.data, src.nbytes());
+      return;
+    }
 #pragma omp parallel for schedule(static) if (cpu::worth_parallel(n))
     for (int64_t i = 0; i < n; ++i)
       store_from_double(dst.data, dst.dtype, i, load_as_double(src.data, src.dtype, i));
