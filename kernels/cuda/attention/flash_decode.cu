@@ -347,7 +347,7 @@ __global__ void __launch_bounds__(Tr::kThreads, bulk_min_blocks(Tr::kThreads, kS
     __syncthreads();  // the stage is free
     if (threadIdx.x == 0 && i + kStages < tiles) {
       issue(i + kStages);
-      if (i + kStages + p.prefetch < tiles) prefetch(i + kStages + p.prefetch);
+      if (p.prefetch > 0 && i + kStages + p.prefetch < tiles) prefetch(i + kStages + p.prefetch);
     }
     consume<Tr>(kp, vp, q, t0 + int64_t(i) * kTile, g, t1, m, l, acc);
   }
