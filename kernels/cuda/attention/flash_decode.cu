@@ -303,7 +303,7 @@ __global__ void __launch_bounds__(Tr::kThreads, bulk_min_blocks(Tr::kThreads, kS
   // Tile i (keys t0 + i·kTile on, at most kTile) into stage i % kStages. A step reads the
   // cache once, so its lines go first from the L2: 0.2-0.4% faster at batch 16 from 64K
   // keys, level elsewhere (BENCHMARKS.md, "Forty-ninth session"). (Prefetching the tiles
-  // after the two in flight into the L2 as well, cp.async.bulk.prefetch, was 10-50% slower.)
+  // after the two in flight into the L2 as well, cp.async.bulk.prefetch, was 13-74% slower.)
   const uint64_t policy = sm90::createpolicy_evict_first();
   auto issue = [&](int i) {
     const int s = i % kStages;
