@@ -291,8 +291,8 @@ TEST_F(CpuOps, MatmulFp32IsExactOnSmallIntegers) {
 
 // ---------------------------------------------------------------- GELU ----
 // The matmul kernel at every x86-64 level this CPU runs (SSE4.2, AVX2, AVX-512: other
-// tile shapes and vector widths) gives the bits of a plain loop that sums each element in
-// k order (this test is built without fused multiply-adds), on shapes that leave partial
+// tile shapes and vector widths), with A as it is and given transposed (gemm_tn), gives
+// the bits of a plain loop that sums each element in k order (this test is built without fused multiply-adds), on shapes that leave partial
 // tiles on every side, both ways of walking the tiles, with and without accumulation.
 template <class T>
 void check_gemm_levels(std::mt19937_64& rng) {
@@ -315,11 +315,19 @@ void check_gemm_levels(std::mt19937_64& rng) {
           }
           want[size_t(i * sh.P + j)] = acc;
         }
+      std::vector<T> At(A.size());  // A transposed, (K, M), for gemm_tn
+      for (int64_t i = 0; i < sh.M; ++i)
+        for (int64_t k = 0; k < sh.K; ++k) At[size_t(k * sh.M + i)] = A[size_t(i * sh.K + k)];
       for (int level = 2; level <= flashgpt::cpu::gemm_level(); ++level) {
         std::vector<T> got = init;
         flashgpt::cpu::gemm_nn_at(level, got.data(), A.data(), B.data(), sh.M, sh.K, sh.P, accumulate);
         ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(T)))
             << "level " << level << ", M " << sh.M << " K " << sh.K << " P " << sh.P << ", accumulate " << accumulate;
+        got = init;
+        flashgpt::cpu::gemm_tn_at(level, got.data(), At.data(), B.data(), sh.M, sh.K, sh.P, accumulate);
+        ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(T)))
+            << "gemm_tn, level " << level << ", M " << sh.M << " K " << sh.K << " P " << sh.P << ", accumulate "
+            << accumulate;
       }
     }
   }

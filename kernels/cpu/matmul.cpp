@@ -1,12 +1,12 @@
 // CPU matmul, the hot op of CPU training: out (N,OC) = inp (N,C) · Wᵀ + b, optional GELU
 // epilogue in forward and DGELU epilogue on dinp in backward (see ops.h).
 //
-// Every product is computed by one kernel, gemm_nn (gemm.h, gemm_kernel.cpp): out (M,P)
-// (+)= A (M,K) · B (K,P), all row-major, each output element summed in k order whatever
+// Every product is computed by one kernel, gemm_nn or gemm_tn (gemm.h, gemm_kernel.cpp):
+// out (M,P) (+)= A (M,K) · B (K,P), all row-major (gemm_tn: A given transposed), each output element summed in k order whatever
 // the thread count and the CPU's vector width: results are deterministic.
 //   forward:   out    = inp · Wᵀ     A = inp (N,C),    B = Wᵀ (C,OC)  (transposed copy)
 //   dinp:      dinp   = dout · W     A = dout (N,OC),  B = W (OC,C)
-//   dweight:   dW    += doutᵀ · inp  A = doutᵀ (OC,N), B = inp (N,C)  (transposed copy)
+//   dweight:   dW    += doutᵀ · inp  A = doutᵀ (OC,N), B = inp (N,C)  (gemm_tn: dout read in place)
 #include <algorithm>
 #include <vector>
 #include "cpu_kernels.h"
@@ -26,8 +26,17 @@ void gemm_nn_at(int level, T* out, const T* A, const T* B, int64_t M, int64_t K,
   else if (level == 3) v3::gemm_nn(out, A, B, M, K, P, accumulate);
   else v2::gemm_nn(out, A, B, M, K, P, accumulate);
 }
+template <class T>
+void gemm_tn_at(int level, T* out, const T* At, const T* B, int64_t M, int64_t K, int64_t P, bool accumulate) {
+  FG_ASSERT(level >= 2 && level <= gemm_level(), "gemm level ", level, " on a CPU of level ", gemm_level());
+  if (level == 4) v4::gemm_tn(out, At, B, M, K, P, accumulate);
+  else if (level == 3) v3::gemm_tn(out, At, B, M, K, P, accumulate);
+  else v2::gemm_tn(out, At, B, M, K, P, accumulate);
+}
 template void gemm_nn_at<float>(int, float*, const float*, const float*, int64_t, int64_t, int64_t, bool);
 template void gemm_nn_at<double>(int, double*, const double*, const double*, int64_t, int64_t, int64_t, bool);
+template void gemm_tn_at<float>(int, float*, const float*, const float*, int64_t, int64_t, int64_t, bool);
+template void gemm_tn_at<double>(int, double*, const double*, const double*, int64_t, int64_t, int64_t, bool);
 
 namespace {
 constexpr int64_t kFewRows = 8;    // forward with fewer rows: dot products, no transposed copy of W
@@ -111,11 +120,8 @@ template <class T> void matmul_backward(const MatmulBackward& a) {
       for (int64_t i = 0; i < N * C; ++i) dinp[i] *= gelu_grad(pre[i]);
     }
   }
-  if (a.dweight.defined()) {  // dW (OC,C) += doutᵀ (OC,N) · inp (N,C)
-    T* dout_t = scratch<T>(size_t(N * OC));
-    transpose(dout_t, dout, N, OC);
-    gemm_nn(a.dweight.as<T>(), dout_t, a.inp.as<T>(), OC, N, C, /*accumulate=*/true);
-  }
+  if (a.dweight.defined())  // dW (OC,C) += doutᵀ (OC,N) · inp (N,C), doutᵀ read in place
+    gemm_tn(a.dweight.as<T>(), dout, a.inp.as<T>(), OC, N, C, /*accumulate=*/true);
   if (a.dbias.defined()) {  // dbias (OC) += Σ_n dout[n, :]
     T* db = a.dbias.as<T>();
 #pragma omp parallel for schedule(static) if (cpu::worth_parallel(N * OC))
