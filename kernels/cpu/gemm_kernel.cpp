@@ -9,16 +9,7 @@
 #include <algorithm>
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/gemm.h"
-
-#if FLASHGPT_GEMM_LEVEL == 2
-#define FLASHGPT_GEMM_NS v2
-#elif FLASHGPT_GEMM_LEVEL == 3
-#define FLASHGPT_GEMM_NS v3
-#elif FLASHGPT_GEMM_LEVEL == 4
-#define FLASHGPT_GEMM_NS v4
-#else
-#error "compile with FLASHGPT_GEMM_LEVEL 2, 3 or 4 (CMakeLists.txt)"
-#endif
+#include "kernels/cpu/level_namespace.h"
 
 namespace flashgpt::cpu::FLASHGPT_GEMM_NS {
 

@@ -5,6 +5,8 @@
 #include <limits>
 #include <vector>
 #include "cpu_kernels.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/softmax_ce.h"
 
 namespace flashgpt::cpu {
 
@@ -198,6 +200,7 @@ void softmax_cross_entropy(StatView losses, Tensor logits, Tensor targets, int V
   // Checked before the parallel loop: an exception must not leave an OpenMP region.
   for (int64_t n = 0; n < N; ++n)
     FG_ASSERT(tg[n] < V, "target ", tg[n], " outside the vocabulary of ", V);
+  const int level = gemm_level();
 #pragma omp parallel for schedule(static) if (cpu::worth_parallel(N * Vp))
   for (int64_t n = 0; n < N; ++n) {
     T* row = lg + n * Vp;
@@ -207,22 +210,11 @@ void softmax_cross_entropy(StatView losses, Tensor logits, Tensor targets, int V
       if (dloss != 0) std::fill(row, row + Vp, T(0));
       continue;
     }
-    // One exponential per logit, kept (in double) for the gradient: p = e / sum.
+    // One exponential per logit, kept (in double) for the gradient: p = e / sum
+    // (softmax_ce.h, at the CPU's vector level).
     thread_local std::vector<double> e;
     e.resize(size_t(V));
-    double max = -std::numeric_limits<double>::infinity();
-    for (int64_t j = 0; j < V; ++j) max = std::max(max, double(row[j]));
-    double sum = 0;
-    for (int64_t j = 0; j < V; ++j) sum += e[size_t(j)] = std::exp(double(row[j]) - max);
-    const double lse = max + std::log(sum);
-    losses.set(n, lse - double(row[target]));
-    if (dloss == 0) continue;
-    const double inv_sum = 1.0 / sum;
-    for (int64_t j = 0; j < V; ++j) {
-      const double p = e[size_t(j)] * inv_sum;
-      row[j] = T(double(dloss) * (p - (j == target ? 1.0 : 0.0)));
-    }
-    std::fill(row + V, row + Vp, T(0));
+    losses.set(n, ce_row_at(level, row, V, Vp, target, dloss, e.data()));
   }
 }
 
