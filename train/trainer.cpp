@@ -120,7 +120,7 @@ TrainResult train(const Config& cfg, const std::string& resume, Communicator& ho
   mopts.layer_align = DataParallel::layer_align(world);
   GPT2 model(model_config(cfg), *be.ops, be.dtype, t.batch_size, t.seq_len, mopts);
   // Random weights only for a new run: a resumed or fine-tuned one takes every weight from
-  // its checkpoint (GPT-2 124M's init draws on the host for about 1.4 s, in a 1 GB buffer).
+  // its checkpoint (GPT-2 124M's init draws 124M normals on the host: about 1.4 s).
   if (resume.empty() && t.init_from.empty()) model.init_random(t.seed);
   // Fine-tuning: rank 0 loads the weights, the broadcast below hands them to every rank.
   if (!t.init_from.empty() && resume.empty() && lead) init_from_checkpoint(t.init_from, model);

@@ -2,8 +2,9 @@
 // epilogue in forward and DGELU epilogue on dinp in backward (see ops.h).
 //
 // Every product is computed by one kernel, gemm_nn or gemm_tn (gemm.h, gemm_kernel.cpp):
-// out (M,P) (+)= A (M,K) · B (K,P), all row-major (gemm_tn: A given transposed), each output element summed in k order whatever
-// the thread count and the CPU's vector width: results are deterministic.
+// out (M,P) (+)= A (M,K) · B (K,P), all row-major (gemm_tn: A given transposed), each
+// output element summed in k order whatever the thread count and the CPU's vector width:
+// results are deterministic.
 //   forward:   out    = inp · Wᵀ     A = inp (N,C),    B = Wᵀ (C,OC)  (transposed copy)
 //   dinp:      dinp   = dout · W     A = dout (N,OC),  B = W (OC,C)
 //   dweight:   dW    += doutᵀ · inp  A = doutᵀ (OC,N), B = inp (N,C)  (gemm_tn: dout read in place)
@@ -11,7 +12,6 @@
 #include <vector>
 #include "cpu_kernels.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/softmax_ce.h"
 
 namespace flashgpt::cpu {
 
@@ -33,20 +33,6 @@ void gemm_tn_at(int level, T* out, const T* At, const T* B, int64_t M, int64_t K
   if (level == 4) v4::gemm_tn(out, At, B, M, K, P, accumulate);
   else if (level == 3) v3::gemm_tn(out, At, B, M, K, P, accumulate);
   else v2::gemm_tn(out, At, B, M, K, P, accumulate);
-}
-template <class T>
-double ce_row_at(int level, T* row, int64_t V, int64_t Vp, int64_t target, float dloss, double* e) {
-  FG_ASSERT(level >= 2 && level <= gemm_level(), "vector level ", level, " on a CPU of level ", gemm_level());
-  if (level == 4) return v4::ce_row(row, V, Vp, target, dloss, e);
-  if (level == 3) return v3::ce_row(row, V, Vp, target, dloss, e);
-  return v2::ce_row(row, V, Vp, target, dloss, e);
-}
-template double ce_row_at<float>(int, float*, int64_t, int64_t, int64_t, float, double*);
-template double ce_row_at<double>(int, double*, int64_t, int64_t, int64_t, float, double*);
-double exp_nonpositive_at(int level, double x) {
-  FG_ASSERT(level >= 2 && level <= gemm_level(), "vector level ", level, " on a CPU of level ", gemm_level());
-  return level == 4 ? v4::exp_nonpositive_at_level(x) : level == 3 ? v3::exp_nonpositive_at_level(x)
-                                                                   : v2::exp_nonpositive_at_level(x);
 }
 template void gemm_nn_at<float>(int, float*, const float*, const float*, int64_t, int64_t, int64_t, bool);
 template void gemm_nn_at<double>(int, double*, const double*, const double*, int64_t, int64_t, int64_t, bool);
