@@ -20,19 +20,25 @@ int gemm_level() {
   return level;
 }
 
+namespace {
+// The kernel of one level, A as it is (nn) or given transposed (tn).
+template <class T>
+using GemmFn = void (*)(T*, const T*, const T*, int64_t, int64_t, int64_t, bool);
+template <class T>
+GemmFn<T> gemm_at(int level, bool a_transposed) {
+  FG_ASSERT(level >= 2 && level <= gemm_level(), "gemm level ", level, " on a CPU of level ", gemm_level());
+  const GemmFn<T> nn[] = {v2::gemm_nn, v3::gemm_nn, v4::gemm_nn}, tn[] = {v2::gemm_tn, v3::gemm_tn, v4::gemm_tn};
+  return (a_transposed ? tn : nn)[level - 2];
+}
+}  // namespace
+
 template <class T>
 void gemm_nn_at(int level, T* out, const T* A, const T* B, int64_t M, int64_t K, int64_t P, bool accumulate) {
-  FG_ASSERT(level >= 2 && level <= gemm_level(), "gemm level ", level, " on a CPU of level ", gemm_level());
-  if (level == 4) v4::gemm_nn(out, A, B, M, K, P, accumulate);
-  else if (level == 3) v3::gemm_nn(out, A, B, M, K, P, accumulate);
-  else v2::gemm_nn(out, A, B, M, K, P, accumulate);
+  gemm_at<T>(level, false)(out, A, B, M, K, P, accumulate);
 }
 template <class T>
 void gemm_tn_at(int level, T* out, const T* At, const T* B, int64_t M, int64_t K, int64_t P, bool accumulate) {
-  FG_ASSERT(level >= 2 && level <= gemm_level(), "gemm level ", level, " on a CPU of level ", gemm_level());
-  if (level == 4) v4::gemm_tn(out, At, B, M, K, P, accumulate);
-  else if (level == 3) v3::gemm_tn(out, At, B, M, K, P, accumulate);
-  else v2::gemm_tn(out, At, B, M, K, P, accumulate);
+  gemm_at<T>(level, true)(out, At, B, M, K, P, accumulate);
 }
 template void gemm_nn_at<float>(int, float*, const float*, const float*, int64_t, int64_t, int64_t, bool);
 template void gemm_nn_at<double>(int, double*, const double*, const double*, int64_t, int64_t, int64_t, bool);
