@@ -38,10 +38,12 @@ inline double exp_nonpositive(double x) {
   p = p * r + 0.5;
   p = p * r + 1.0;
   p = p * r + 1.0;
-  int64_t tb;
+  // 2^n: t's bits minus kShift's are n (the same binade), plus the exponent bias, shifted
+  // into the exponent field; unsigned, so that the n of an x below −708 (discarded below)
+  // wraps instead of overflowing.
+  uint64_t tb;
   std::memcpy(&tb, &t, sizeof tb);
-  const int64_t n_int = tb - 0x4338000000000000;  // t − kShift in the same binade: n
-  const int64_t scale_bits = (n_int + 1023) << 52;
+  const uint64_t scale_bits = (tb - 0x4338000000000000u + 1023u) << 52;
   double scale;
   std::memcpy(&scale, &scale_bits, sizeof scale);
   return x < -708.0 ? 0.0 : p * scale;
