@@ -41,7 +41,7 @@ void add_info_command(CLI::App& app) {
     std::printf("OpenMP: on (%d threads)\n", omp_get_max_threads());
 #endif
     const int level = cpu::gemm_level();
-    std::printf("CPU:    matmul kernel x86-64-v%d, %s\n", level,
+    std::printf("CPU:    matmul and cross-entropy kernels x86-64-v%d, %s\n", level,
                 level == 4 ? "AVX-512" : level == 3 ? "AVX2" : "SSE4.2");
 #ifdef FLASHGPT_WITH_CUDA
     std::printf("GPUs:\n%s\n", describe_gpus().c_str());

@@ -110,10 +110,9 @@ MemoryPlan plan_memory(const Config& c, const PlanTarget& target) {
         cuda_scratch_bytes(N, C, H, p.T, target.dtype, naive));
     add("workspace", "cuBLASLt workspace", kCublasWorkspaceBytes);
   } else {
-    // kernels/cpu/matmul.cpp: the calling thread's transposition buffer, grown to the
-    // largest of Wᵀ (C × OC) and doutᵀ (N × OC) over the model's matmuls.
-    const int64_t Vp = c.model.padded_vocab, chunk = std::min<int64_t>(N, 8192);
-    const int64_t elems = std::max({N * 4 * C, chunk * Vp, Vp * C});
+    // kernels/cpu/matmul.cpp: the calling thread's buffer of the forward's Wᵀ (C × OC),
+    // grown to the largest weight, wte's or the MLP's (the backward transposes nothing).
+    const int64_t elems = std::max(c.model.padded_vocab * C, 4 * C * C);
     add("op scratch", "matmul transposes", size_t(elems) * dtype_size(target.dtype));
     // train/checkpoint.cpp, on the host (so counted for CPU runs only): a save holds one
     // arena in the optimizer's dtype (the weights, then m, v, the master, in turn); a

@@ -99,7 +99,7 @@ class CpuOps final : public Ops {
                 "cast supports fp32, fp64, bf16; got ", dtype_name(t));
     const int64_t n = src.numel();
     if (dst.dtype == src.dtype) {  // a copy (the optimizer state in and out of checkpoints)
-      if (dst.data != src.data) std::memmove(dst.data, src.data, src.nbytes());
+      std::memmove(dst.data, src.data, src.nbytes());
       return;
     }
 #pragma omp parallel for schedule(static) if (cpu::worth_parallel(n))

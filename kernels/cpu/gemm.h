@@ -10,27 +10,22 @@
 
 namespace flashgpt::cpu {
 
-namespace v2 {
-void gemm_nn(float* out, const float* A, const float* B, int64_t M, int64_t K, int64_t P, bool accumulate);
-void gemm_nn(double* out, const double* A, const double* B, int64_t M, int64_t K, int64_t P, bool accumulate);
-void gemm_tn(float* out, const float* At, const float* B, int64_t M, int64_t K, int64_t P, bool accumulate);
-void gemm_tn(double* out, const double* At, const double* B, int64_t M, int64_t K, int64_t P, bool accumulate);
-}  // namespace v2
-namespace v3 {
-void gemm_nn(float* out, const float* A, const float* B, int64_t M, int64_t K, int64_t P, bool accumulate);
-void gemm_nn(double* out, const double* A, const double* B, int64_t M, int64_t K, int64_t P, bool accumulate);
-void gemm_tn(float* out, const float* At, const float* B, int64_t M, int64_t K, int64_t P, bool accumulate);
-void gemm_tn(double* out, const double* At, const double* B, int64_t M, int64_t K, int64_t P, bool accumulate);
-}  // namespace v3
-namespace v4 {
-void gemm_nn(float* out, const float* A, const float* B, int64_t M, int64_t K, int64_t P, bool accumulate);
-void gemm_nn(double* out, const double* A, const double* B, int64_t M, int64_t K, int64_t P, bool accumulate);
-void gemm_tn(float* out, const float* At, const float* B, int64_t M, int64_t K, int64_t P, bool accumulate);
-void gemm_tn(double* out, const double* At, const double* B, int64_t M, int64_t K, int64_t P, bool accumulate);
-}  // namespace v4
+#define FLASHGPT_GEMM_DECLS                                                                                      \
+  void gemm_nn(float* out, const float* A, const float* B, int64_t M, int64_t K, int64_t P, bool accumulate);     \
+  void gemm_nn(double* out, const double* A, const double* B, int64_t M, int64_t K, int64_t P, bool accumulate);  \
+  void gemm_tn(float* out, const float* At, const float* B, int64_t M, int64_t K, int64_t P, bool accumulate);    \
+  void gemm_tn(double* out, const double* At, const double* B, int64_t M, int64_t K, int64_t P, bool accumulate);
+namespace v2 { FLASHGPT_GEMM_DECLS }
+namespace v3 { FLASHGPT_GEMM_DECLS }
+namespace v4 { FLASHGPT_GEMM_DECLS }
+#undef FLASHGPT_GEMM_DECLS
 
-// The highest x86-64 level this CPU runs (2, 3 or 4).
+// The highest x86-64 level this CPU runs (2, 3 or 4): the level of the per-level kernels
+// (these and softmax_ce.h's).
 int gemm_level();
+// A requested level's index into {v2, v3, v4} tables of kernels (level 2..gemm_level(),
+// asserted).
+int level_index(int level);
 // The kernel at `level` (2..gemm_level(); tests compare the levels); gemm_nn, gemm_tn: at
 // gemm_level().
 template <class T>

@@ -194,17 +194,16 @@ void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, 
 // Its rows run softmax_ce.h's kernel at the CPU's level (the tests pick a level).
 template <class T>
 double ce_row_at(int level, T* row, int64_t V, int64_t Vp, int64_t target, float dloss, double* e) {
-  FG_ASSERT(level >= 2 && level <= gemm_level(), "vector level ", level, " on a CPU of level ", gemm_level());
-  if (level == 4) return v4::ce_row(row, V, Vp, target, dloss, e);
-  if (level == 3) return v3::ce_row(row, V, Vp, target, dloss, e);
-  return v2::ce_row(row, V, Vp, target, dloss, e);
+  using Fn = double (*)(T*, int64_t, int64_t, int64_t, float, double*);
+  const Fn fns[] = {v2::ce_row, v3::ce_row, v4::ce_row};
+  return fns[level_index(level)](row, V, Vp, target, dloss, e);
 }
 template double ce_row_at<float>(int, float*, int64_t, int64_t, int64_t, float, double*);
 template double ce_row_at<double>(int, double*, int64_t, int64_t, int64_t, float, double*);
 double exp_nonpositive_at(int level, double x) {
-  FG_ASSERT(level >= 2 && level <= gemm_level(), "vector level ", level, " on a CPU of level ", gemm_level());
-  return level == 4 ? v4::exp_nonpositive_at_level(x) : level == 3 ? v3::exp_nonpositive_at_level(x)
-                                                                   : v2::exp_nonpositive_at_level(x);
+  double (*const fns[])(double) = {v2::exp_nonpositive_at_level, v3::exp_nonpositive_at_level,
+                                   v4::exp_nonpositive_at_level};
+  return fns[level_index(level)](x);
 }
 
 template <class T>

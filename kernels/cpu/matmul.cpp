@@ -19,6 +19,10 @@ int gemm_level() {
   static const int level = __builtin_cpu_supports("x86-64-v4") ? 4 : __builtin_cpu_supports("x86-64-v3") ? 3 : 2;
   return level;
 }
+int level_index(int level) {
+  FG_ASSERT(level >= 2 && level <= gemm_level(), "vector level ", level, " on a CPU of level ", gemm_level());
+  return level - 2;
+}
 
 namespace {
 // The kernel of one level, A as it is (nn) or given transposed (tn).
@@ -26,9 +30,8 @@ template <class T>
 using GemmFn = void (*)(T*, const T*, const T*, int64_t, int64_t, int64_t, bool);
 template <class T>
 GemmFn<T> gemm_at(int level, bool a_transposed) {
-  FG_ASSERT(level >= 2 && level <= gemm_level(), "gemm level ", level, " on a CPU of level ", gemm_level());
   const GemmFn<T> nn[] = {v2::gemm_nn, v3::gemm_nn, v4::gemm_nn}, tn[] = {v2::gemm_tn, v3::gemm_tn, v4::gemm_tn};
-  return (a_transposed ? tn : nn)[level - 2];
+  return (a_transposed ? tn : nn)[level_index(level)];
 }
 }  // namespace
 
@@ -48,7 +51,7 @@ template void gemm_tn_at<double>(int, double*, const double*, const double*, int
 namespace {
 constexpr int64_t kFewRows = 8;    // forward with fewer rows: dot products, no transposed copy of W
 
-// Reused transposition buffer (grown, never shrunk): no allocation per step.
+// Reused buffer of the forward's Wᵀ (grown, never shrunk): no allocation per step.
 template <class T> T* scratch(size_t n) {
   thread_local std::vector<T> buf;
   if (buf.size() < n) buf.resize(n);
