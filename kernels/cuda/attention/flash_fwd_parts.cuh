@@ -32,11 +32,58 @@ __device__ __forceinline__ void apply_mask(float (&s)[Tile::kMTiles][Tile::kNTil
     }
 }
 
+// The online-softmax step of one accumulator row (rows g and g+8 of m-tile mt: half 0
+// and 1) in two parts, so that a caller can put work between them (the warp-specialised
+// forward, flash_fwd_sm90_consumer.cuh). softmax_row_max: the row's new running max (its
+// quad's), the factor alpha = exp2((m_old − m_new)·c) by which O must be rescaled
+// (rescale_output) before this tile's P·V is added, and returns the max in the log2
+// domain. softmax_row_exp: s → P (unnormalised) and the running sum.
+template <class Tile>
+__device__ __forceinline__ float softmax_row_max(const float (&s)[Tile::kMTiles][Tile::kNTiles][4],
+                                                 float (&alpha)[Tile::kMTiles][2],
+                                                 float (&row_max)[Tile::kMTiles][2], int mt, int half,
+                                                 float scale_log2) {
+  float mx = row_max[mt][half];
+#pragma unroll
+  for (int nt = 0; nt < Tile::kNTiles; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
+  mx = quad_max(mx);
+  // A row that has seen only masked keys keeps max -inf: subtract 0 instead, which
+  // avoids (-inf) − (-inf) = NaN; its P is then exp2(-inf) = 0.
+  const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
+  // Exactly 1 when the max did not change (computed, old·c − new·c contracts to an
+  // fma that leaves the product's rounding error, and exp2 of that is not always 1),
+  // so that a key tile wholly masked for a row leaves its O, sum and LSE bit for bit
+  // as they were. (The three-consumer forward's rows met such tiles that sm90's do not
+  // until its consumers skipped the key tiles they see none of, thirty-eighth session;
+  // since, no row of the forwards compared bit for bit meets one, and the mutant
+  // without this test survives. Kept: removing it changes every compiled forward, and
+  // that was not measured.)
+  alpha[mt][half] = mx == row_max[mt][half] ? 1.f : fast_exp2(row_max[mt][half] * scale_log2 - m_scaled);
+  row_max[mt][half] = mx;
+  return m_scaled;
+}
+template <class Tile>
+__device__ __forceinline__ void softmax_row_exp(float (&s)[Tile::kMTiles][Tile::kNTiles][4],
+                                                const float (&alpha)[Tile::kMTiles][2],
+                                                float (&row_sum)[Tile::kMTiles][2], int mt, int half, float m_scaled,
+                                                float scale_log2) {
+  // Per-thread partial row sum: alpha is the same for the 4 threads of a row, so the
+  // quad reduction can wait until the epilogue.
+  float sum = 0.f;
+#pragma unroll
+  for (int nt = 0; nt < Tile::kNTiles; ++nt)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      float& x = s[mt][nt][2 * half + j];
+      x = fast_exp2(fmaf(x, scale_log2, -m_scaled));
+      sum += x;
+    }
+  row_sum[mt][half] = row_sum[mt][half] * alpha[mt][half] + sum;
+}
+
 // Online softmax step without touching O: updates the running max/sum, turns s into P
-// (unnormalised), and returns in alpha the factor exp2((m_old − m_new)·c) by which O must
-// be rescaled (rescale_output) before this tile's P·V is added. The warp-specialised
-// forward (flash_fwd_sm90_consumer.cuh) rescales later, once the previous tile's P·V has
-// left the accumulators.
+// (unnormalised), and returns in alpha the factor by which O must be rescaled
+// (rescale_output) before this tile's P·V is added.
 template <class Tile>
 __device__ __forceinline__ void softmax_step(float (&s)[Tile::kMTiles][Tile::kNTiles][4],
                                              float (&alpha)[Tile::kMTiles][2],
@@ -46,36 +93,8 @@ __device__ __forceinline__ void softmax_step(float (&s)[Tile::kMTiles][Tile::kNT
   for (int mt = 0; mt < Tile::kMTiles; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {  // rows g and g+8 of the 16-row tile
-      float mx = row_max[mt][half];
-#pragma unroll
-      for (int nt = 0; nt < Tile::kNTiles; ++nt)
-        mx = fmaxf(mx, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
-      mx = quad_max(mx);
-      // A row that has seen only masked keys keeps max -inf: subtract 0 instead, which
-      // avoids (-inf) − (-inf) = NaN; its P is then exp2(-inf) = 0.
-      const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
-      // Exactly 1 when the max did not change (computed, old·c − new·c contracts to an
-      // fma that leaves the product's rounding error, and exp2 of that is not always 1),
-      // so that a key tile wholly masked for a row leaves its O, sum and LSE bit for bit
-      // as they were. (The three-consumer forward's rows met such tiles that sm90's do not
-      // until its consumers skipped the key tiles they see none of, thirty-eighth session;
-      // since, no row of the forwards compared bit for bit meets one, and the mutant
-      // without this test survives. Kept: removing it changes every compiled forward, and
-      // that was not measured.)
-      alpha[mt][half] = mx == row_max[mt][half] ? 1.f : fast_exp2(row_max[mt][half] * scale_log2 - m_scaled);
-      row_max[mt][half] = mx;
-      // Per-thread partial row sum: alpha is the same for the 4 threads of a row, so the
-      // quad reduction can wait until the epilogue.
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < Tile::kNTiles; ++nt)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          float& x = s[mt][nt][2 * half + j];
-          x = fast_exp2(fmaf(x, scale_log2, -m_scaled));
-          sum += x;
-        }
-      row_sum[mt][half] = row_sum[mt][half] * alpha[mt][half] + sum;
+      const float m_scaled = softmax_row_max<Tile>(s, alpha, row_max, mt, half, scale_log2);
+      softmax_row_exp<Tile>(s, alpha, row_sum, mt, half, m_scaled, scale_log2);
     }
 }
 
