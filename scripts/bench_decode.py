@@ -22,7 +22,9 @@ bandwidth from T = 16K. The last columns are references timed under the same pro
 (`flashgpt bench decode --floor`): our fastest plain streaming read of exactly the cache's
 bytes and its share of the copy bandwidth (launch and ramp-up included, where the 2 GiB
 figures are asymptotes; a reference, not a floor: at B = 16 decode kernels have read
-faster, BENCHMARKS.md), and a launch that does nothing.
+faster, BENCHMARKS.md), a launch that does nothing, and the bulk kernel's reading alone
+(its grid, splits and shared-memory stages with no arithmetic and no merge): what its way
+of reading costs, apart from what it computes.
 
 --kernels registers,bulk128,bulk256,tile16,tile32 also times those decode kernels
 (FLASHGPT_DECODE_KERNEL, FLASHGPT_DECODE_THREADS; tileN: the bulk kernel's tile of N KB,
@@ -115,6 +117,16 @@ def bench_sdpa(s, warmup, iters):
     return out
 
 
+def stream_cells(s, copy):
+    """The bulk kernel's reading alone (`--floor`'s stream_ms: its grid and stages, no
+    arithmetic, no merge) in ms and as a share of the copy bandwidth, or dashes where it
+    was not timed (another kernel, or no sm_90a code)."""
+    ms = s.get("stream_ms", -1)
+    if ms is None or ms < 0:
+        return f"{'-':>13} {'-':>6}"
+    return f"{ms:13.4f} {100 * s['bytes'] / (ms * 1e-3) / 1e12 / copy:5.1f}%"
+
+
 def run_flashgpt(args, env, required=True, floor=False):
     """flashgpt bench decode --suite --json [--floor] with extra environment: one dict per
     shape (None when a kernel that is not required cannot run here, e.g. bulk off Hopper)."""
@@ -175,7 +187,7 @@ def main():
           f"median of {args.iters}, L2 flushed (by a {args.flush} of 512 MiB) before each call")
     print(f"{'B':>3} {'H':>3} {'D':>4} {'T':>7} | {'ours ms':>8} {'TB/s':>6} {'%copy':>6} {'%read':>6} {'splits':>6} | "
           f"{'SDPA best':>9} {'backend':>9} {'TB/s':>6} | {'speedup':>7} {'kernel':>14} | "
-          f"{'plain read':>9} {'%copy':>6} {'empty':>7}")
+          f"{'plain read':>9} {'%copy':>6} {'empty':>7} | {'reading alone':>13} {'%copy':>6}")
     worst_share_16k, floor_at_worst = float("inf"), float("nan")
     sdpa_ms = []
     for s in ours:
@@ -191,7 +203,7 @@ def main():
         print(f"{s['B']:>3} {s['H']:>3} {s['D']:>4} {s['T']:>7} | {s['ms']:8.4f} {s['tbs']:6.2f} {100 * share:5.1f}% "
               f"{100 * s['tbs'] / read:5.1f}% {s['splits']:>6} | {best_ms:9.4f} {best_name:>9} {tbs:6.2f} | "
               f"{speedup:6.2f}x {s.get('kernel', '-'):>14} | {s['read_ms']:9.4f} {100 * floor_share:5.1f}% "
-              f"{s['empty_ms']:7.4f}", flush=True)
+              f"{s['empty_ms']:7.4f} | {stream_cells(s, copy)}", flush=True)
     print(goal_summary(ours, sdpa_ms))
     print(f"lowest share of the copy bandwidth from T=16K on: {100 * worst_share_16k:.1f}% "
           f"(a plain read of the same bytes: {100 * floor_at_worst:.1f}%)")

@@ -7,16 +7,20 @@
 // rows); after a write it is full of dirty lines, and the timed call also pays for
 // writing back up to an L2's worth of them (about 50 MB on an H100/H200).
 // Bytes = the K and V read, 2·B·H·T·D·2 (q and the output are negligible); bandwidth =
-// bytes / time. --floor also times, by the same protocol, two references for a decode
-// kernel: a launch that does nothing, and the fastest of three plain streaming reads of the
-// same K and V bytes (2, 4 and 8 blocks an SM; a reference, not a floor: at B = 16 decode
-// kernels have read faster, BENCHMARKS.md), and gives each as a share of the device copy
-// bandwidth ((read + written) bytes / time of a 1 GiB cudaMemcpy, median of 10).
+// bytes / time. --floor also times, by the same protocol, references for a decode kernel:
+// a launch that does nothing; the fastest of three plain streaming reads of the same K and
+// V bytes (2, 4 and 8 blocks an SM; a reference, not a floor: at B = 16 decode kernels have
+// read faster, BENCHMARKS.md); and, where the bulk kernel with 16 KB tiles runs, its
+// reading alone (bench::stream_chunks: its grid, splits, threads and shared-memory stages,
+// no arithmetic, no merge), which tells the cost of the kernel's way of reading from that
+// of its arithmetic and merge. Each is also given as a share of the device copy bandwidth
+// ((read + written) bytes / time of a 1 GiB cudaMemcpy, median of 10).
 #include "train/bench_decode.h"
 #include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -38,7 +42,7 @@ struct DecodeBenchOptions {
   bool suite = false, json = false;
   std::string flush = "read";  // how the L2 is flushed before a timed call: read | write
   int splits = 0;               // splits per (b, h); 0: the kernel's own plan
-  bool floor = false;           // also time an empty launch and a plain read of the same bytes
+  bool floor = false;           // also time an empty launch, a plain read and the bulk kernel's reading alone
   int warmup = 3, iters = 10;
 };
 
@@ -77,13 +81,22 @@ void bench_one(int B, int H, int T, int D, const DecodeBenchOptions& opt, cudaSt
   const double tbs = bytes / (med * 1e-3) / 1e12;
   const int splits = cuda::flash_decode_splits(a, opt.splits);
   const std::string kernel = cuda::flash_decode_kernel(D);
-  double empty_ms = 0, read_ms = 0;  // --floor: an empty launch; the fastest plain read of K and V
+  // --floor: an empty launch; the fastest plain read of K and V; the bulk kernel's reading
+  // alone, with its splits and threads (-1: not timed, no sm_90a code)
+  double empty_ms = 0, read_ms = 0, stream_ms = -1;
   if (opt.floor) {
     auto timed = [&](auto&& fn) { return double(bench::median_ms(fn, opt.warmup, opt.iters, stream, evict)); };
     empty_ms = timed([&] { bench::launch_empty(stream); });
     read_ms = timed([&] { bench::read_pair(k.ptr, v.ptr, size_t(cache) * 2, 2, stream); });
     for (int per_sm : {4, 8})
       read_ms = std::min(read_ms, timed([&] { bench::read_pair(k.ptr, v.ptr, size_t(cache) * 2, per_sm, stream); }));
+    // The kernel's name: bulk<stages>x<tile KB>KB/<threads> (flash_decode_kernel).
+    const size_t slash = kernel.find('/');
+    const int threads = slash == std::string::npos ? 0 : std::atoi(kernel.c_str() + slash + 1);
+    auto read_chunks = [&] {
+      return bench::stream_chunks(k.ptr, v.ptr, int64_t(B) * H, int64_t(T) * D * 2, D * 2, T, splits, threads, stream);
+    };
+    if (kernel.find("x16KB/") != std::string::npos && read_chunks()) stream_ms = timed(read_chunks);
   }
   auto copy_share = [&](double ms) { return 100.0 * bytes / (ms * 1e-3) / 1e12 / copy; };  // % of the copy bandwidth
   if (opt.json) {
@@ -91,12 +104,15 @@ void bench_one(int B, int H, int T, int D, const DecodeBenchOptions& opt, cudaSt
                 "\"kernel\": \"%s\"",
                 B, H, T, D, med, bytes, tbs, splits, kernel.c_str());
     if (opt.floor)
-      std::printf(", \"copy_tbs\": %.4f, \"empty_ms\": %.5f, \"read_ms\": %.5f", copy, empty_ms, read_ms);
+      std::printf(", \"copy_tbs\": %.4f, \"empty_ms\": %.5f, \"read_ms\": %.5f, \"stream_ms\": %.5f", copy, empty_ms,
+                  read_ms, stream_ms);
     std::printf("}\n");
   } else if (opt.floor) {
     std::printf("B=%-3d H=%-3d T=%-8d D=%-4d %9.4f ms  KV read %7.3f TB/s %6.1f%% of copy (%d splits, %s) | empty launch "
-                "%7.4f ms, plain read %9.4f ms %6.1f%% of copy\n",
+                "%7.4f ms, plain read %9.4f ms %6.1f%% of copy",
                 B, H, T, D, med, tbs, copy_share(med), splits, kernel.c_str(), empty_ms, read_ms, copy_share(read_ms));
+    if (stream_ms >= 0) std::printf(", bulk reading alone %9.4f ms %6.1f%% of copy", stream_ms, copy_share(stream_ms));
+    std::printf("\n");
   } else {
     std::printf("B=%-3d H=%-3d T=%-8d D=%-4d %9.4f ms  KV read %7.3f TB/s  (%d splits, %s)\n", B, H, T, D, med, tbs, splits,
                 kernel.c_str());
@@ -155,7 +171,8 @@ void add_bench_decode_command(CLI::App& bench) {
       ->capture_default_str()
       ->check(CLI::IsMember({"read", "write"}));
   cmd->add_flag("--floor", opt->floor,
-                "also time an empty launch and the fastest plain read of the same bytes, as shares of the copy bandwidth");
+                "also time an empty launch, the fastest plain read of the same bytes and the bulk kernel's reading alone, "
+                "as shares of the copy bandwidth");
   cmd->add_option("--warmup", opt->warmup, "warm-up runs")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--iters", opt->iters, "timed runs (median)")->capture_default_str()->check(CLI::Range(1, INT_MAX));
   cmd->callback([opt] {

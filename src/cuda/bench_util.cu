@@ -1,7 +1,9 @@
-// The kernels behind bench::read_through_l2, read_pair, launch_empty and hold_stream
-// (src/cuda/bench_util.h).
+// The kernels behind bench::read_through_l2, read_pair, stream_chunks, launch_empty and
+// hold_stream (src/cuda/bench_util.h).
 #include <cstdint>
 #include <cstdlib>
+#include "kernels/cuda/attention/flash_params.h"
+#include "kernels/cuda/attention/tma_sm90.cuh"
 #include "src/cuda/bench_util.h"
 
 namespace flashgpt::bench {
@@ -40,6 +42,61 @@ __global__ void __launch_bounds__(256) read_pair_kernel(const uint4* __restrict_
   if (x == 0x9e3779b9u) *sink = x;
 }
 
+// The bulk decode kernel's reading alone (flash_decode.cu's decode_bulk_kernel, Hopper):
+// block (split, pair) streams keys [split·chunk, ...) of its (batch, head) pair's K and V
+// (rows of key_bytes, head_bytes apart) through two shared-memory stages of 16 KB tiles
+// of K and of V with bulk copies (evict-first), thread 0 issuing, every thread reading its
+// 16-byte words of each tile once it has landed; a stage is refilled once the whole block
+// has read it. No scores and no merge. The XOR of what was read is kept as in read_pair.
+constexpr int kStreamTileBytes = 16384, kStreamStages = 2;
+constexpr size_t kStreamSmemBytes = size_t(kStreamStages) * 2 * kStreamTileBytes;
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) stream_chunks_kernel(const char* __restrict__ k, const char* __restrict__ v,
+                                                                 int64_t head_bytes, int key_bytes, int64_t keys,
+                                                                 int64_t chunk, unsigned* __restrict__ sink) {
+#if FLASHGPT_HAS_WGMMA
+  namespace sm90 = cuda::attn::sm90;
+  constexpr int kWords = kStreamTileBytes / 16 / kThreads;  // per thread, tile and tensor
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  uint4* const ks = reinterpret_cast<uint4*>(smem_raw);  // [stage][tile]
+  uint4* const vs = ks + kStreamStages * kStreamTileBytes / 16;
+  __shared__ __align__(8) uint64_t full[kStreamStages];
+  const int64_t head = int64_t(blockIdx.y) * head_bytes;
+  const int64_t t0 = int64_t(blockIdx.x) * chunk, t1 = t0 + chunk < keys ? t0 + chunk : keys;
+  const int64_t tile_keys = kStreamTileBytes / key_bytes;
+  const int tiles = int((t1 - t0 + tile_keys - 1) / tile_keys);
+  const uint64_t policy = sm90::createpolicy_evict_first();
+  auto issue = [&](int i) {
+    const int s = i % kStreamStages;
+    const int64_t first = t0 + int64_t(i) * tile_keys, n = t1 - first < tile_keys ? t1 - first : tile_keys;
+    const uint32_t bytes = uint32_t(n * key_bytes);
+    sm90::mbar_arrive_expect_tx(&full[s], 2 * bytes);
+    sm90::bulk_load(ks + s * kStreamTileBytes / 16, k + head + first * key_bytes, bytes, &full[s], policy);
+    sm90::bulk_load(vs + s * kStreamTileBytes / 16, v + head + first * key_bytes, bytes, &full[s], policy);
+  };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStreamStages; ++s) sm90::mbar_init(&full[s], 1);
+    sm90::fence_mbar_init();
+    for (int i = 0; i < tiles && i < kStreamStages; ++i) issue(i);
+  }
+  __syncthreads();
+  unsigned x = 0;
+  for (int i = 0; i < tiles; ++i) {
+    const int s = i % kStreamStages;
+    sm90::mbar_wait_spin(&full[s], uint32_t(i / kStreamStages) & 1u);
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) {  // past the chunk's end: stale or unset words, read all the same
+      const uint4 a = ks[s * kStreamTileBytes / 16 + w * kThreads + threadIdx.x];
+      const uint4 b = vs[s * kStreamTileBytes / 16 + w * kThreads + threadIdx.x];
+      x ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w;
+    }
+    __syncthreads();  // the stage is free
+    if (threadIdx.x == 0 && i + kStreamStages < tiles) issue(i + kStreamStages);
+  }
+  if (x == 0x9e3779b9u) *sink = x;
+#endif
+}
+
 __global__ void empty_kernel() {}
 
 __global__ void hold_kernel(uint64_t ns) {
@@ -69,6 +126,29 @@ void read_pair(const void* a, const void* b, size_t bytes_each, int blocks_per_s
   read_pair_kernel<<<unsigned(cuda::device_sm_count() * blocks_per_sm), 256, 0, stream>>>(
       static_cast<const uint4*>(a), static_cast<const uint4*>(b), int64_t(bytes_each / 16), sink_word());
   CUDA_CHECK_LAUNCH();
+}
+
+bool stream_chunks(const void* k, const void* v, int64_t pairs, int64_t head_bytes, int key_bytes, int64_t keys,
+                   int splits, int threads, cudaStream_t stream) {
+  if (!cuda::attn::sm90_kernels_built()) return false;
+  FG_ASSERT(threads == 128 || threads == 256, "stream_chunks: 128 or 256 threads, got ", threads);
+  FG_ASSERT(key_bytes % 16 == 0 && kStreamTileBytes % key_bytes == 0 && head_bytes % 16 == 0 && splits >= 1 &&
+                pairs >= 1 && pairs <= 65535,
+            "stream_chunks: key_bytes ", key_bytes, ", head_bytes ", head_bytes, ", splits ", splits, ", pairs ", pairs);
+  const int64_t tile_keys = kStreamTileBytes / key_bytes;
+  const int64_t chunk = (keys + splits - 1) / splits;  // then whole tiles, as the decode plan's chunks
+  const int64_t tiled = (chunk + tile_keys - 1) / tile_keys * tile_keys;
+  const dim3 grid(unsigned((keys + tiled - 1) / tiled), unsigned(pairs));
+  auto launch = [&](auto kernel) {
+    static const bool opted = cuda::attn::opt_in_dynamic_smem(kernel, kStreamSmemBytes);
+    (void)opted;
+    kernel<<<grid, unsigned(threads), kStreamSmemBytes, stream>>>(static_cast<const char*>(k), static_cast<const char*>(v),
+                                                                   head_bytes, key_bytes, keys, tiled, sink_word());
+  };
+  if (threads == 128) launch(stream_chunks_kernel<128>);
+  else launch(stream_chunks_kernel<256>);
+  CUDA_CHECK_LAUNCH();
+  return true;
 }
 
 void launch_empty(cudaStream_t stream) {

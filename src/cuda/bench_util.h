@@ -1,7 +1,8 @@
 // Helpers of the GPU micro-benchmarks (`bench attention`, `bench decode`, the roofline of
 // `bench train --breakdown`): device memory freed on scope exit, random bf16 fills, the
 // median time of a call by CUDA events, an L2 flush that leaves no dirty lines, and the
-// floors of a memory-bound kernel (a plain read, an empty launch).
+// floors of a memory-bound kernel (a plain read, the decode kernel's reading alone, an
+// empty launch).
 #pragma once
 #include <cuda_runtime.h>
 #include <algorithm>
@@ -72,6 +73,14 @@ void read_through_l2(const void* buf, size_t bytes, cudaStream_t stream);
 // thread, 256 threads a block, blocks_per_sm (1-8) blocks on every SM; launch_empty runs
 // a kernel that does nothing (a launch's fixed cost as CUDA events see it).
 void read_pair(const void* a, const void* b, size_t bytes_each, int blocks_per_sm, cudaStream_t stream);
+// The bulk decode kernel's reading alone (`bench decode --floor`): `pairs` (batch, head)
+// caches of K and V, head_bytes apart, rows of key_bytes (D·2 in bf16), the first `keys`
+// rows of each read in `splits` chunks of whole 16 KB tiles, a block a chunk with
+// `threads` threads, through the decode kernel's two shared-memory stages, with no
+// scores and no merge: what the decode kernel's reading costs without its arithmetic.
+// Returns false, launching nothing, where no sm_90a code was built.
+bool stream_chunks(const void* k, const void* v, int64_t pairs, int64_t head_bytes, int key_bytes, int64_t keys,
+                   int splits, int threads, cudaStream_t stream);
 void launch_empty(cudaStream_t stream);
 
 // Keeps `stream` busy for about `us` microseconds (one thread waiting on the GPU's global
