@@ -78,9 +78,11 @@ void read_pair(const void* a, const void* b, size_t bytes_each, int blocks_per_s
 // rows of each read in `splits` chunks of whole 16 KB tiles, a block a chunk with
 // `threads` threads, through the decode kernel's two shared-memory stages, with no
 // scores and no merge: what the decode kernel's reading costs without its arithmetic.
-// Returns false, launching nothing, where no sm_90a code was built.
+// Returns false, launching nothing, where no sm_90a code was built. With xor_out (device
+// memory, the tests), the XOR of every 32-bit word of those rows of K and V is XORed into
+// *xor_out.
 bool stream_chunks(const void* k, const void* v, int64_t pairs, int64_t head_bytes, int key_bytes, int64_t keys,
-                   int splits, int threads, cudaStream_t stream);
+                   int splits, int threads, cudaStream_t stream, unsigned* xor_out = nullptr);
 void launch_empty(cudaStream_t stream);
 
 // Keeps `stream` busy for about `us` microseconds (one thread waiting on the GPU's global

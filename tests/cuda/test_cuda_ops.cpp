@@ -4,6 +4,8 @@
 // cuda_test_util.h. Also: determinism of the reductions (bitwise equal on re-run),
 // AdamW's stochastic rounding, cuBLASLt plan caching. Skips without a GPU.
 #include <cmath>
+#include <cstdint>
+#include <vector>
 #include "kernels/cuda/cuda_kernels.h"
 #include "src/cuda/bench_util.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -659,6 +661,42 @@ TEST_F(CudaOps, BenchHoldDelaysTheStreamAndIsNotTimed) {
   EXPECT_EQ(bench::parse_hold_us("0"), 0u);
   EXPECT_EQ(bench::parse_hold_us("1000"), 1000u);
   for (const char* bad : {"-1", "1e3", "100001", "ten", "5us"}) EXPECT_THROW(bench::parse_hold_us(bad), InputError) << bad;
+}
+
+// `bench decode --floor`'s reading alone (bench::stream_chunks) reads the first `keys`
+// rows of every (batch, head) pair's K and V exactly once, with chunks and tiles cut short
+// and rows past `keys` left out: the XOR of the words it read is the host's XOR of those
+// words (a row skipped or read twice changes it).
+TEST_F(CudaOps, StreamChunksReadsEveryRowOnce) {
+  struct Case { int pairs, T, keys, D, splits, threads; };
+  const Case cases[] = {{3, 1000, 777, 64, 3, 128}, {2, 4096, 4096, 128, 5, 256}, {5, 300, 1, 64, 1, 128},
+                        {1, 2000, 1999, 128, 7, 128}, {4, 640, 512, 64, 4, 256}};
+  cudaStream_t s = ctx_->main_stream();
+  uint32_t state = 2463534242u;
+  for (const Case& c : cases) {
+    const size_t row_words = size_t(c.D) / 2, words = size_t(c.pairs) * c.T * row_words;  // bf16 pairs
+    std::vector<uint32_t> hk(words), hv(words);
+    for (auto* h : {&hk, &hv})
+      for (uint32_t& w : *h) state ^= state << 13, state ^= state >> 17, state ^= state << 5, w = state;
+    uint32_t want = 0;
+    for (int p = 0; p < c.pairs; ++p)
+      for (size_t i = 0; i < size_t(c.keys) * row_words; ++i) {
+        const size_t at = size_t(p) * c.T * row_words + i;
+        want ^= hk[at] ^ hv[at];
+      }
+    bench::DeviceMem k(words * 4), v(words * 4), got(4);
+    ASSERT_EQ(cudaMemcpy(k.ptr, hk.data(), words * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(v.ptr, hv.data(), words * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemset(got.ptr, 0, 4), cudaSuccess);
+    if (!bench::stream_chunks(k.ptr, v.ptr, c.pairs, int64_t(c.T) * c.D * 2, c.D * 2, c.keys, c.splits, c.threads, s,
+                              static_cast<unsigned*>(got.ptr)))
+      GTEST_SKIP() << "no sm_90a code for this GPU (the bulk decode kernel's reading)";
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    uint32_t x = 0;
+    ASSERT_EQ(cudaMemcpy(&x, got.ptr, 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(x, want) << c.pairs << " pairs, T " << c.T << ", keys " << c.keys << ", D " << c.D << ", splits "
+                       << c.splits << ", threads " << c.threads;
+  }
 }
 
 }  // namespace
