@@ -143,20 +143,20 @@ bool stream_chunks(const void* k, const void* v, int64_t pairs, int64_t head_byt
   if (!cuda::attn::sm90_kernels_built()) return false;
   FG_ASSERT(threads == 128 || threads == 256, "stream_chunks: 128 or 256 threads, got ", threads);
   FG_ASSERT(key_bytes % 16 == 0 && kStreamTileBytes % key_bytes == 0 && head_bytes % 16 == 0 && splits >= 1 &&
-                pairs >= 1 && pairs <= 65535,
-            "stream_chunks: key_bytes ", key_bytes, ", head_bytes ", head_bytes, ", splits ", splits, ", pairs ", pairs);
+                pairs >= 1 && pairs <= 65535 && keys >= 1,
+            "stream_chunks: key_bytes ", key_bytes, ", head_bytes ", head_bytes, ", splits ", splits, ", pairs ", pairs,
+            ", keys ", keys);
+  // Both kernels into their shared memory, once (one static a kernel: they share a type).
+  static const bool opted = cuda::attn::opt_in_dynamic_smem(stream_chunks_kernel<128>, kStreamSmemBytes) &&
+                            cuda::attn::opt_in_dynamic_smem(stream_chunks_kernel<256>, kStreamSmemBytes);
+  (void)opted;
   const int64_t tile_keys = kStreamTileBytes / key_bytes;
   const int64_t chunk = (keys + splits - 1) / splits;  // then whole tiles, as the decode plan's chunks
   const int64_t tiled = (chunk + tile_keys - 1) / tile_keys * tile_keys;
   const dim3 grid(unsigned((keys + tiled - 1) / tiled), unsigned(pairs));
-  auto launch = [&](auto kernel) {
-    static const bool opted = cuda::attn::opt_in_dynamic_smem(kernel, kStreamSmemBytes);
-    (void)opted;
-    kernel<<<grid, unsigned(threads), kStreamSmemBytes, stream>>>(static_cast<const char*>(k), static_cast<const char*>(v),
-                                                                   head_bytes, key_bytes, keys, tiled, sink_word(), xor_out);
-  };
-  if (threads == 128) launch(stream_chunks_kernel<128>);
-  else launch(stream_chunks_kernel<256>);
+  const auto kernel = threads == 128 ? stream_chunks_kernel<128> : stream_chunks_kernel<256>;
+  kernel<<<grid, unsigned(threads), kStreamSmemBytes, stream>>>(static_cast<const char*>(k), static_cast<const char*>(v),
+                                                                 head_bytes, key_bytes, keys, tiled, sink_word(), xor_out);
   CUDA_CHECK_LAUNCH();
   return true;
 }
