@@ -83,7 +83,9 @@ __device__ __forceinline__ void softmax_row_exp(float (&s)[Tile::kMTiles][Tile::
 
 // Online softmax step without touching O: updates the running max/sum, turns s into P
 // (unnormalised), and returns in alpha the factor by which O must be rescaled
-// (rescale_output) before this tile's P·V is added.
+// (rescale_output) before this tile's P·V is added. The warp-specialised forward
+// (flash_fwd_sm90_consumer.cuh) rescales later, once the previous tile's P·V has left the
+// accumulators.
 template <class Tile>
 __device__ __forceinline__ void softmax_step(float (&s)[Tile::kMTiles][Tile::kNTiles][4],
                                              float (&alpha)[Tile::kMTiles][2],
