@@ -113,7 +113,7 @@ MemoryPlan plan_memory(const Config& c, const PlanTarget& target) {
     // kernels/cpu/matmul.cpp: the calling thread's buffer of the forward's Wᵀ (C × OC),
     // grown to the largest weight, wte's or the MLP's (the backward transposes nothing).
     const int64_t elems = std::max(c.model.padded_vocab * C, 4 * C * C);
-    add("op scratch", "matmul transposes", size_t(elems) * dtype_size(target.dtype));
+    add("op scratch", "matmul forward's Wᵀ", size_t(elems) * dtype_size(target.dtype));
     // train/checkpoint.cpp, on the host (so counted for CPU runs only): a save holds one
     // arena in the optimizer's dtype (the weights, then m, v, the master, in turn); a
     // resume holds one such arena and one tensor being read into it.

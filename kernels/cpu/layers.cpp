@@ -192,11 +192,18 @@ void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, 
 
 // ---- fused softmax + cross-entropy over a padded vocabulary ----
 // Its rows run softmax_ce.h's kernel at the CPU's level (the tests pick a level).
+namespace {
+template <class T>
+using CeRowFn = double (*)(T*, int64_t, int64_t, int64_t, float, double*);
+template <class T>
+CeRowFn<T> ce_row_kernel(int level) {
+  const CeRowFn<T> fns[] = {v2::ce_row, v3::ce_row, v4::ce_row};
+  return fns[level_index(level)];
+}
+}  // namespace
 template <class T>
 double ce_row_at(int level, T* row, int64_t V, int64_t Vp, int64_t target, float dloss, double* e) {
-  using Fn = double (*)(T*, int64_t, int64_t, int64_t, float, double*);
-  const Fn fns[] = {v2::ce_row, v3::ce_row, v4::ce_row};
-  return fns[level_index(level)](row, V, Vp, target, dloss, e);
+  return ce_row_kernel<T>(level)(row, V, Vp, target, dloss, e);
 }
 template double ce_row_at<float>(int, float*, int64_t, int64_t, int64_t, float, double*);
 template double ce_row_at<double>(int, double*, int64_t, int64_t, int64_t, float, double*);
@@ -214,7 +221,7 @@ void softmax_cross_entropy(StatView losses, Tensor logits, Tensor targets, int V
   // Checked before the parallel loop: an exception must not leave an OpenMP region.
   for (int64_t n = 0; n < N; ++n)
     FG_ASSERT(tg[n] < V, "target ", tg[n], " outside the vocabulary of ", V);
-  const int level = gemm_level();
+  const CeRowFn<T> ce_row = ce_row_kernel<T>(gemm_level());  // chosen once, outside the parallel loop
 #pragma omp parallel for schedule(static) if (cpu::worth_parallel(N * Vp))
   for (int64_t n = 0; n < N; ++n) {
     T* row = lg + n * Vp;
@@ -228,7 +235,7 @@ void softmax_cross_entropy(StatView losses, Tensor logits, Tensor targets, int V
     // (softmax_ce.h, at the CPU's vector level).
     thread_local std::vector<double> e;
     e.resize(size_t(V));
-    losses.set(n, ce_row_at(level, row, V, Vp, target, dloss, e.data()));
+    losses.set(n, ce_row(row, V, Vp, target, dloss, e.data()));
   }
 }
 
