@@ -190,6 +190,7 @@ ModelMemory GPT2::memory(const ModelConfig& cfg, Device device, DType dtype, int
   r.grad_bytes = m.grads_.nbytes();
   r.activation_bytes = m.act_bytes_;
   r.activation_kinds = m.act_kinds_;
+  r.params = m.param_list_;
   return r;
 }
 

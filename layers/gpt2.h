@@ -55,18 +55,6 @@ struct ModelOptions {
   bool gradients = true;
 };
 
-// The model's memory, from the shapes alone (GPT2::memory): exactly what the
-// constructor allocates, arena by arena, since it comes from the same code.
-struct ModelMemory {
-  size_t num_params = 0;        // elements of the parameter arena (alignment gaps included)
-  size_t largest_param = 0;     // elements of the largest parameter tensor (wte)
-  size_t param_bytes = 0;       // parameters, activation dtype
-  size_t grad_bytes = 0;        // gradients, GradDType
-  size_t activation_bytes = 0;  // the activation arena (alignment gaps included)
-  // The activation arena by tensor kind ("QKV", "MLP pre-GELU", ...), in layout order.
-  std::vector<std::pair<std::string, size_t>> activation_kinds;
-};
-
 // One named parameter tensor inside the parameter arena.
 struct ParamInfo {
   std::string name;     // e.g. "h.3.attn.c_attn.weight"
@@ -77,6 +65,19 @@ struct ParamInfo {
   std::vector<int64_t> shape;
   bool decay;           // 2-D weights get weight decay; biases, LN params do not
   int64_t numel() const { int64_t n = 1; for (auto s : shape) n *= s; return n; }
+};
+
+// The model's memory, from the shapes alone (GPT2::memory): exactly what the
+// constructor allocates, arena by arena, since it comes from the same code.
+struct ModelMemory {
+  size_t num_params = 0;        // elements of the parameter arena (alignment gaps included)
+  size_t largest_param = 0;     // elements of the largest parameter tensor (wte)
+  size_t param_bytes = 0;       // parameters, activation dtype
+  size_t grad_bytes = 0;        // gradients, GradDType
+  size_t activation_bytes = 0;  // the activation arena (alignment gaps included)
+  // The activation arena by tensor kind ("QKV", "MLP pre-GELU", ...), in layout order.
+  std::vector<std::pair<std::string, size_t>> activation_kinds;
+  std::vector<ParamInfo> params;  // the parameter tensors, as the constructor lays them out
 };
 
 class GPT2 {

@@ -320,6 +320,22 @@ TEST_F(MalformedImport, MissingTensorsAndConfigKeys) {
   expect_rejected(file_with(header_, data_), "not valid JSON", "{\"n_layer\": ");
 }
 
+// A config.json far larger than its weights is named before anything of its size is
+// allocated. It used to be allocated first: with n_layer 2^20 the import was killed by
+// the kernel's OOM killer after ~110 s on a 24 GB machine; the larger tables failed as
+// "out of host memory", which did not name config.json.
+TEST_F(MalformedImport, ConfigLargerThanTheWeightsIsNotAllocated) {
+  nlohmann::json c = nlohmann::json::parse(config_);
+  c["n_layer"] = 1 << 20;
+  expect_rejected(file_with(header_, data_), "n_layer is 1048576, but the weights hold", c.dump());
+  c = nlohmann::json::parse(config_);
+  c["n_positions"] = 1 << 30;
+  expect_rejected(file_with(header_, data_), "config.json implies (1073741824, ", c.dump());
+  c = nlohmann::json::parse(config_);
+  c["vocab_size"] = 1 << 30;
+  expect_rejected(file_with(header_, data_), "config.json implies (1073741824, ", c.dump());
+}
+
 // ---- sample ------------------------------------------------------------------------
 // A model with GPT-2's vocabulary (the tokenizer's) but tiny otherwise.
 const ModelConfig kGpt2Vocab = {2, 2, 16, 50257, 50304, 64};

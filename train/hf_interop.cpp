@@ -25,6 +25,7 @@ namespace {
 
 constexpr int kVocabRowMultiple = 128;  // padded_vocab of an imported model: rows of wte for fast matmuls
 constexpr double kLayerNormEps = 1e-5;  // flashgpt's layernorm epsilon (kernels/ops.h)
+constexpr uint64_t kTensorsPerLayer = 12;  // GPT-2's block: 2 layernorms, 4 matmuls, their 12 weights and biases
 
 // HF GPT-2 name of a flashgpt parameter, without the "transformer." prefix.
 std::string hf_name(const std::string& name) {
@@ -280,11 +281,17 @@ std::string import_hf(const ImportOptions& o) {
   DType dtype = DType::f32;
   if (dtypes.count("F64")) dtype = DType::f64;
   else if (dtypes.size() == 1 && *dtypes.begin() == "BF16") dtype = DType::bf16;
-  auto ops = make_cpu_ops();
-  GPT2 model(mc, *ops, dtype, 1, 1);
 
+  // Every tensor is checked against config.json before the model is allocated: a wrong
+  // config.json (n_layer 1200 for 12) is named, not allocated. Listing the model's
+  // tensors takes time and memory in n_layer, so the file bounds n_layer first.
+  if (uint64_t(mc.n_layer) * kTensorsPerLayer > hf.tensors.size())
+    fail_input(cfg_path.string(), ": n_layer is ", mc.n_layer, ", but the weights hold ", hf.tensors.size(),
+               " tensors, fewer than the ", kTensorsPerLayer, " of each GPT-2 layer");
+  ModelOptions inference;
+  inference.gradients = false;  // a checkpoint holds weights only
   std::set<std::string> used;
-  for (const ParamInfo& p : model.param_list()) {
+  auto weights_of = [&](const ParamInfo& p) {
     const std::string name = prefix + hf_name(p.name);
     auto it = hf.tensors.find(name);
     if (it == hf.tensors.end()) fail_input(dir.string(), ": the weights have no tensor '", name, "'");
@@ -295,15 +302,10 @@ std::string import_hf(const ImportOptions& o) {
     if (t.shape != want)
       fail_input(it->second.first->path(), ": tensor '", name, "' has shape ", shape_text(t.shape), "; config.json implies ",
                  shape_text(want));
-    std::vector<double> v = it->second.first->to_doubles(t);
-    if (is_conv1d(p.name)) v = transpose(v, want[0], want[1]);
-    v.resize(size_t(p.numel()), 0.0);  // wte: padded rows are zero
-    const Tensor dst = param_view(model, p);
-    std::vector<char> raw(dst.nbytes());
-    doubles_to_raw(raw.data(), dtype, v);
-    ops->from_host(dst, raw.data());
     used.insert(name);
-  }
+    return it->second;
+  };
+  for (const ParamInfo& p : GPT2::memory(mc, Device::cpu, dtype, 1, 1, inference).params) weights_of(p);
   for (const auto& [name, t] : hf.tensors) {
     if (used.count(name)) continue;
     if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias")) continue;  // attention-mask buffers
@@ -314,6 +316,19 @@ std::string import_hf(const ImportOptions& o) {
       continue;
     }
     fail_input(t.first->path(), ": unexpected tensor '", name, "' (not part of GPT-2)");
+  }
+
+  auto ops = make_cpu_ops();
+  GPT2 model(mc, *ops, dtype, 1, 1, inference);
+  for (const ParamInfo& p : model.param_list()) {
+    const auto [file, t] = weights_of(p);
+    std::vector<double> v = file->to_doubles(*t);
+    if (is_conv1d(p.name)) v = transpose(v, t->shape[0], t->shape[1]);
+    v.resize(size_t(p.numel()), 0.0);  // wte: padded rows are zero
+    const Tensor dst = param_view(model, p);
+    std::vector<char> raw(dst.nbytes());
+    doubles_to_raw(raw.data(), dtype, v);
+    ops->from_host(dst, raw.data());
   }
 
   CheckpointState st;
