@@ -1,5 +1,6 @@
 // Deterministic mutation fuzzing of every reader of user files: the config parser (YAML
-// and --set), token shards, checkpoints, and the tokenizer's decode and encode.
+// and --set), token shards, checkpoints, Hugging Face directories (`flashgpt import`),
+// and the tokenizer's decode and encode.
 //
 // Each target starts from valid inputs, applies a few random edits (to bytes, to lines,
 // or to fields of the JSON inside a file), hands the result to the reader and requires
@@ -54,6 +55,8 @@
 #include "train/checkpoint.h"
 #include "train/comm.h"
 #include "train/data_parallel.h"
+#include "train/hf_interop.h"
+#include "train/load_model.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -259,7 +262,7 @@ class Mutator {
     switch (below(7)) {
       case 0: return pick(std::vector<json>{nullptr, true, false, "", "x", json::array(), json::object(),
                                             json::array({old}), json{{"x", old}}});
-      case 1: return pick(std::vector<json>{0, -1, 1, 2, INT32_MAX, int64_t(INT32_MAX) + 1, int64_t(INT32_MIN) - 1,
+      case 1: return pick(std::vector<json>{0, -1, 1, 2, 1 << 20, 1 << 30, INT32_MAX, int64_t(INT32_MAX) + 1, int64_t(INT32_MIN) - 1,
                                             uint64_t(UINT32_MAX) + 1, INT64_MIN, INT64_MAX, UINT64_MAX});
       case 2: return pick(std::vector<json>{0.5, -1.5, 2.0, 1e300, -1e300, 1e19, 4.5e18, -0.0});
       case 3: return pick(std::vector<json>{"f32", "bf16", "f64", "i32", "wte", "ckpt_000003", "../x"});
@@ -683,6 +686,193 @@ TEST(Fuzz, CheckpointReader) {
                           message, message);
   }
   f.write(f.files);
+}
+
+// ---- Hugging Face import ------------------------------------------------------------
+
+// A safetensors file: [u64 header length][JSON header][data].
+struct Safetensors {
+  std::string header, data;
+  static Safetensors split(const std::string& b) {
+    uint64_t n;
+    std::memcpy(&n, b.data(), 8);
+    return {b.substr(8, n), b.substr(8 + n)};
+  }
+  std::string join() const {
+    const uint64_t n = header.size();
+    return std::string(reinterpret_cast<const char*>(&n), 8) + header + data;
+  }
+};
+
+// Three Hugging Face directories of one tiny GPT-2 as `flashgpt export --hf` writes them
+// (F32 and BF16), and the F32 one cut into two shards with model.safetensors.index.json.
+struct HfFixture {
+  test::ScratchDir scratch{"flashgpt_fuzz_hf_"};
+  std::vector<std::map<std::string, std::string>> dirs;  // file name -> bytes
+
+  HfFixture() {
+    const ModelConfig mc = {2, 2, 8, 100, 128, 16};
+    auto ops = make_cpu_ops();
+    GPT2 model(mc, *ops, DType::f32, 1, 1);
+    model.init_random(5);
+    Config cfg;
+    set_model_config(cfg, mc);
+    cfg.train.seq_len = mc.max_seq_len;
+    const std::string ckpt = save_checkpoint(scratch.file("run"), model, nullptr, {}, config_to_yaml(cfg));
+    for (const char* dtype : {"f32", "bf16"}) {
+      const std::string out = scratch.file(std::string("hf_") + dtype);
+      export_hf({ckpt, out, dtype, ""});
+      dirs.push_back({{"config.json", slurp(out + "/config.json")},
+                      {"model.safetensors", slurp(out + "/model.safetensors")}});
+    }
+    // The shards: the export's tensors split in two files, each tiled in order.
+    const Safetensors whole = Safetensors::split(dirs[0].at("model.safetensors"));
+    const json h = json::parse(whole.header);
+    std::vector<std::string> names;
+    for (auto& [name, v] : h.items())
+      if (name != "__metadata__") names.push_back(name);
+    std::sort(names.begin(), names.end(), [&](const std::string& a, const std::string& b) {
+      return h[a]["data_offsets"][0].get<uint64_t>() < h[b]["data_offsets"][0].get<uint64_t>();
+    });
+    std::map<std::string, std::string> sharded = {{"config.json", dirs[0].at("config.json")}};
+    json index = {{"metadata", {{"total_size", whole.data.size()}}}, {"weight_map", json::object()}};
+    for (size_t part = 0; part < 2; ++part) {
+      const std::string file = "model-0000" + std::to_string(part + 1) + "-of-00002.safetensors";
+      Safetensors shard{"", ""};
+      json sh = json::object();
+      for (size_t i = part * names.size() / 2; i < (part + 1) * names.size() / 2; ++i) {
+        json t = h[names[i]];
+        const uint64_t b = t["data_offsets"][0], e = t["data_offsets"][1];
+        t["data_offsets"] = {shard.data.size(), shard.data.size() + (e - b)};
+        shard.data += whole.data.substr(b, e - b);
+        sh[names[i]] = t;
+        index["weight_map"][names[i]] = file;
+      }
+      shard.header = sh.dump();
+      sharded[file] = shard.join();
+    }
+    sharded["model.safetensors.index.json"] = index.dump(2);
+    dirs.push_back(sharded);
+  }
+
+  // Writes `files` as the directory `case`, alone.
+  std::string write(const std::map<std::string, std::string>& files) {
+    const fs::path dir = scratch.path / "case";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    for (const auto& [name, bytes] : files) spit(dir / name, bytes);
+    return dir.string();
+  }
+};
+
+// A file of a Hugging Face directory, mutated: JSON by structure most of the time (a
+// safetensors header with its length kept true), else byte by byte.
+std::string mutate_hf_file(const std::string& name, const std::string& bytes, Mutator& m) {
+  if (name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0) {
+    Safetensors st = Safetensors::split(bytes);
+    json h = json::parse(st.header);
+    std::vector<std::string> tensors;
+    for (auto& [k, v] : h.items())
+      if (k != "__metadata__") tensors.push_back(k);
+    switch (m.below(8)) {
+      case 0:
+      case 1:
+        for (size_t k = 1 + m.below(2); k > 0; --k) m.edit(h);
+        st.header = m.dump(h);
+        break;
+      case 2: {  // a tensor renamed, or given another dtype of its size: the file stays well-formed
+        const std::string old = m.pick(tensors);
+        if (m.chance(0.5)) {
+          const std::string dtype = h[old]["dtype"];
+          h[old]["dtype"] = dtype == "F32" ? m.pick(std::vector<std::string>{"I32", "U32"})
+                                           : m.pick(std::vector<std::string>{"F16", "I16", "U16"});
+        } else {
+          h[m.pick(std::vector<std::string>{"transformer.h.2.ln_1.weight", "lm_head.weight", "transformer.h.0.attn.bias",
+                                            "h.0.ln_1.weight", "transformer.wte", old + "x", ""})] = h[old];
+          h.erase(old);
+        }
+        st.header = h.dump();
+        break;
+      }
+      case 3: st.header = m.bytes(st.header); break;
+      case 4: st.data = m.chance(0.5) ? st.data.substr(0, m.below(st.data.size())) : m.bytes(st.data); break;
+      case 5:
+      case 6:  // data bytes overwritten in place (NaN, Inf, anything)
+        for (size_t k = 1 + m.below(8); k > 0 && !st.data.empty(); --k) st.data[m.below(st.data.size())] = char(m.below(256));
+        break;
+      default: return m.bytes(bytes);  // the length field too
+    }
+    return st.join();
+  }
+  if (m.chance(0.7)) {
+    json j = json::parse(bytes);
+    for (size_t k = 1 + m.below(2); k > 0; --k) m.edit(j);
+    return m.dump(j, 2);
+  }
+  return m.chance(0.3) ? m.lines(bytes) : m.bytes(bytes);
+}
+
+TEST(Fuzz, HfImport) {
+  std::mt19937_64 rng = test::test_rng();
+  Mutator m(rng);
+  HfFixture f;
+  const std::string out = f.scratch.file("out");
+  for (const auto& files : f.dirs) {  // the intact directories import
+    fs::remove_all(out);
+    ASSERT_NO_THROW(import_hf({f.write(files), out}));
+  }
+  const int n = iterations(600);
+  int imported = 0, st_mutated = 0, st_valid = 0;
+  std::map<std::string, int> messages;
+  std::vector<std::pair<std::map<std::string, std::string>, std::string>> binary_cases;  // files, message
+  Watchdog dog(kHangSeconds);
+  for (int i = 0; i < n && !HasFailure(); ++i) {
+    const size_t which = m.chance(0.6) ? 0 : m.chance(0.4) ? 1 : 2;
+    std::map<std::string, std::string> files = f.dirs[which];
+    std::vector<std::string> names;
+    for (const auto& [name, bytes] : files) names.push_back(name);
+    const std::string& target = m.pick(names);
+    files[target] = mutate_hf_file(target, files[target], m);
+    if (files[target] == f.dirs[which].at(target)) continue;  // nothing changed
+    const std::string input = target + ": " + files[target];
+    dog.tick(input);
+    const std::string dir = f.write(files);
+    fs::remove_all(out);
+    const Outcome o = attempt([&] {
+      import_hf({dir, out});
+      // What import accepts, eval and sample can load.
+      load_for_inference(out, "cpu", "", 1, 1);
+    });
+    if (!expect_ok_or_input_error(o, input)) break;
+    imported += o.kind == Outcome::ok;
+    if (target.find(".safetensors") != std::string::npos && target.find(".json") == std::string::npos) {
+      ++st_mutated;
+      st_valid += o.message.find("not a valid safetensors file") == std::string::npos;
+    }
+    if (o.kind == Outcome::rejected) {
+      std::string kind = o.message;  // the message without paths and numbers
+      for (size_t at; (at = kind.find(f.scratch.path.string())) != std::string::npos;)
+        kind.erase(at, f.scratch.path.string().size());
+      for (char& c : kind)
+        if (std::isdigit(static_cast<unsigned char>(c))) c = '#';
+      if (++messages[kind.substr(0, 80)] == 1 && binary_cases.size() < 6) binary_cases.emplace_back(files, o.message);
+    }
+  }
+  if (HasFailure()) return;
+  // Mutated weight files get past the format checks to the checks against config.json;
+  // many ways to be rejected; data bytes (and harmless edits) import.
+  EXPECT_GE(st_valid, st_mutated / 4) << "too few mutated safetensors files pass the format checks";
+  EXPECT_GE(int(messages.size()), 25) << "too few distinct rejections";
+  EXPECT_GE(imported, n / 30) << "too few mutated directories import";
+  std::printf("[   FUZZ   ] hf import: %d inputs, %d of %d mutated weight files well-formed, %d imported, %zu distinct "
+              "rejections\n", n, st_valid, st_mutated, imported, messages.size());
+
+  // The same rejections from the real program.
+  for (const auto& [files, message] : binary_cases) {
+    const std::string dir = f.write(files);
+    fs::remove_all(out);
+    expect_binary_rejects("import " + dir + " --out " + out, f.scratch.path, message, message);
+  }
 }
 
 // ---- the tokenizer -----------------------------------------------------------------
