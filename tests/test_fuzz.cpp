@@ -1,6 +1,6 @@
 // Deterministic mutation fuzzing of every reader of user files: the config parser (YAML
 // and --set), token shards, checkpoints, Hugging Face directories (`flashgpt import`),
-// and the tokenizer's decode and encode.
+// and the tokenizer (its vocabulary files, decode and encode).
 //
 // Each target starts from valid inputs, applies a few random edits (to bytes, to lines,
 // or to fields of the JSON inside a file), hands the result to the reader and requires
@@ -283,7 +283,7 @@ class Mutator {
   // j as text, with kDeep written out as arrays nested 65 (just past parse_json's limit)
   // or 100000 levels deep.
   std::string dump(const json& j, int indent = -1) {
-    std::string text = j.dump(indent);
+    std::string text = j.dump(indent, ' ', false, json::error_handler_t::replace);  // keys may be any bytes
     const std::string placeholder = json(kDeep).dump();
     for (size_t at; (at = text.find(placeholder)) != std::string::npos;) {
       const size_t depth = chance(0.5) ? 65 : 100000;
@@ -936,6 +936,71 @@ std::string random_text(Mutator& m) {
     }
   }
   return m.chance(0.3) ? m.bytes(s) : s;
+}
+
+// The vocabulary files (`--vocab DIR`): encoder.json edited by structure (an id changed,
+// a token removed, added or renamed) or byte by byte, vocab.bpe by lines or bytes. Slow
+// (each load parses 1 MB of JSON), so CI runs few.
+TEST(Fuzz, TokenizerFiles) {
+  REQUIRE_TOKENIZER();
+  std::mt19937_64 rng = test::test_rng();
+  Mutator m(rng);
+  test::ScratchDir scratch("flashgpt_fuzz_vocab_");
+  const std::string encoder = slurp(vocab_dir() + "/encoder.json"), merges = slurp(vocab_dir() + "/vocab.bpe");
+  const json tokens = json::parse(encoder);
+  const std::string text = "Hello, world! <|endoftext|> 12345 \xc3\xa9t\xc3\xa9\n\n  tabs\there";
+  const int n = iterations(40);
+  int parsed = 0, loaded = 0;
+  Watchdog dog(kHangSeconds);
+  for (int i = 0; i < n && !HasFailure(); ++i) {
+    std::string enc = encoder, bpe = merges, input;
+    if (m.chance(0.6)) {
+      if (m.chance(0.75)) {
+        json j = tokens;
+        auto it = j.begin();
+        std::advance(it, long(m.below(j.size())));
+        const std::string key = it.key();
+        switch (m.below(4)) {
+          case 0: j[key] = m.value(j[key]); break;
+          case 1: j.erase(key); break;
+          case 2: j[m.bytes(key)] = m.value(j[key]); break;
+          default: {  // renamed
+            const json id = j[key];
+            j.erase(key);
+            j[m.bytes(key)] = id;
+          }
+        }
+        enc = m.dump(j);
+        input = "encoder.json: " + key;
+      } else {
+        enc = m.bytes(encoder);
+        input = "encoder.json bytes";
+      }
+    } else {
+      bpe = m.chance(0.5) ? m.lines(merges) : m.bytes(merges);
+      input = "vocab.bpe";
+    }
+    if (enc == encoder && bpe == merges) continue;
+    dog.tick(input);
+    spit(scratch.path / "encoder.json", enc);
+    spit(scratch.path / "vocab.bpe", bpe);
+    std::vector<int32_t> ids;
+    std::string back;
+    const Outcome o = attempt([&] {
+      Tokenizer t(scratch.path.string());
+      ids = t.encode_with_special(text);
+      back = t.decode(ids);
+    });
+    if (!expect_ok_or_input_error(o, input)) break;
+    parsed += o.message.find("not valid JSON") == std::string::npos;
+    if (o.kind == Outcome::ok) {
+      ++loaded;
+      EXPECT_EQ(back, text) << "a tokenizer that loaded does not round-trip; input: " << input;
+    }
+  }
+  if (HasFailure()) return;
+  EXPECT_GE(parsed, n / 2) << "too few mutated vocabularies get past the JSON syntax";
+  std::printf("[   FUZZ   ] vocabulary files: %d inputs, %d past the JSON syntax, %d loaded\n", n, parsed, loaded);
 }
 
 TEST(Fuzz, TokenizerEncodesAnyBytes) {
