@@ -343,6 +343,15 @@ std::pair<int, std::string> run_binary(const std::string& args, const fs::path& 
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(err)};
 }
 
+// What kind of rejection a message is: its first 80 characters without the scratch
+// path, digits as '#' (so that targets can count distinct rejections).
+std::string message_kind(std::string message, const fs::path& scratch) {
+  for (size_t at; (at = message.find(scratch.string())) != std::string::npos;) message.erase(at, scratch.string().size());
+  for (char& c : message)
+    if (std::isdigit(static_cast<unsigned char>(c))) c = '#';
+  return message.substr(0, 80);
+}
+
 // The binary on an input that the library rejected with `message`: exit status 2 and
 // exactly "error: <message>" on stderr.
 void expect_binary_rejects(const std::string& args, const fs::path& scratch, const std::string& message,
@@ -657,12 +666,8 @@ TEST(Fuzz, CheckpointReader) {
       behind_checksums += !checksum_error;
       loaded += o.kind == Outcome::ok;
       if (o.kind == Outcome::rejected) {
-        std::string kind = o.message;  // the message without paths and numbers
-        for (size_t at; (at = kind.find(f.scratch.path.string())) != std::string::npos;)
-          kind.erase(at, f.scratch.path.string().size());
-        for (char& c : kind)
-          if (std::isdigit(static_cast<unsigned char>(c))) c = '#';
-        if (++messages[kind.substr(0, 80)] == 1 && target != "config.yaml" && binary_cases.size() < 6)
+        if (++messages[message_kind(o.message, f.scratch.path)] == 1 && target != "config.yaml" &&
+            binary_cases.size() < 6)
           binary_cases.emplace_back(files, o.message);
       }
     }
@@ -850,12 +855,8 @@ TEST(Fuzz, HfImport) {
       st_valid += o.message.find("not a valid safetensors file") == std::string::npos;
     }
     if (o.kind == Outcome::rejected) {
-      std::string kind = o.message;  // the message without paths and numbers
-      for (size_t at; (at = kind.find(f.scratch.path.string())) != std::string::npos;)
-        kind.erase(at, f.scratch.path.string().size());
-      for (char& c : kind)
-        if (std::isdigit(static_cast<unsigned char>(c))) c = '#';
-      if (++messages[kind.substr(0, 80)] == 1 && binary_cases.size() < 6) binary_cases.emplace_back(files, o.message);
+      if (++messages[message_kind(o.message, f.scratch.path)] == 1 && binary_cases.size() < 6)
+        binary_cases.emplace_back(files, o.message);
     }
   }
   if (HasFailure()) return;
