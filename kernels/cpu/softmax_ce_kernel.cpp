@@ -1,8 +1,8 @@
-// softmax_ce.h's row kernel, compiled once per x86-64 level (level_namespace.h). Its loops
-// run over kCeLanes independent lanes, which the compiler maps onto 2, 4 or 8 doubles a
-// vector without reordering any sum; exp_nonpositive is plain arithmetic, so it
-// vectorises too (glibc's exp, a call per logit, was about a quarter of the tiny model's
-// CPU step: BENCHMARKS.md, "Forty-ninth session").
+// softmax_ce.h's row kernel, compiled once per x86-64 level (level_namespace.h). Its sum
+// runs over kCeLanes independent lanes, which the compiler maps onto 2, 4 or 8 doubles a
+// vector without reordering any sum; exp_nonpositive is plain arithmetic without a branch,
+// so its loop vectorises at every level (glibc's exp, a call per logit, was about a quarter
+// of the tiny model's CPU step: BENCHMARKS.md, "Forty-ninth session").
 #include <cmath>
 #include <cstring>
 #include "kernels/cpu/level_namespace.h"
@@ -46,7 +46,17 @@ inline double exp_nonpositive(double x) {
   const uint64_t scale_bits = (tb - 0x4338000000000000u + 1023u) << 52;
   double scale;
   std::memcpy(&scale, &scale_bits, sizeof scale);
-  return x < -708.0 ? 0.0 : p * scale;
+  // p·2^n, or +0 below −708, by a bit mask (NaN fails the test and stays NaN). GCC keeps
+  // `x < -708.0 ? 0.0 : p * scale` as a branch below AVX-512 (a comparison may trap), so
+  // that loop did not vectorise at levels 2 and 3: 3.3 times slower at level 3.
+  const double v = p * scale;
+  const uint64_t keep = uint64_t(0) - uint64_t(!(x < -708.0));
+  uint64_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  bits &= keep;
+  double out;
+  std::memcpy(&out, &bits, sizeof out);
+  return out;
 }
 
 template <class T>
@@ -58,18 +68,16 @@ double row_kernel(T* row, int64_t V, int64_t Vp, int64_t target, float dloss, do
 #pragma omp simd reduction(max : m)
   for (int64_t j = 0; j < V; ++j) m = row[j] > m ? row[j] : m;
   const double max = double(m);
-  // The exponentials, kept for the gradient, and their sum in fixed lanes.
+  // The exponentials, kept for the gradient (a flat loop, as wide as the level's vectors),
+  // then their sum in fixed lanes.
+  for (int64_t j = 0; j < V; ++j) e[j] = exp_nonpositive(double(row[j]) - max);
   double lane_sum[L] = {};
   int64_t j = 0;
   for (; j + L <= V; j += L)
-    for (int l = 0; l < L; ++l) {
-      const double v = exp_nonpositive(double(row[j + l]) - max);
-      e[j + l] = v;
-      lane_sum[l] += v;
-    }
+    for (int l = 0; l < L; ++l) lane_sum[l] += e[j + l];
   double sum = 0;
   for (int l = 0; l < L; ++l) sum += lane_sum[l];
-  for (; j < V; ++j) sum += e[j] = exp_nonpositive(double(row[j]) - max);
+  for (; j < V; ++j) sum += e[j];
   const double loss = max + std::log(sum) - double(row[target]);
   if (dloss == 0) return loss;
   const double inv_sum = 1.0 / sum, d = double(dloss);
