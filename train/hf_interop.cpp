@@ -287,7 +287,7 @@ std::string import_hf(const ImportOptions& o) {
   // tensors takes time and memory in n_layer, so the file bounds n_layer first.
   if (uint64_t(mc.n_layer) * kTensorsPerLayer > hf.tensors.size())
     fail_input(cfg_path.string(), ": n_layer is ", mc.n_layer, ", but the weights hold ", hf.tensors.size(),
-               " tensors, fewer than the ", kTensorsPerLayer, " of each GPT-2 layer");
+               " tensors, and GPT-2 has ", kTensorsPerLayer, " per layer");
   ModelOptions inference;
   inference.gradients = false;  // a checkpoint holds weights only
   std::set<std::string> used;
