@@ -181,10 +181,11 @@ TEST_F(Reliability, ResumingFromAnEarlierStepReplacesTheLaterCheckpoints) {
 // model. While a resume reads the checkpoint, the activation arena (about 5 MB here) and
 // the matmul's transposed-weight scratch (the size of the largest matmul weight, 4 MB)
 // are not touched yet, a slack in the bound; the largest tensor, wpe (8,192 positions ×
-// 512: 16 MB), is larger than both, so a plan that left out the resume's buffer for one
-// tensor must fail here. glibc's malloc is told to give every freed buffer of 1 MiB or more back to the
-// system (by default its threshold rises as large buffers are freed, and it keeps freed
-// buffers of up to 32 MiB: allocator policy, which the pre-flight's margin covers).
+// 512: 16 MB), is larger than the two together, so a plan that left out the resume's
+// buffer for one tensor must fail here. glibc's malloc is told to give every freed buffer
+// of 1 MiB or more back to the system (by default its threshold rises as large buffers
+// are freed, and it keeps freed buffers of up to 32 MiB: allocator policy, which the
+// pre-flight's margin covers).
 TEST_F(Reliability, SaveAndResumeStayWithinTheCpuMemoryPlan) {
 #ifdef __SANITIZE_ADDRESS__
   GTEST_SKIP() << "AddressSanitizer's shadow memory and quarantine are not the program's own";
