@@ -4,8 +4,10 @@
 //
 // Its inner loop is an axpy over a row of B (acc[j] += a·B[k,j]), which the compiler
 // vectorises without reordering any sum (a dot-product inner loop would need -ffast-math
-// to vectorise). A tile of kRowBlock rows × kColBlock columns of out stays in registers/L1
-// while k walks the whole depth, so each B row segment loaded is used kRowBlock times.
+// to vectorise); the loop marked [vectorised] must vectorise at every level, which
+// tests/scripts/cpu_vectorised.sh asks GCC. A tile of kRowBlock rows × kColBlock columns
+// of out stays in registers/L1 while k walks the whole depth, so each B row segment
+// loaded is used kRowBlock times.
 #include <algorithm>
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/gemm.h"
@@ -38,7 +40,7 @@ void gemm_tile(T* out, const T* A, const T* B, int64_t M, int64_t K, int64_t P, 
     const T* b = B + k * P + c0;
     for (int64_t r = 0; r < rows; ++r) {
       const T a = kATrans ? A[k * M + r0 + r] : A[(r0 + r) * K + k];
-      for (int64_t j = 0; j < cols; ++j) acc[r][j] += a * b[j];
+      for (int64_t j = 0; j < cols; ++j) acc[r][j] += a * b[j];  // [vectorised]
     }
   }
   for (int64_t r = 0; r < rows; ++r)

@@ -2,7 +2,8 @@
 // runs over kCeLanes independent lanes, which the compiler maps onto 2, 4 or 8 doubles a
 // vector without reordering any sum; exp_nonpositive is plain arithmetic without a branch,
 // so its loop vectorises at every level (glibc's exp, a call per logit, was about a quarter
-// of the tiny model's CPU step: BENCHMARKS.md, "Forty-ninth session").
+// of the tiny model's CPU step: BENCHMARKS.md, "Forty-ninth session"). The loops marked
+// [vectorised] must vectorise at every level: tests/scripts/cpu_vectorised.sh asks GCC.
 #include <cmath>
 #include <cstring>
 #include "kernels/cpu/level_namespace.h"
@@ -66,14 +67,14 @@ double row_kernel(T* row, int64_t V, int64_t Vp, int64_t target, float dloss, do
   // which changes no difference below, or which NaN, when the loss is NaN anyway).
   T m = -INFINITY;
 #pragma omp simd reduction(max : m)
-  for (int64_t j = 0; j < V; ++j) m = row[j] > m ? row[j] : m;
+  for (int64_t j = 0; j < V; ++j) m = row[j] > m ? row[j] : m;  // [vectorised]
   const double max = double(m);
   // The exponentials, kept for the gradient (a flat loop, as wide as the level's vectors),
   // then their sum in fixed lanes.
-  for (int64_t j = 0; j < V; ++j) e[j] = exp_nonpositive(double(row[j]) - max);
+  for (int64_t j = 0; j < V; ++j) e[j] = exp_nonpositive(double(row[j]) - max);  // [vectorised]
   double lane_sum[L] = {};
   int64_t j = 0;
-  for (; j + L <= V; j += L)
+  for (; j + L <= V; j += L)  // [vectorised]
     for (int l = 0; l < L; ++l) lane_sum[l] += e[j + l];
   double sum = 0;
   for (int l = 0; l < L; ++l) sum += lane_sum[l];
@@ -81,7 +82,7 @@ double row_kernel(T* row, int64_t V, int64_t Vp, int64_t target, float dloss, do
   const double loss = max + std::log(sum) - double(row[target]);
   if (dloss == 0) return loss;
   const double inv_sum = 1.0 / sum, d = double(dloss);
-  for (j = 0; j < V; ++j) row[j] = T(d * (e[j] * inv_sum));
+  for (j = 0; j < V; ++j) row[j] = T(d * (e[j] * inv_sum));  // [vectorised]
   row[target] = T(d * (e[target] * inv_sum - 1.0));
   for (j = V; j < Vp; ++j) row[j] = T(0);
   return loss;
