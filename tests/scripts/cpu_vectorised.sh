@@ -4,7 +4,8 @@
 # vectorising (the cross-entropy's exponential ran one at a time at levels 2 and 3 until
 # the fifty-first session: BENCHMARKS.md). Each loop marked `// [vectorised]` must be
 # reported "loop vectorized" by -fopt-info-vec at every level, compiled with the build's
-# own commands (compile_commands.json). Skipped for a compiler other than GCC.
+# own commands (compile_commands.json). Skipped (exit 77) for a compiler other than GCC
+# and in a sanitizer build.
 #   tests/scripts/cpu_vectorised.sh BUILD_DIR
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -21,6 +22,9 @@ version = subprocess.run([compiler, "--version"], capture_output=True, text=True
 if "Free Software Foundation" not in version:
     print(f"SKIP: {compiler} is not GCC (-fopt-info is GCC's)")
     sys.exit(77)  # ctest's SKIP_RETURN_CODE
+if "-fsanitize" in cmds[0]["command"]:
+    print("SKIP: a sanitizer build (instrumented loops do not vectorise)")
+    sys.exit(77)
 failures = checked = 0
 for c in cmds:
     args = shlex.split(c["command"])
