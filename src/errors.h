@@ -8,8 +8,10 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <sstream>
 
 namespace flashgpt {
@@ -52,6 +54,15 @@ template <class... Args>
 template <class... Args>
 [[noreturn]] void fail(const Args&... args) {
   throw std::runtime_error(cat(args...));
+}
+
+// Creates the output directory `dir` (and its parents) that the user named with `what`
+// (a key or an option). One that cannot be created (a parent that is a file, no
+// permission, a read-only file system) is bad input: an InputError naming both.
+inline void create_output_dir(const std::string& dir, const char* what) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) fail_input(what, " '", dir, "': cannot create the directory (", ec.message(), ")");
 }
 
 // `text` (a knob's value) as a decimal integer from 1 to `max`, or an InputError

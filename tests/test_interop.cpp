@@ -320,6 +320,18 @@ TEST_F(MalformedImport, MissingTensorsAndConfigKeys) {
   expect_rejected(file_with(header_, data_), "not valid JSON", "{\"n_layer\": ");
 }
 
+// Output directories that cannot be created are bad input, named by their option.
+TEST_F(MalformedImport, OutputDirectoriesThatCannotBeCreated) {
+  write_all(dir_.file("a_file"), "x");
+  const std::string under_file = dir_.file("a_file") + "/sub";
+  CliRun e = flashgpt("export " + dir_.file("run") + " --hf " + under_file);
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("error: --hf '" + under_file + "': cannot create the directory"), std::string::npos) << e.out;
+  CliRun i = flashgpt("import " + dir_.file("good") + " --out " + under_file);
+  EXPECT_EQ(i.code, 2) << i.out;
+  EXPECT_NE(i.out.find("error: --out '" + under_file + "': cannot create the directory"), std::string::npos) << i.out;
+}
+
 // A config.json far larger than its weights is named before anything of its size is
 // allocated. It used to be allocated first: with n_layer 2^20 the import was killed by
 // the kernel's OOM killer after ~110 s on a 24 GB machine; the larger tables failed as

@@ -143,6 +143,16 @@ TEST_F(Reliability, ANewRunNeverTakesOverAnotherRunsDirectory) {
   EXPECT_EQ(WEXITSTATUS(train("reuse", 0, 12, "--overwrite --resume " + fresh.dir).status), 2);
 }
 
+// An output directory that cannot be created (here: under a file) is bad input: one
+// message naming run.out_dir, exit code 2 (it was "fatal: filesystem error", exit 1).
+TEST_F(Reliability, AnOutputDirectoryThatCannotBeCreatedIsBadInput) {
+  std::ofstream(dir_.file("a_file")) << "x";
+  Run r = train("unused", 0, 12, "--set train.steps=1 --set run.out_dir=" + dir_.file("a_file") + "/run");
+  EXPECT_EQ(WEXITSTATUS(r.status), 2) << r.err;
+  EXPECT_NE(r.err.find("error: run.out_dir '" + dir_.file("a_file") + "/run': cannot create the directory"),
+            std::string::npos) << r.err;
+}
+
 // Going back: a run resumed from an earlier checkpoint with other settings replaces the
 // later checkpoints of the steps it saves again (they used to keep the first run's, while
 // it reported its own); resumed with the same settings it writes the same bytes.

@@ -250,6 +250,25 @@ TEST(ShardPrepare, TinyCorpusStillGetsOneValidationDocument) {
   EXPECT_THROW(prepare_shards(o, *tok), InputError);
 }
 
+// An output directory that cannot be created (under a file) is an InputError naming --out.
+TEST(ShardPrepare, AnOutputThatCannotBeCreatedIsAnInputError) {
+  Tokenizer tok(vocab_dir());
+  TempDir dir;
+  std::ofstream(dir.file("doc.txt")) << "one document\n<|endoftext|>\nanother one\n";
+  std::ofstream(dir.file("a_file")) << "x";
+  PrepareOptions o;
+  o.out = dir.file("a_file") + "/shards";
+  o.progress = false;
+  o.inputs = {dir.file("doc.txt")};
+  try {
+    prepare_shards(o, tok);
+    ADD_FAILURE() << "no InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--out '"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cannot create the directory"), std::string::npos) << e.what();
+  }
+}
+
 // Nothing to train on is an error, not empty shards: no text at all, or one document,
 // which the split gives to validation (--val-fraction 0 keeps it for training). The
 // previous output stays.

@@ -212,7 +212,7 @@ void export_hf(const ExportOptions& o) {
     if (is_conv1d(p.name)) std::swap(shape[0], shape[1]);
     out.push_back({"transformer." + hf_name(p.name), st_dtype, shape});
   }
-  fs::create_directories(o.out_dir);
+  create_output_dir(o.out_dir, "--hf");
   const fs::path dir(o.out_dir);
   safetensors::write((dir / "model.safetensors").string(), out, {{"format", "pt"}}, [&](size_t i) {
     const ParamInfo& p = model.param_list()[i];
@@ -331,6 +331,7 @@ std::string import_hf(const ImportOptions& o) {
     ops->from_host(dst, raw.data());
   }
 
+  create_output_dir(o.out_dir, "--out");
   CheckpointState st;
   st.extra = {{"imported_from", fs::absolute(dir).string()}};
   const std::string written = save_checkpoint(o.out_dir, model, nullptr, st, config_to_yaml(cfg));

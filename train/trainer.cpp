@@ -141,7 +141,7 @@ TrainResult train(const Config& cfg, const std::string& resume, Communicator& ho
   const std::string config_yaml = config_to_yaml(cfg);
   std::ofstream metrics;
   if (lead) {
-    fs::create_directories(cfg.run.out_dir);
+    create_output_dir(cfg.run.out_dir, "run.out_dir");
     std::ofstream(fs::path(cfg.run.out_dir) / "config.yaml") << config_yaml;
     metrics.open(fs::path(cfg.run.out_dir) / "metrics.jsonl", std::ios::app);
   }
