@@ -168,10 +168,10 @@ PrepareStats prepare_shards(const PrepareOptions& o, const Tokenizer& tokenizer)
 
   const fs::path out = fs::path(o.out).lexically_normal();
   const fs::path partial = out.string() + ".partial";
-  std::error_code ec;  // a parent that is a file is create_output_dir's to report
-  fs::remove_all(partial, ec);
-  if (ec && fs::exists(partial, ec))
-    fail_input("--out: cannot remove '", partial.string(), "', left by an earlier run (", ec.message(), ")");
+  std::error_code removing, ignored;  // a parent that is a file is create_output_dir's to report
+  fs::remove_all(partial, removing);
+  if (removing && fs::exists(partial, ignored))
+    fail_input("--out: cannot remove '", partial.string(), "', left by an earlier run (", removing.message(), ")");
   create_output_dir(partial.string(), "--out");
   ShardSink train(partial, "train", o.shard_tokens), val(partial, "val", o.shard_tokens);
   Progress progress("prepare", o.progress ? stats.bytes : 0);

@@ -512,13 +512,14 @@ uint32_t crc32c(const std::string& bytes) {
   return sum.value();
 }
 
-// model.bin and optimizer.bin: [magic 8][header length u64][header JSON][data].
+// model.bin and optimizer.bin: [magic 8][header length u64][header JSON][data];
+// safetensors files: the same without the magic (magic_bytes 0).
 struct Packed {
   std::string magic, header, data;
-  static Packed split(const std::string& b) {
+  static Packed split(const std::string& b, size_t magic_bytes = 8) {
     uint64_t n;
-    std::memcpy(&n, b.data() + 8, 8);
-    return {b.substr(0, 8), b.substr(16, n), b.substr(16 + n)};
+    std::memcpy(&n, b.data() + magic_bytes, 8);
+    return {b.substr(0, magic_bytes), b.substr(magic_bytes + 8, n), b.substr(magic_bytes + 8 + n)};
   }
   std::string join() const {
     const uint64_t n = header.size();
@@ -695,20 +696,6 @@ TEST(Fuzz, CheckpointReader) {
 
 // ---- Hugging Face import ------------------------------------------------------------
 
-// A safetensors file: [u64 header length][JSON header][data].
-struct Safetensors {
-  std::string header, data;
-  static Safetensors split(const std::string& b) {
-    uint64_t n;
-    std::memcpy(&n, b.data(), 8);
-    return {b.substr(8, n), b.substr(8 + n)};
-  }
-  std::string join() const {
-    const uint64_t n = header.size();
-    return std::string(reinterpret_cast<const char*>(&n), 8) + header + data;
-  }
-};
-
 // Three Hugging Face directories of one tiny GPT-2 as `flashgpt export --hf` writes them
 // (F32 and BF16), and the F32 one cut into two shards with model.safetensors.index.json.
 struct HfFixture {
@@ -731,7 +718,7 @@ struct HfFixture {
                       {"model.safetensors", slurp(out + "/model.safetensors")}});
     }
     // The shards: the export's tensors split in two files, each tiled in order.
-    const Safetensors whole = Safetensors::split(dirs[0].at("model.safetensors"));
+    const Packed whole = Packed::split(dirs[0].at("model.safetensors"), 0);
     const json h = json::parse(whole.header);
     std::vector<std::string> names;
     for (auto& [name, v] : h.items())
@@ -743,7 +730,7 @@ struct HfFixture {
     json index = {{"metadata", {{"total_size", whole.data.size()}}}, {"weight_map", json::object()}};
     for (size_t part = 0; part < 2; ++part) {
       const std::string file = "model-0000" + std::to_string(part + 1) + "-of-00002.safetensors";
-      Safetensors shard{"", ""};
+      Packed shard;
       json sh = json::object();
       for (size_t i = part * names.size() / 2; i < (part + 1) * names.size() / 2; ++i) {
         json t = h[names[i]];
@@ -774,7 +761,7 @@ struct HfFixture {
 // safetensors header with its length kept true), else byte by byte.
 std::string mutate_hf_file(const std::string& name, const std::string& bytes, Mutator& m) {
   if (name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0) {
-    Safetensors st = Safetensors::split(bytes);
+    Packed st = Packed::split(bytes, 0);
     json h = json::parse(st.header);
     std::vector<std::string> tensors;
     for (auto& [k, v] : h.items())

@@ -291,7 +291,9 @@ std::string import_hf(const ImportOptions& o) {
   ModelOptions inference;
   inference.gradients = false;  // a checkpoint holds weights only
   std::set<std::string> used;
-  auto weights_of = [&](const ParamInfo& p) {
+  // The file's tensor for each parameter, in the model's order.
+  std::vector<std::pair<const safetensors::File*, const safetensors::TensorInfo*>> sources;
+  for (const ParamInfo& p : GPT2::memory(mc, Device::cpu, dtype, 1, 1, inference).params) {
     const std::string name = prefix + hf_name(p.name);
     auto it = hf.tensors.find(name);
     if (it == hf.tensors.end()) fail_input(dir.string(), ": the weights have no tensor '", name, "'");
@@ -303,9 +305,8 @@ std::string import_hf(const ImportOptions& o) {
       fail_input(it->second.first->path(), ": tensor '", name, "' has shape ", shape_text(t.shape), "; config.json implies ",
                  shape_text(want));
     used.insert(name);
-    return it->second;
-  };
-  for (const ParamInfo& p : GPT2::memory(mc, Device::cpu, dtype, 1, 1, inference).params) weights_of(p);
+    sources.push_back(it->second);
+  }
   for (const auto& [name, t] : hf.tensors) {
     if (used.count(name)) continue;
     if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias")) continue;  // attention-mask buffers
@@ -320,8 +321,10 @@ std::string import_hf(const ImportOptions& o) {
 
   auto ops = make_cpu_ops();
   GPT2 model(mc, *ops, dtype, 1, 1, inference);
-  for (const ParamInfo& p : model.param_list()) {
-    const auto [file, t] = weights_of(p);
+  FG_ASSERT(model.param_list().size() == sources.size(), "the planned and the built model differ");
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const ParamInfo& p = model.param_list()[i];
+    const auto [file, t] = sources[i];
     std::vector<double> v = file->to_doubles(*t);
     if (is_conv1d(p.name)) v = transpose(v, t->shape[0], t->shape[1]);
     v.resize(size_t(p.numel()), 0.0);  // wte: padded rows are zero
