@@ -95,14 +95,26 @@ struct Sm90FwdConsumer {
   __device__ __forceinline__ void issue_pv(uint32_t v_base) { sm90::issue_pv<D, BN>(o[0], a, v_base); }
   // Masks tile nb's scores and runs its softmax step: P in s, O's factor in alpha.
   __device__ __forceinline__ void softmax(Scores& s, float (&alpha)[1][2], int nb) {
+    mask(s, nb);
+    softmax_step<Tile>(s, alpha, row_max, row_sum, p.scale_log2);
+  }
+  // Tile nb's scores past T or (causal) after their row: -inf.
+  __device__ __forceinline__ void mask(Scores& s, int nb) {
     const int n0 = nb * BN;
     const bool needs_mask = n0 + BN > p.T || (kCausal && n0 + BN - 1 > m0);
     if (needs_mask) apply_mask<Tile, kCausal>(s, warp_row0, n0, p.T, lane);
-    softmax_step<Tile>(s, alpha, row_max, row_sum, p.scale_log2);
   }
   __device__ __forceinline__ void keep_p(const Scores& s) {
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) c_pair_to_a(a[kk], s[0][2 * kk], s[0][2 * kk + 1]);
+  }
+  // keep_p for one accumulator row (half 0: row g, a[kk][0] and [2]; half 1: row g + 8).
+  __device__ __forceinline__ void keep_p_row(const Scores& s, int half) {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      a[kk][half] = pack_bf16(s[0][2 * kk][2 * half], s[0][2 * kk][2 * half + 1]);
+      a[kk][2 + half] = pack_bf16(s[0][2 * kk + 1][2 * half], s[0][2 * kk + 1][2 * half + 1]);
+    }
   }
 
   // Tile nb with the previous tile's P·V (V at v_prev_base) under its softmax. The hooks
@@ -126,12 +138,23 @@ struct Sm90FwdConsumer {
     else sm90::wgmma_wait<0>();
     sm90::fence_accumulators(s[0]);
     after_qk();
-    softmax(s, alpha, nb);
+    // The softmax with the wait for P_{nb−1}·V_{nb−1} inside it: both rows' maxima, row
+    // g's exponentials, then the wait, and O's rescale and row g's P (into a) beside row
+    // g + 8's exponentials, where they take issue slots the special-function unit leaves
+    // free instead of following the last exponential. The same arithmetic as softmax().
+    mask(s, nb);
+    float m_scaled[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      m_scaled[half] = softmax_row_max<Tile>(s, alpha, row_max, 0, half, p.scale_log2);
+    softmax_row_exp<Tile>(s, alpha, row_sum, 0, 0, m_scaled[0], p.scale_log2);
     sm90::wgmma_wait<0>();  // P_{nb−1}·V_{nb−1} done: O and a are free
     sm90::fence_accumulators(o[0]);
     if constexpr (!kFirst) after_pv();
     rescale_output<Tile>(o, alpha);
-    keep_p(s);
+    keep_p_row(s, 0);
+    softmax_row_exp<Tile>(s, alpha, row_sum, 0, 1, m_scaled[1], p.scale_log2);
+    keep_p_row(s, 1);
   }
   // From one query tile to the next in a persistent kernel: this tile's last P·V and the
   // next tile's first QKᵀ (its Q in sQ_next, K at k_base) issued together. Once the P·V is
