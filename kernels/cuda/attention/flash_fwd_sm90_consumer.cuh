@@ -51,7 +51,9 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&
 }
 }  // namespace sm90
 
-template <class Tile, bool kCausal>
+// kSplitSoftmax: step_overlapped's softmax split around the wait for the previous P·V
+// (there); the warp-specialised forward's tiles say where (Sm90WsTile::kSplitSoftmax).
+template <class Tile, bool kCausal, bool kSplitSoftmax = false>
 struct Sm90FwdConsumer {
   static constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN;
   using Scores = float[1][Tile::kNTiles][4];
@@ -138,23 +140,32 @@ struct Sm90FwdConsumer {
     else sm90::wgmma_wait<0>();
     sm90::fence_accumulators(s[0]);
     after_qk();
-    // The softmax with the wait for P_{nb−1}·V_{nb−1} inside it: both rows' maxima, row
-    // g's exponentials, then the wait, and O's rescale and row g's P (into a) beside row
-    // g + 8's exponentials, where they take issue slots the special-function unit leaves
-    // free instead of following the last exponential. The same arithmetic as softmax().
-    mask(s, nb);
+    // kSplitSoftmax: the wait for P_{nb−1}·V_{nb−1} inside the softmax: both rows' maxima,
+    // row g's exponentials, then the wait, and O's rescale and row g's P (into a) beside
+    // row g + 8's exponentials, where they take issue slots the special-function unit
+    // leaves free instead of following the last exponential. The same arithmetic as
+    // softmax(), so the same bits either way.
     float m_scaled[2];
+    if constexpr (kSplitSoftmax) {
+      mask(s, nb);
 #pragma unroll
-    for (int half = 0; half < 2; ++half)
-      m_scaled[half] = softmax_row_max<Tile>(s, alpha, row_max, 0, half, p.scale_log2);
-    softmax_row_exp<Tile>(s, alpha, row_sum, 0, 0, m_scaled[0], p.scale_log2);
+      for (int half = 0; half < 2; ++half)
+        m_scaled[half] = softmax_row_max<Tile>(s, alpha, row_max, 0, half, p.scale_log2);
+      softmax_row_exp<Tile>(s, alpha, row_sum, 0, 0, m_scaled[0], p.scale_log2);
+    } else {
+      softmax(s, alpha, nb);
+    }
     sm90::wgmma_wait<0>();  // P_{nb−1}·V_{nb−1} done: O and a are free
     sm90::fence_accumulators(o[0]);
     if constexpr (!kFirst) after_pv();
     rescale_output<Tile>(o, alpha);
-    keep_p_row(s, 0);
-    softmax_row_exp<Tile>(s, alpha, row_sum, 0, 1, m_scaled[1], p.scale_log2);
-    keep_p_row(s, 1);
+    if constexpr (kSplitSoftmax) {
+      keep_p_row(s, 0);
+      softmax_row_exp<Tile>(s, alpha, row_sum, 0, 1, m_scaled[1], p.scale_log2);
+      keep_p_row(s, 1);
+    } else {
+      keep_p(s);
+    }
   }
   // From one query tile to the next in a persistent kernel: this tile's last P·V and the
   // next tile's first QKᵀ (its Q in sQ_next, K at k_base) issued together. Once the P·V is

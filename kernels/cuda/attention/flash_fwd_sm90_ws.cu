@@ -82,6 +82,13 @@ struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
   // Two stages for one consumer (two blocks' shared memory), for 176-key tiles and with two
   // Q buffers (three would not fit), three otherwise.
   static constexpr int kStages = kConsumers == 1 || kBlockN_ > 128 || kQBufs == 2 ? 2 : 3;
+  // The overlapped step's softmax split around the wait for the previous P·V
+  // (Sm90FwdConsumer): with two consumers, where on an H200 it took 1.4-2.5% off the
+  // forward at D = 64 causal 1K (GPT-2's), D = 128 full 1K and 8K (176-key tiles) and
+  // D = 128 causal 16K, and was level (-0.6%) at D = 128 causal 1K; with three consumers
+  // (D = 64 causal from 2K, full from 320) it cost 1.2-2% (BENCHMARKS.md, "Fifty-second
+  // session", call 1). One consumer: not measured, the old step.
+  static constexpr bool kSplitSoftmax = kConsumers == 2;
   static constexpr uint32_t kTileBytes = uint32_t(Shape::kBlockN) * kHeadDim_ * sizeof(bf16);
   static constexpr uint32_t kQBytes = uint32_t(Shape::kQRows) * kHeadDim_ * sizeof(bf16);
   // kQBufs × Q + kStages × (K, V), and slack to align the base to 1024 bytes (the swizzle
@@ -268,7 +275,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   // loop took 18 more instructions and 16K without a mask ran 2-3% slower: calls 1-3).
   auto consume = [&](auto busy_consumers) {
     constexpr int kBusy = decltype(busy_consumers)::value;
-    Sm90FwdConsumer<Tile, kCausal> c(p, m0, cw, warp % 4, lane, sQ);
+    Sm90FwdConsumer<Tile, kCausal, Tile::kSplitSoftmax> c(p, m0, cw, warp % 4, lane, sQ);
     const int mine = kSkips ? sm90ws_consumer_key_tiles(m0, cw, BN, n_blocks) : n_blocks;  // this consumer's key tiles
     auto v_base = [&](int nb) { return smem_u32(sV + (nb % S) * BN * D); };
     auto parity = [](int nb) { return uint32_t((nb / S) & 1); };
@@ -530,7 +537,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if (claimed) t_after = tile_after[qb][cw], last_tile = t_after < 0;
   };
   if (!next_tile()) return;
-  Sm90FwdConsumer<Tile, kCausal> c(p, m0, cw, warp % 4, lane, sQ + qb * QR * D);
+  Sm90FwdConsumer<Tile, kCausal, Tile::kSplitSoftmax> c(p, m0, cw, warp % 4, lane, sQ + qb * QR * D);
   auto step = [&](int nb, auto is_first) {
     constexpr bool kFirst = decltype(is_first)::value;
     const int kv = kv0 + nb, s = kv % S;
