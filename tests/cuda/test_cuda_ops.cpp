@@ -687,7 +687,9 @@ TEST_F(CudaOps, StreamChunksReadsEveryRowOnce) {
     bench::DeviceMem k(words * 4), v(words * 4), got(4);
     ASSERT_EQ(cudaMemcpy(k.ptr, hk.data(), words * 4, cudaMemcpyHostToDevice), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(v.ptr, hv.data(), words * 4, cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaMemset(got.ptr, 0, 4), cudaSuccess);
+    // device_memset_sync also waits for the copies above: s is a non-blocking stream,
+    // unordered against the legacy one (a bare memset once ran after the kernel: x 0).
+    ASSERT_EQ(device_memset_sync(got.ptr, 0, 4), cudaSuccess);
     if (!bench::stream_chunks(k.ptr, v.ptr, c.pairs, int64_t(c.T) * c.D * 2, c.D * 2, c.keys, c.splits, c.threads, s,
                               static_cast<unsigned*>(got.ptr)))
       GTEST_SKIP() << "no sm_90a code for this GPU (the bulk decode kernel's reading)";
