@@ -83,10 +83,10 @@ struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
   // Q buffers (three would not fit), three otherwise.
   static constexpr int kStages = kConsumers == 1 || kBlockN_ > 128 || kQBufs == 2 ? 2 : 3;
   // The overlapped step's softmax split around the wait for the previous P·V
-  // (Sm90FwdConsumer): with two consumers, where on an H200 it took 1.4-2.5% off the
+  // (Sm90FwdConsumer): with two consumers, where on an H200 it ran 1.5-2.3% faster in the
   // forward at D = 64 causal 1K (GPT-2's), D = 128 full 1K and 8K (176-key tiles) and
   // D = 128 causal 16K, and was level (-0.6%) at D = 128 causal 1K; with three consumers
-  // (D = 64 causal from 2K, full from 320) it cost 1.2-2% (BENCHMARKS.md, "Fifty-second
+  // (D = 64 causal from 2K, full from 320) 1.1-1.9% slower (BENCHMARKS.md, "Fifty-second
   // session", call 1). One consumer: not measured, the old step.
   static constexpr bool kSplitSoftmax = kConsumers == 2;
   static constexpr uint32_t kTileBytes = uint32_t(Shape::kBlockN) * kHeadDim_ * sizeof(bf16);
