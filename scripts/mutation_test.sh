@@ -113,6 +113,11 @@ for n in "${names[@]}"; do
   else
     survived+=("$n")
     echo "SURVIVED $n (${secs}s): $(field "$p" Mutant)"
+    # The attention tests check only the paths this names: a forward mutant of the sm90ws
+    # kernels survives FLASHGPT_TEST_ATTENTION_PATHS=sm90 (fifty-second session).
+    if [[ -n ${FLASHGPT_TEST_ATTENTION_PATHS:-} ]]; then
+      echo "         (FLASHGPT_TEST_ATTENTION_PATHS=$FLASHGPT_TEST_ATTENTION_PATHS: only those attention paths were tested)"
+    fi
   fi
 done
 trap - EXIT INT TERM
