@@ -14,11 +14,9 @@ namespace flashgpt::cuda::attn {
 // row itself if that comes first), so each row takes one bound, as an offset from this
 // thread's first column, and each score one compare against its column's offset, a
 // constant of the unrolled loop.
-// live (the sm90ws forward): only the first `live` n-tiles are masked; the caller knows
-// the others to be wholly masked for the warp and never reads them as scores.
 template <class Tile, bool kCausal>
 __device__ __forceinline__ void apply_mask(float (&s)[Tile::kMTiles][Tile::kNTiles][4],
-                                           int warp_row0, int n0, int T, int lane, int live = Tile::kNTiles) {
+                                           int warp_row0, int n0, int T, int lane) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int mt = 0; mt < Tile::kMTiles; ++mt)
@@ -28,10 +26,9 @@ __device__ __forceinline__ void apply_mask(float (&s)[Tile::kMTiles][Tile::kNTil
       const int last = (kCausal ? min(row, T - 1) : T - 1) - n0 - 2 * t;  // columns n0 + 2t + c, c > last: masked
 #pragma unroll
       for (int nt = 0; nt < Tile::kNTiles; ++nt)
-        if (nt < live)
 #pragma unroll
-          for (int j = 0; j < 2; ++j)
-            if (nt * 8 + j > last) s[mt][nt][2 * half + j] = -INFINITY;
+        for (int j = 0; j < 2; ++j)
+          if (nt * 8 + j > last) s[mt][nt][2 * half + j] = -INFINITY;
     }
 }
 
@@ -40,18 +37,15 @@ __device__ __forceinline__ void apply_mask(float (&s)[Tile::kMTiles][Tile::kNTil
 // forward, flash_fwd_sm90_consumer.cuh). softmax_row_max: the row's new running max (its
 // quad's), the factor alpha = exp2((m_old − m_new)·c) by which O must be rescaled
 // (rescale_output) before this tile's P·V is added, and returns the max in the log2
-// domain. softmax_row_exp: s → P (unnormalised) and the running sum. With `live` below
-// kNTiles (warp-uniform), the n-tiles from `live` on are wholly masked for the row: both
-// skip them and their P is 0, the same max, P and sum as with their -inf scores.
+// domain. softmax_row_exp: s → P (unnormalised) and the running sum.
 template <class Tile>
 __device__ __forceinline__ float softmax_row_max(const float (&s)[Tile::kMTiles][Tile::kNTiles][4],
                                                  float (&alpha)[Tile::kMTiles][2],
                                                  float (&row_max)[Tile::kMTiles][2], int mt, int half,
-                                                 float scale_log2, int live = Tile::kNTiles) {
+                                                 float scale_log2) {
   float mx = row_max[mt][half];
 #pragma unroll
-  for (int nt = 0; nt < Tile::kNTiles; ++nt)
-    if (nt < live) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
+  for (int nt = 0; nt < Tile::kNTiles; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
   mx = quad_max(mx);
   // A row that has seen only masked keys keeps max -inf: subtract 0 instead, which
   // avoids (-inf) − (-inf) = NaN; its P is then exp2(-inf) = 0.
@@ -72,7 +66,7 @@ template <class Tile>
 __device__ __forceinline__ void softmax_row_exp(float (&s)[Tile::kMTiles][Tile::kNTiles][4],
                                                 const float (&alpha)[Tile::kMTiles][2],
                                                 float (&row_sum)[Tile::kMTiles][2], int mt, int half, float m_scaled,
-                                                float scale_log2, int live = Tile::kNTiles) {
+                                                float scale_log2) {
   // Per-thread partial row sum: alpha is the same for the 4 threads of a row, so the
   // quad reduction can wait until the epilogue.
   float sum = 0.f;
@@ -81,12 +75,8 @@ __device__ __forceinline__ void softmax_row_exp(float (&s)[Tile::kMTiles][Tile::
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       float& x = s[mt][nt][2 * half + j];
-      if (nt < live) {
-        x = fast_exp2(fmaf(x, scale_log2, -m_scaled));
-        sum += x;
-      } else {
-        x = 0.f;
-      }
+      x = fast_exp2(fmaf(x, scale_log2, -m_scaled));
+      sum += x;
     }
   row_sum[mt][half] = row_sum[mt][half] * alpha[mt][half] + sum;
 }
@@ -100,14 +90,13 @@ template <class Tile>
 __device__ __forceinline__ void softmax_step(float (&s)[Tile::kMTiles][Tile::kNTiles][4],
                                              float (&alpha)[Tile::kMTiles][2],
                                              float (&row_max)[Tile::kMTiles][2],
-                                             float (&row_sum)[Tile::kMTiles][2], float scale_log2,
-                                             int live = Tile::kNTiles) {
+                                             float (&row_sum)[Tile::kMTiles][2], float scale_log2) {
 #pragma unroll
   for (int mt = 0; mt < Tile::kMTiles; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {  // rows g and g+8 of the 16-row tile
-      const float m_scaled = softmax_row_max<Tile>(s, alpha, row_max, mt, half, scale_log2, live);
-      softmax_row_exp<Tile>(s, alpha, row_sum, mt, half, m_scaled, scale_log2, live);
+      const float m_scaled = softmax_row_max<Tile>(s, alpha, row_max, mt, half, scale_log2);
+      softmax_row_exp<Tile>(s, alpha, row_sum, mt, half, m_scaled, scale_log2);
     }
 }
 

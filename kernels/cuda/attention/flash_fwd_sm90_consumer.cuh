@@ -95,42 +95,16 @@ struct Sm90FwdConsumer {
     sm90::issue_abt<D, Tile::kQRows, BN>(s[0], q_base, k_base);  // S = Q·Kᵀ
   }
   __device__ __forceinline__ void issue_pv(uint32_t v_base) { sm90::issue_pv<D, BN>(o[0], a, v_base); }
-  // Masks tile nb's scores and runs its softmax step: P in s, O's factor in alpha. In a
-  // tile that needs the mask the warp skips the n-tiles it sees no key of (live_ntiles):
-  // their P is 0 without an exponential (the same bits as their -inf scores gave).
-  // Only under a causal mask with 128-key tiles (kSkipDead): elsewhere only the last key
-  // tile has such n-tiles, and the second copy of the softmax made the three-consumer
-  // kernel without a mask and the 176-key ones spill.
-  static constexpr bool kSkipDead = kCausal && BN == 128;
+  // Masks tile nb's scores and runs its softmax step: P in s, O's factor in alpha.
   __device__ __forceinline__ void softmax(Scores& s, float (&alpha)[1][2], int nb) {
-    if (kSkipDead && needs_mask(nb)) {
-      const int live = mask(s, nb);
-      softmax_step<Tile>(s, alpha, row_max, row_sum, p.scale_log2, live);
-    } else {
-      if (needs_mask(nb)) mask(s, nb, Tile::kNTiles);
-      softmax_step<Tile>(s, alpha, row_max, row_sum, p.scale_log2);
-    }
+    mask(s, nb);
+    softmax_step<Tile>(s, alpha, row_max, row_sum, p.scale_log2);
   }
-  // Whether key tile nb holds keys past T or (causal) after the block's first row.
-  __device__ __forceinline__ bool needs_mask(int nb) const {
+  // Tile nb's scores past T or (causal) after their row: -inf.
+  __device__ __forceinline__ void mask(Scores& s, int nb) {
     const int n0 = nb * BN;
-    return n0 + BN > p.T || (kCausal && n0 + BN - 1 > m0);
-  }
-  // The n-tiles (8 keys each) of key tile nb that hold a key some row of this warp sees:
-  // the keys up to T − 1 and (causal) up to the warp's last row; those after are masked for
-  // all 16 of its rows. Warp-uniform. (Under a causal mask, the diagonal tile of a block
-  // of 128 rows: 2, 4, ..., 16 of the 16 n-tiles for the block's 8 warps.)
-  __device__ __forceinline__ int live_ntiles(int nb) const {
-    const int last_key = kCausal ? min(warp_row0 + 15, p.T - 1) : p.T - 1;
-    const int n = last_key - nb * BN;
-    return n < 0 ? 0 : min(Tile::kNTiles, n / 8 + 1);
-  }
-  // Tile nb's scores past T or (causal) after their row: -inf, in its first `live` n-tiles
-  // (default: live_ntiles), returned.
-  __device__ __forceinline__ int mask(Scores& s, int nb, int live = -1) {
-    if (live < 0) live = live_ntiles(nb);
-    apply_mask<Tile, kCausal>(s, warp_row0, nb * BN, p.T, lane, live);
-    return live;
+    const bool needs_mask = n0 + BN > p.T || (kCausal && n0 + BN - 1 > m0);
+    if (needs_mask) apply_mask<Tile, kCausal>(s, warp_row0, n0, p.T, lane);
   }
   __device__ __forceinline__ void keep_p(const Scores& s) {
 #pragma unroll
@@ -172,22 +146,12 @@ struct Sm90FwdConsumer {
     // leaves free instead of following the last exponential. The same arithmetic as
     // softmax(), so the same bits either way.
     float m_scaled[2];
-    const bool masked = kSplitSoftmax && kSkipDead && needs_mask(nb);
-    int live = Tile::kNTiles;
     if constexpr (kSplitSoftmax) {
-      if (masked) {
-        live = mask(s, nb);
+      mask(s, nb);
 #pragma unroll
-        for (int half = 0; half < 2; ++half)
-          m_scaled[half] = softmax_row_max<Tile>(s, alpha, row_max, 0, half, p.scale_log2, live);
-        softmax_row_exp<Tile>(s, alpha, row_sum, 0, 0, m_scaled[0], p.scale_log2, live);
-      } else {
-        if (!kSkipDead && needs_mask(nb)) mask(s, nb, Tile::kNTiles);
-#pragma unroll
-        for (int half = 0; half < 2; ++half)
-          m_scaled[half] = softmax_row_max<Tile>(s, alpha, row_max, 0, half, p.scale_log2);
-        softmax_row_exp<Tile>(s, alpha, row_sum, 0, 0, m_scaled[0], p.scale_log2);
-      }
+      for (int half = 0; half < 2; ++half)
+        m_scaled[half] = softmax_row_max<Tile>(s, alpha, row_max, 0, half, p.scale_log2);
+      softmax_row_exp<Tile>(s, alpha, row_sum, 0, 0, m_scaled[0], p.scale_log2);
     } else {
       softmax(s, alpha, nb);
     }
@@ -197,8 +161,7 @@ struct Sm90FwdConsumer {
     rescale_output<Tile>(o, alpha);
     if constexpr (kSplitSoftmax) {
       keep_p_row(s, 0);
-      if (masked) softmax_row_exp<Tile>(s, alpha, row_sum, 0, 1, m_scaled[1], p.scale_log2, live);
-      else softmax_row_exp<Tile>(s, alpha, row_sum, 0, 1, m_scaled[1], p.scale_log2);
+      softmax_row_exp<Tile>(s, alpha, row_sum, 0, 1, m_scaled[1], p.scale_log2);
       keep_p_row(s, 1);
     } else {
       keep_p(s);
