@@ -156,11 +156,6 @@ std::vector<fs::path> complete_checkpoints(const fs::path& out_dir) {
   return out;
 }
 
-std::string tensor_bytes(Ops& ops, const Tensor& t) {
-  std::string s(t.nbytes(), '\0');
-  ops.to_host(s.data(), t);
-  return s;
-}
 
 // A file of tensors: [magic 8][json length u64][json][raw tensors...]. This writes the
 // part before the tensors (append_packed the rest).
@@ -261,6 +256,19 @@ DType dtype_from(const std::string& s, const std::string& what) {
 void append_packed(DurableFile& f, const GPT2& model, const std::string& arena, DType dtype) {
   const size_t es = dtype_size(dtype);
   for (const ParamInfo& p : model.param_list()) f.append(arena.data() + p.offset * es, size_t(p.numel()) * es);
+}
+
+// The model's weights in the packed order, copied to the host a tensor at a time (one
+// buffer of the largest, reused): a save holds no second copy of the weights.
+void append_weights(DurableFile& f, GPT2& model) {
+  const Tensor params = model.params();
+  std::string buf;
+  for (const ParamInfo& p : model.param_list()) {
+    const Tensor t = params.rows(int64_t(p.offset), int64_t(p.offset) + p.numel());
+    buf.resize(t.nbytes());
+    model.ops().to_host(buf.data(), t);
+    f.append(buf);
+  }
 }
 
 // The file's tensor entries (header "params": name, offset, shape of each; offsets in
@@ -371,7 +379,6 @@ Config load_checkpoint_config(const std::string& ckpt_dir) {
 std::string save_checkpoint(const std::string& out_dir, const GPT2& model, const OptimizerSource* opt,
                             const CheckpointState& st, const std::string& config_yaml, int keep) {
   GPT2& m = const_cast<GPT2&>(model);
-  Ops& ops = m.ops();
   char name[32];
   std::snprintf(name, sizeof name, "ckpt_%06d", st.step);
   const fs::path out(out_dir);
@@ -388,13 +395,14 @@ std::string save_checkpoint(const std::string& out_dir, const GPT2& model, const
                        {"vocab_size", c.vocab_size}, {"padded_vocab", c.padded_vocab},
                        {"max_seq_len", c.max_seq_len}, {"dtype", dtype_name(model.dtype())},
                        {"numel", model.num_packed()}, {"params", param_entries(model)}};
-  // Each tensor file streams from one host copy of its arena (never packed in memory
-  // first: the optimizer state of a large model is several of its sizes).
+  // The weights go to the file a tensor at a time; each optimizer tensor streams from one
+  // host copy of its arena (never all packed in memory first: the optimizer state of a
+  // large model is several of its sizes).
   nlohmann::json files;  // each file's checksum
   {
     DurableFile f(tmp_dir / "model.bin");
     append_header(f, kModelMagic, mh);
-    append_packed(f, model, tensor_bytes(ops, m.params()), model.dtype());
+    append_weights(f, m);
     files["model.bin"] = f.finish();
   }
   if (opt) {
