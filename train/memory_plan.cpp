@@ -115,8 +115,8 @@ MemoryPlan plan_memory(const Config& c, const PlanTarget& target) {
     const int64_t elems = std::max(c.model.padded_vocab * C, 4 * C * C);
     add("op scratch", "matmul forward's Wᵀ", size_t(elems) * dtype_size(target.dtype));
     // train/checkpoint.cpp, on the host (so counted for CPU runs only): a save holds one
-    // arena in the optimizer's dtype (the weights, then m, v, the master, in turn); a
-    // resume holds one such arena and one tensor being read into it.
+    // arena in the optimizer's dtype (m, v, the master, in turn; the weights go a tensor
+    // at a time); a resume holds one such arena and one tensor being read into it.
     add("workspace", "checkpoint save/resume buffer", (mm.num_params + mm.largest_param) * state);
   }
   for (const auto& l : p.lines) p.total += l.bytes;
