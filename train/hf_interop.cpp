@@ -325,9 +325,11 @@ std::string import_hf(const ImportOptions& o) {
   for (size_t i = 0; i < sources.size(); ++i) {
     const ParamInfo& p = model.param_list()[i];
     const auto [file, t] = sources[i];
-    std::vector<double> v = file->to_doubles(*t);
+    std::vector<double> v;
+    v.reserve(size_t(p.numel()));  // wte's padded rows (zero) without a second copy of the table
+    file->to_doubles(*t, v);
     if (is_conv1d(p.name)) v = transpose(v, t->shape[0], t->shape[1]);
-    v.resize(size_t(p.numel()), 0.0);  // wte: padded rows are zero
+    v.resize(size_t(p.numel()), 0.0);
     const Tensor dst = param_view(model, p);
     std::vector<char> raw(dst.nbytes());
     doubles_to_raw(raw.data(), dtype, v);

@@ -154,8 +154,14 @@ const TensorInfo* File::find(const std::string& name) const {
 }
 
 std::vector<double> File::to_doubles(const TensorInfo& t) const {
+  std::vector<double> out;
+  to_doubles(t, out);
+  return out;
+}
+
+void File::to_doubles(const TensorInfo& t, std::vector<double>& out) const {
   const size_t n = size_t(t.numel());
-  std::vector<double> out(n);
+  out.resize(n);
   const unsigned char* p = bytes(t);  // may be unaligned: copy element by element
   if (t.dtype == "F64") {
     for (size_t i = 0; i < n; ++i) std::memcpy(&out[i], p + 8 * i, 8);
@@ -171,7 +177,6 @@ std::vector<double> File::to_doubles(const TensorInfo& t) const {
   } else {
     fail_input(path_, ": tensor '", t.name, "' has dtype ", t.dtype, "; expected floating point weights (F32, F64, BF16 or F16)");
   }
-  return out;
 }
 
 void write(const std::string& path, const std::vector<OutTensor>& tensors,

@@ -43,6 +43,9 @@ class File {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // The tensor's values as doubles (exact): dtype F64, F32, F16 or BF16, else InputError.
   std::vector<double> to_doubles(const TensorInfo& t) const;
+  // The same into `out` (resized to numel, its capacity kept: a caller that reserved more
+  // can grow it without a second copy).
+  void to_doubles(const TensorInfo& t, std::vector<double>& out) const;
   const unsigned char* bytes(const TensorInfo& t) const { return data_ + t.begin; }
 
  private:
