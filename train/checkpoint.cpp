@@ -156,7 +156,6 @@ std::vector<fs::path> complete_checkpoints(const fs::path& out_dir) {
   return out;
 }
 
-
 // A file of tensors: [magic 8][json length u64][json][raw tensors...]. This writes the
 // part before the tensors (append_packed the rest).
 void append_header(DurableFile& f, const char magic[8], const nlohmann::json& header) {
