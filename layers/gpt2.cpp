@@ -531,4 +531,6 @@ double GPT2::flops_per_token() const {
   return 6.0 * n + attn;
 }
 
+Tensor GPT2::param(const ParamInfo& p) const { return slice_as(params_, p); }
+
 }  // namespace flashgpt

@@ -120,6 +120,7 @@ class GPT2 {
   const ModelOptions& options() const { return opts_; }
 
   Tensor params() const { return params_; }  // all parameters, flat, activation dtype
+  Tensor param(const ParamInfo& p) const;     // one of them, with its shape, inside params()
   Tensor grads() const { return grads_; }    // all gradients, flat, GradDType(dtype); undefined without
                                              // ModelOptions::gradients
   const std::vector<ParamInfo>& param_list() const { return param_list_; }

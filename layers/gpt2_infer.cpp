@@ -60,14 +60,8 @@ GPT2Decoder::GPT2Decoder(GPT2& model, int B, int max_len)
   // Views of the parameters, found by their names in the model's parameter list.
   w_ = std::make_unique<Weights>();
   auto view = [&](const std::string& name) {
-    for (const ParamInfo& p : model.param_list()) {
-      if (p.name != name) continue;
-      Tensor t = model.params();
-      t.data = static_cast<char*>(t.data) + p.offset * dtype_size(t.dtype);
-      t.ndim = int(p.shape.size());
-      for (int i = 0; i < t.ndim; ++i) t.shape[i] = p.shape[size_t(i)];
-      return t;
-    }
+    for (const ParamInfo& p : model.param_list())
+      if (p.name == name) return model.param(p);
     fail("GPT2Decoder: the model has no parameter '", name, "'");
   };
   w_->wte = view("wte");

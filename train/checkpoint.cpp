@@ -260,10 +260,9 @@ void append_packed(DurableFile& f, const GPT2& model, const std::string& arena, 
 // The model's weights in the packed order, copied to the host a tensor at a time (one
 // buffer of the largest, reused): a save holds no second copy of the weights.
 void append_weights(DurableFile& f, GPT2& model) {
-  const Tensor params = model.params();
   std::string buf;
   for (const ParamInfo& p : model.param_list()) {
-    const Tensor t = params.rows(int64_t(p.offset), int64_t(p.offset) + p.numel());
+    const Tensor t = model.param(p);
     buf.resize(t.nbytes());
     model.ops().to_host(buf.data(), t);
     f.append(buf);
@@ -358,9 +357,8 @@ void load_weights_file(const fs::path& dir, GPT2& model) {
       fail_input(what, " has the wrong size (corrupt or truncated)");
     // Each tensor straight into its place in the parameters (the padding between them
     // stays as the model was built: zero).
-    const Tensor params = model.params();
     for_each_packed(model, file, 0, n, d, model.dtype(), [&](const ParamInfo& p, const char* data) {
-      model.ops().from_host(params.rows(int64_t(p.offset), int64_t(p.offset) + p.numel()), data);
+      model.ops().from_host(model.param(p), data);
     });
   } catch (const nlohmann::json::exception& e) {
     fail_input(what, " has a malformed header: ", e.what());

@@ -43,15 +43,6 @@ bool is_conv1d(const std::string& name) {
   return false;
 }
 
-// A parameter's view inside the model's flat parameter tensor.
-Tensor param_view(const GPT2& model, const ParamInfo& p) {
-  Tensor t = model.params();
-  t.data = static_cast<char*>(t.data) + p.offset * dtype_size(t.dtype);
-  t.ndim = int(p.shape.size());
-  for (int i = 0; i < t.ndim; ++i) t.shape[i] = p.shape[size_t(i)];
-  return t;
-}
-
 // (rows, cols) row-major -> (cols, rows) row-major.
 std::vector<double> transpose(const std::vector<double>& a, int64_t rows, int64_t cols) {
   std::vector<double> t(a.size());
@@ -216,7 +207,7 @@ void export_hf(const ExportOptions& o) {
   const fs::path dir(o.out_dir);
   safetensors::write((dir / "model.safetensors").string(), out, {{"format", "pt"}}, [&](size_t i) {
     const ParamInfo& p = model.param_list()[i];
-    Tensor t = param_view(model, p);
+    Tensor t = model.param(p);
     std::vector<char> raw(t.nbytes());
     lm.backend.ops->to_host(raw.data(), t);
     std::vector<double> v = doubles_from_raw(raw.data(), t.dtype, size_t(t.numel()));
@@ -330,7 +321,7 @@ std::string import_hf(const ImportOptions& o) {
     file->to_doubles(*t, v);
     if (is_conv1d(p.name)) v = transpose(v, t->shape[0], t->shape[1]);
     v.resize(size_t(p.numel()), 0.0);
-    const Tensor dst = param_view(model, p);
+    const Tensor dst = model.param(p);
     std::vector<char> raw(dst.nbytes());
     doubles_to_raw(raw.data(), dtype, v);
     ops->from_host(dst, raw.data());
