@@ -62,9 +62,7 @@ __device__ __forceinline__ float softmax_row_max(const float (&s)[Tile::kMTiles]
   row_max[mt][half] = mx;
   return m_scaled;
 }
-// kPolyExp: one exponential in 4 by poly_exp2 on the FMA pipe (the Hopper forwards; the
-// sm80 kernel's largest tile spilled 4 bytes with it).
-template <class Tile, bool kPolyExp = false>
+template <class Tile>
 __device__ __forceinline__ void softmax_row_exp(float (&s)[Tile::kMTiles][Tile::kNTiles][4],
                                                 const float (&alpha)[Tile::kMTiles][2],
                                                 float (&row_sum)[Tile::kMTiles][2], int mt, int half, float m_scaled,
@@ -77,8 +75,7 @@ __device__ __forceinline__ void softmax_row_exp(float (&s)[Tile::kMTiles][Tile::
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       float& x = s[mt][nt][2 * half + j];
-      const float e = fmaf(x, scale_log2, -m_scaled);
-      x = kPolyExp && j == 1 && nt % 2 == 1 ? poly_exp2(e) : fast_exp2(e);
+      x = fast_exp2(fmaf(x, scale_log2, -m_scaled));
       sum += x;
     }
   row_sum[mt][half] = row_sum[mt][half] * alpha[mt][half] + sum;
@@ -89,7 +86,7 @@ __device__ __forceinline__ void softmax_row_exp(float (&s)[Tile::kMTiles][Tile::
 // (rescale_output) before this tile's P·V is added. The warp-specialised forward
 // (flash_fwd_sm90_consumer.cuh) rescales later, once the previous tile's P·V has left the
 // accumulators.
-template <class Tile, bool kPolyExp = false>
+template <class Tile>
 __device__ __forceinline__ void softmax_step(float (&s)[Tile::kMTiles][Tile::kNTiles][4],
                                              float (&alpha)[Tile::kMTiles][2],
                                              float (&row_max)[Tile::kMTiles][2],
@@ -99,7 +96,7 @@ __device__ __forceinline__ void softmax_step(float (&s)[Tile::kMTiles][Tile::kNT
 #pragma unroll
     for (int half = 0; half < 2; ++half) {  // rows g and g+8 of the 16-row tile
       const float m_scaled = softmax_row_max<Tile>(s, alpha, row_max, mt, half, scale_log2);
-      softmax_row_exp<Tile, kPolyExp>(s, alpha, row_sum, mt, half, m_scaled, scale_log2);
+      softmax_row_exp<Tile>(s, alpha, row_sum, mt, half, m_scaled, scale_log2);
     }
 }
 
@@ -118,13 +115,13 @@ __device__ __forceinline__ void rescale_output(float (&o)[Tile::kMTiles][Tile::k
 }
 
 // Online softmax step: softmax_step, then O rescaled at once.
-template <class Tile, bool kPolyExp = false>
+template <class Tile>
 __device__ __forceinline__ void online_softmax(float (&s)[Tile::kMTiles][Tile::kNTiles][4],
                                                float (&o)[Tile::kMTiles][Tile::kDTiles][4],
                                                float (&row_max)[Tile::kMTiles][2],
                                                float (&row_sum)[Tile::kMTiles][2], float scale_log2) {
   float alpha[Tile::kMTiles][2];
-  softmax_step<Tile, kPolyExp>(s, alpha, row_max, row_sum, scale_log2);
+  softmax_step<Tile>(s, alpha, row_max, row_sum, scale_log2);
   rescale_output<Tile>(o, alpha);
 }
 

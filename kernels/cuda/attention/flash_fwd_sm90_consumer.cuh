@@ -98,7 +98,7 @@ struct Sm90FwdConsumer {
   // Masks tile nb's scores and runs its softmax step: P in s, O's factor in alpha.
   __device__ __forceinline__ void softmax(Scores& s, float (&alpha)[1][2], int nb) {
     mask(s, nb);
-    softmax_step<Tile, true>(s, alpha, row_max, row_sum, p.scale_log2);
+    softmax_step<Tile>(s, alpha, row_max, row_sum, p.scale_log2);
   }
   // Tile nb's scores past T or (causal) after their row: -inf.
   __device__ __forceinline__ void mask(Scores& s, int nb) {
@@ -151,7 +151,7 @@ struct Sm90FwdConsumer {
 #pragma unroll
       for (int half = 0; half < 2; ++half)
         m_scaled[half] = softmax_row_max<Tile>(s, alpha, row_max, 0, half, p.scale_log2);
-      softmax_row_exp<Tile, true>(s, alpha, row_sum, 0, 0, m_scaled[0], p.scale_log2);
+      softmax_row_exp<Tile>(s, alpha, row_sum, 0, 0, m_scaled[0], p.scale_log2);
     } else {
       softmax(s, alpha, nb);
     }
@@ -161,7 +161,7 @@ struct Sm90FwdConsumer {
     rescale_output<Tile>(o, alpha);
     if constexpr (kSplitSoftmax) {
       keep_p_row(s, 0);
-      softmax_row_exp<Tile, true>(s, alpha, row_sum, 0, 1, m_scaled[1], p.scale_log2);
+      softmax_row_exp<Tile>(s, alpha, row_sum, 0, 1, m_scaled[1], p.scale_log2);
       keep_p_row(s, 1);
     } else {
       keep_p(s);

@@ -148,21 +148,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// 2^x on the FMA pipe, for x <= 0: x = j + f with j = round(x) (adding 1.5·2^23 leaves j
-// in the low bits) and f in [-0.5, 0.5], 2^f by a cubic (near-minimax with p(0) = 1, so
-// 2^0 = 1 exactly), then j added to the exponent bits. Relative error at most 1.02e-4 (a
-// 38th of a bf16 ulp); -inf (a masked score) gives 2^-126, which a row's sum (>= 1 once
-// its max is seen, and reset by alpha = 0 until then) absorbs. The special-function unit
-// takes 16 exponentials a clock an SM; beside it this raised the ceiling by a quarter
-// (scripts/exp2_throughput.cu, BENCHMARKS.md "Fifty-third session").
-__device__ __forceinline__ float poly_exp2(float x) {
-  x = fmaxf(x, -126.f);
-  const float t = x + 12582912.f;
-  const float f = x - (t - 12582912.f);
-  const float p = fmaf(fmaf(fmaf(0.05500704f, f, 0.2422087f), f, 0.6932829f), f, 1.f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-}
-
 // Reductions over the 4 threads (a "quad") that share one accumulator row.
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
