@@ -5,7 +5,7 @@
 // the special-function unit. Every thread runs kChains independent chains
 // x = 2^(x·a − b) (one fma and one exponential an element, as the softmax does). Prints the
 // median of 5 runs after 2, exponentials per clock per SM at the device's rated clock.
-//   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/exp2 scripts/exp2_throughput.cu && /tmp/exp2
+//   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -I. -o /tmp/exp2 scripts/exp2_throughput.cu && /tmp/exp2
 // The SASS (cuobjdump -sass /tmp/exp2) shows what each became: on sm_90a a packed ex2 is
 // two MUFU.EX2.F16 (or .BF16) instructions, one a value.
 #include <cuda_bf16.h>
@@ -14,7 +14,9 @@
 #include <cstdint>
 #include <vector>
 #include <algorithm>
-__device__ __forceinline__ float ex2f(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
+#include "kernels/cuda/attention/sm80_primitives.cuh"  // fast_exp2, the kernels' exponential
+
+using flashgpt::cuda::attn::fast_exp2;
 // 2^u and 2^v by one packed instruction: fp16 pairs (kHalf) or bf16 pairs.
 template <bool kHalf>
 __device__ __forceinline__ float2 ex2_pair(float u, float v) {
@@ -63,7 +65,7 @@ __global__ void bench(float* out, float a, float b) {
       for (int c = 0; c < kChains; ++c) {
         const float u = fmaf(x[c], a, -b);
         bool poly = kMode == 3 || (kMode == 4 && c % 4 == 3) || (kMode == 5 && c % 2 == 1) || (kMode == 6 && c % 8 == 7);
-        x[c] = poly ? poly2(u) : ex2f(u);
+        x[c] = poly ? poly2(u) : fast_exp2(u);
       }
     }
   }
