@@ -106,17 +106,18 @@ struct Sm90FwdConsumer {
     const bool needs_mask = n0 + BN > p.T || (kCausal && n0 + BN - 1 > m0);
     if (needs_mask) apply_mask<Tile, kCausal>(s, warp_row0, n0, p.T, lane);
   }
-  __device__ __forceinline__ void keep_p(const Scores& s) {
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) c_pair_to_a(a[kk], s[0][2 * kk], s[0][2 * kk + 1]);
-  }
-  // keep_p for one accumulator row (half 0: row g, a[kk][0] and [2]; half 1: row g + 8).
+  // P (bf16) into the A fragments of the P·V, one accumulator row at a time (half 0: row
+  // g, a[kk][0] and [2]; half 1: row g + 8), as sm80's c_pair_to_a packs them.
   __device__ __forceinline__ void keep_p_row(const Scores& s, int half) {
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
       a[kk][half] = pack_bf16(s[0][2 * kk][2 * half], s[0][2 * kk][2 * half + 1]);
       a[kk][2 + half] = pack_bf16(s[0][2 * kk + 1][2 * half], s[0][2 * kk + 1][2 * half + 1]);
     }
+  }
+  __device__ __forceinline__ void keep_p(const Scores& s) {
+    keep_p_row(s, 0);
+    keep_p_row(s, 1);
   }
 
   // Tile nb with the previous tile's P·V (V at v_prev_base) under its softmax. The hooks
