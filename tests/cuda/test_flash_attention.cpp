@@ -257,6 +257,39 @@ Problem random_problem(int B, int T, int H, int D, bool causal, uint32_t seed) {
   return pb;
 }
 
+// random_problem with each key scaled by 1 + 10·j/T (key j): a row's scores spread more the
+// further its keys go, so its running max climbs tile after tile, often by more than the
+// forward's lazy threshold (kLazyMaxLog2 = 8 in the log2 domain: O rescaled) and as often
+// by less (the max kept, P above 1). With plain N(0, 1) inputs the max settles within the
+// first key tile, and a forward that never rescaled O after it would pass.
+Problem ramped_problem(int B, int T, int H, int D, bool causal, uint32_t seed) {
+  Problem pb = random_problem(B, T, H, D, causal, seed);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < H; ++h) {
+        float* k = &pb.qkv[(((size_t(b) * T + t) * 3 + 1) * H + h) * D];
+        for (int d = 0; d < D; ++d) k[d] = round_bf16(k[d] * (1.f + 10.f * float(t) / float(T)));
+      }
+  return pb;
+}
+
+// How far (log2 domain, as the kernels' exponentials see it) the last row's max score
+// climbs from its first 192 keys (more than any forward's first key tile: 128 or 176) to
+// all T: over 8 means that every forward moves that row's lazy max at least once after
+// its first tile (the kept max is at most the first tile's until it moves).
+double last_row_max_climb_log2(const Problem& pb) {
+  const int i = pb.T - 1;
+  const double c = std::log2(std::exp(1.0)) / std::sqrt(double(pb.D));
+  double first = -INFINITY, all = -INFINITY;
+  for (int j = 0; j < pb.T; ++j) {
+    double dot = 0;
+    for (int d = 0; d < pb.D; ++d) dot += double(pb.q(0, i, 0)[d]) * pb.k(0, j, 0)[d];
+    if (j < 192) first = std::max(first, dot * c);
+    all = std::max(all, dot * c);
+  }
+  return all - first;
+}
+
 // ---- the device side -------------------------------------------------------------------
 struct DeviceRun {
   std::vector<float> out, lse, dqkv;
@@ -342,11 +375,12 @@ void expect_close(const std::string& what, const std::vector<float>& got, const 
 struct Case {
   int B, T, H, D;
   bool causal;
+  bool ramped = false;  // ramped_problem instead of random_problem
 };
 std::string case_name(const testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   return "B" + std::to_string(c.B) + "_T" + std::to_string(c.T) + "_H" + std::to_string(c.H) + "_D" +
-         std::to_string(c.D) + (c.causal ? "_causal" : "_full");
+         std::to_string(c.D) + (c.causal ? "_causal" : "_full") + (c.ramped ? "_ramped" : "");
 }
 
 class FlashAttentionVsReference : public testing::TestWithParam<Case> {};
@@ -382,7 +416,12 @@ bool path_wanted(const char* path) {
 TEST_P(FlashAttentionVsReference, OutputsAndGradients) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const Case c = GetParam();
-  const Problem pb = random_problem(c.B, c.T, c.H, c.D, c.causal, uint32_t(test::test_rng()()));
+  const uint32_t seed = uint32_t(test::test_rng()());
+  const Problem pb = c.ramped ? ramped_problem(c.B, c.T, c.H, c.D, c.causal, seed)
+                              : random_problem(c.B, c.T, c.H, c.D, c.causal, seed);
+  if (c.ramped) {
+    ASSERT_GT(last_row_max_climb_log2(pb), 8.0) << "the ramp no longer climbs past the lazy threshold";
+  }
   const Result ref = attention_reference<double, false>(pb);
   const Result naive = attention_reference<float, true>(pb);
   if (path_wanted("sm80")) {
@@ -475,6 +514,10 @@ std::vector<Case> all_cases() {
         const int B = T > 2048 ? 1 : 2, H = T > 2048 ? 2 : 3;
         cases.push_back({B, T, H, D, causal});
       }
+  // Scores whose running max climbs along the keys (ramped_problem): the lazy max's moves.
+  for (int D : {64, 128})
+    for (bool causal : {true, false}) cases.push_back({2, 1023, 3, D, causal, true});
+  cases.push_back({1, 4100, 2, 64, true, true});
   return cases;
 }
 INSTANTIATE_TEST_SUITE_P(Cuda, FlashAttentionVsReference, testing::ValuesIn(all_cases()), case_name);

@@ -38,6 +38,18 @@ __device__ __forceinline__ void apply_mask(float (&s)[Tile::kMTiles][Tile::kNTil
 // quad's), the factor alpha = exp2((m_old − m_new)·c) by which O must be rescaled
 // (rescale_output) before this tile's P·V is added, and returns the max in the log2
 // domain. softmax_row_exp: s → P (unnormalised) and the running sum.
+//
+// At D = 128 the running max is lazy (FlashAttention-4's rule): it moves only when the
+// tile's max exceeds it by more than kLazyMaxLog2 in the log2 domain. Until then
+// P = exp2(s·c − m·c) is at most 2^kLazyMaxLog2 (bf16 and the fp32 sums hold that with room
+// to spare), alpha is exactly 1, and O keeps its scale, so the caller may skip its rescale
+// (rescale_output_if_moved). The max that is kept is the one the exponentials used, so
+// the LSE (max·scale + ln sum) is the same number in exact arithmetic. On an H200 the
+// sm90ws forward ran 2.5-4.1% faster with it at D = 128 and 3.1-5.6% slower at D = 64,
+// where the rescale it skips is half as long (BENCHMARKS.md, fifty-fourth session).
+constexpr float kLazyMaxLog2 = 8.f;
+template <class Tile>
+constexpr bool lazy_max() { return Tile::kHeadDim == 128; }
 template <class Tile>
 __device__ __forceinline__ float softmax_row_max(const float (&s)[Tile::kMTiles][Tile::kNTiles][4],
                                                  float (&alpha)[Tile::kMTiles][2],
@@ -47,6 +59,10 @@ __device__ __forceinline__ float softmax_row_max(const float (&s)[Tile::kMTiles]
 #pragma unroll
   for (int nt = 0; nt < Tile::kNTiles; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
   mx = quad_max(mx);
+  // Not past the threshold: keep the old max. (A row with no unmasked key yet has old max
+  // -inf: any finite mx moves it; an mx of -inf gives NaN here, so it stays -inf.)
+  if constexpr (lazy_max<Tile>())
+    if (!(mx * scale_log2 - row_max[mt][half] * scale_log2 > kLazyMaxLog2)) mx = row_max[mt][half];
   // A row that has seen only masked keys keeps max -inf: subtract 0 instead, which
   // avoids (-inf) − (-inf) = NaN; its P is then exp2(-inf) = 0.
   const float m_scaled = mx == -INFINITY ? 0.f : mx * scale_log2;
@@ -112,6 +128,21 @@ __device__ __forceinline__ void rescale_output(float (&o)[Tile::kMTiles][Tile::k
         o[mt][dt][2 * half] *= alpha[mt][half];
         o[mt][dt][2 * half + 1] *= alpha[mt][half];
       }
+}
+
+// rescale_output, skipped (lazy_max) when no row of the warp moved its max (alpha 1 on
+// every row: the rescale would multiply by 1). The vote keeps the branch warp-uniform.
+template <class Tile>
+__device__ __forceinline__ void rescale_output_if_moved(float (&o)[Tile::kMTiles][Tile::kDTiles][4],
+                                                        const float (&alpha)[Tile::kMTiles][2]) {
+  if constexpr (lazy_max<Tile>()) {
+    bool moved = false;
+#pragma unroll
+    for (int mt = 0; mt < Tile::kMTiles; ++mt) moved |= alpha[mt][0] != 1.f || alpha[mt][1] != 1.f;
+    if (__any_sync(0xffffffffu, moved)) rescale_output<Tile>(o, alpha);
+  } else {
+    rescale_output<Tile>(o, alpha);
+  }
 }
 
 // Online softmax step: softmax_step, then O rescaled at once.

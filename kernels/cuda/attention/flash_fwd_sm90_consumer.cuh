@@ -159,7 +159,7 @@ struct Sm90FwdConsumer {
     sm90::wgmma_wait<0>();  // P_{nb−1}·V_{nb−1} done: O and a are free
     sm90::fence_accumulators(o[0]);
     if constexpr (!kFirst) after_pv();
-    rescale_output<Tile>(o, alpha);
+    rescale_output_if_moved<Tile>(o, alpha);
     if constexpr (kSplitSoftmax) {
       keep_p_row(s, 0);
       softmax_row_exp<Tile>(s, alpha, row_sum, 0, 1, m_scaled[1], p.scale_log2);
@@ -192,7 +192,7 @@ struct Sm90FwdConsumer {
     sm90::fence_accumulators(s[0]);
     after_qk();
     softmax(s, alpha, 0);
-    rescale_output<Tile>(o, alpha);
+    rescale_output_if_moved<Tile>(o, alpha);
     keep_p(s);
   }
   // The last tile's P·V after step_overlapped.
