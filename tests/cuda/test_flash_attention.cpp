@@ -83,6 +83,8 @@ struct Problem {
   bool causal;
   std::vector<float> qkv;   // (B,T,3,H,D), values exactly representable in bf16
   std::vector<float> dout;  // (B,T,H,D), likewise
+  // false (ramped_problem): dQ and dK are not checked, only O, LSE and dV (see there).
+  bool check_dq_dk = true;
   // Rows of length D.
   const float* q(int b, int t, int h) const { return &qkv[(((size_t(b) * T + t) * 3 + 0) * H + h) * D]; }
   const float* k(int b, int t, int h) const { return &qkv[(((size_t(b) * T + t) * 3 + 1) * H + h) * D]; }
@@ -262,8 +264,19 @@ Problem random_problem(int B, int T, int H, int D, bool causal, uint32_t seed) {
 // forward's lazy threshold (kLazyMaxLog2 = 8 in the log2 domain: O rescaled) and as often
 // by less (the max kept, P above 1). With plain N(0, 1) inputs the max settles within the
 // first key tile, and a forward that never rescaled O after it would pass.
+// These inputs check the forward (O, LSE) and dV, not dQ and dK. With keys up to 11 times
+// N(0, 1) the attention is sharp, and dQ = scale·Σ_j P_ij (dP_ij − D_i) K_j nearly cancels,
+// so it hangs on D_i = rowsum(dO∘O), which the backward computes from O as stored in bf16.
+// Two O's that each pass the O check (rounded from different fp32 sums) then give dQ's far
+// apart: scripts/o_rounding_sensitivity.cpp finds, at T = 1023, D = 64, an O summed in
+// 128-key tiles and the naive reference's O giving dQ's up to 0.06 apart (dQ up to 22),
+// where N(0, 1) keys give 0.0005. The bound (tests/testing.h) takes the naive reference's
+// error as the scale of a kernel's, which does not hold there: on an H100 every forward
+// and backward path, the eager max's too, put 17-191 dQ elements of such a case out of it
+// (BENCHMARKS.md, fifty-fifth session). dV = Σ_i P_ij dO_i has no D_i in it.
 Problem ramped_problem(int B, int T, int H, int D, bool causal, uint32_t seed) {
   Problem pb = random_problem(B, T, H, D, causal, seed);
+  pb.check_dq_dk = false;
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t)
       for (int h = 0; h < H; ++h) {
@@ -399,8 +412,10 @@ void check_against(const Problem& pb, const Result& ref, const Result& naive, co
   const std::vector<double> no_floor(ref.out.size(), 0.0);
   expect_close(label + " O", run.out, ref.out, naive.out, no_floor, D, DType::bf16, all);
   expect_close(label + " LSE", run.lse, ref.lse, naive.lse, ref.lse_floor, pb.T, DType::f32, all);
-  expect_close(label + " dQ", run.dqkv, ref.dqkv, naive.dqkv, ref.dqkv_floor, D, DType::bf16, slot(0));
-  expect_close(label + " dK", run.dqkv, ref.dqkv, naive.dqkv, ref.dqkv_floor, D, DType::bf16, slot(1));
+  if (pb.check_dq_dk) {
+    expect_close(label + " dQ", run.dqkv, ref.dqkv, naive.dqkv, ref.dqkv_floor, D, DType::bf16, slot(0));
+    expect_close(label + " dK", run.dqkv, ref.dqkv, naive.dqkv, ref.dqkv_floor, D, DType::bf16, slot(1));
+  }
   expect_close(label + " dV", run.dqkv, ref.dqkv, naive.dqkv, ref.dqkv_floor, D, DType::bf16, slot(2));
 }
 
