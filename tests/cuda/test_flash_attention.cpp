@@ -552,7 +552,7 @@ struct Sampled {
 
 template <class Real, bool kBf16>
 Sampled sampled_reference(const Problem& pb, const std::vector<int>& rows, int first_col) {
-  const int T = pb.T, D = pb.D, h = 0;  // B = 1; the first head
+  const int T = pb.T, h = 0;  // B = 1; the first head
   const size_t R = rows.size(), K = size_t(T - first_col);
   std::vector<RowTerms> terms(R);
 #pragma omp parallel for schedule(dynamic)
