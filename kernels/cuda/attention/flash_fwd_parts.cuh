@@ -39,7 +39,8 @@ __device__ __forceinline__ void apply_mask(float (&s)[Tile::kMTiles][Tile::kNTil
 // (rescale_output) before this tile's P·V is added, and returns the max in the log2
 // domain. softmax_row_exp: s → P (unnormalised) and the running sum.
 //
-// At D = 128 the running max is lazy (FlashAttention-4's rule): it moves only when the
+// kLazy: the running max is lazy (FlashAttention-4's rule; the Hopper forwards at D = 128,
+// hopper_lazy_max below): it moves only when the
 // tile's max exceeds it by more than kLazyMaxLog2 in the log2 domain. Until then
 // P = exp2(s·c − m·c) is at most 2^kLazyMaxLog2 (bf16 and the fp32 sums hold that with room
 // to spare), alpha is exactly 1, and O keeps its scale, so the caller may skip its rescale
@@ -52,9 +53,15 @@ __device__ __forceinline__ void apply_mask(float (&s)[Tile::kMTiles][Tile::kNTil
 // dQ's error that comes from O's rounding grew by 10% rms, with keys up to 4 times not at
 // all (scripts/o_rounding_sensitivity.cpp, D = 128).
 constexpr float kLazyMaxLog2 = 8.f;
+// The two Hopper forwards (sm90 and sm90ws) take the lazy max at D = 128, both, since they
+// must give the same bits (CudaFlashAttention.Sm90WsForwardIsBitwiseEqualToSm90); only the
+// warp-specialised one skips O's rescale with it (Sm90FwdConsumer::rescale). At D = 64 the
+// skipped rescale is half as long, and the compare and vote cost more than it saves. The
+// sm80 forward keeps the eager max: it rescales every tile, so the lazy max would buy it
+// nothing.
 template <class Tile>
-constexpr bool lazy_max() { return Tile::kHeadDim == 128; }
-template <class Tile>
+constexpr bool hopper_lazy_max() { return Tile::kHeadDim == 128; }
+template <class Tile, bool kLazy = false>
 __device__ __forceinline__ float softmax_row_max(const float (&s)[Tile::kMTiles][Tile::kNTiles][4],
                                                  float (&alpha)[Tile::kMTiles][2],
                                                  float (&row_max)[Tile::kMTiles][2], int mt, int half,
@@ -65,7 +72,7 @@ __device__ __forceinline__ float softmax_row_max(const float (&s)[Tile::kMTiles]
   mx = quad_max(mx);
   // Not past the threshold: keep the old max. (A row with no unmasked key yet has old max
   // -inf: any finite mx moves it; an mx of -inf gives NaN here, so it stays -inf.)
-  if constexpr (lazy_max<Tile>())
+  if constexpr (kLazy)
     if (!(mx * scale_log2 - row_max[mt][half] * scale_log2 > kLazyMaxLog2)) mx = row_max[mt][half];
   // A row that has seen only masked keys keeps max -inf: subtract 0 instead, which
   // avoids (-inf) − (-inf) = NaN; its P is then exp2(-inf) = 0.
@@ -106,7 +113,7 @@ __device__ __forceinline__ void softmax_row_exp(float (&s)[Tile::kMTiles][Tile::
 // (rescale_output) before this tile's P·V is added. The warp-specialised forward
 // (flash_fwd_sm90_consumer.cuh) rescales later, once the previous tile's P·V has left the
 // accumulators.
-template <class Tile>
+template <class Tile, bool kLazy = false>
 __device__ __forceinline__ void softmax_step(float (&s)[Tile::kMTiles][Tile::kNTiles][4],
                                              float (&alpha)[Tile::kMTiles][2],
                                              float (&row_max)[Tile::kMTiles][2],
@@ -115,7 +122,7 @@ __device__ __forceinline__ void softmax_step(float (&s)[Tile::kMTiles][Tile::kNT
   for (int mt = 0; mt < Tile::kMTiles; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {  // rows g and g+8 of the 16-row tile
-      const float m_scaled = softmax_row_max<Tile>(s, alpha, row_max, mt, half, scale_log2);
+      const float m_scaled = softmax_row_max<Tile, kLazy>(s, alpha, row_max, mt, half, scale_log2);
       softmax_row_exp<Tile>(s, alpha, row_sum, mt, half, m_scaled, scale_log2);
     }
 }
@@ -134,29 +141,26 @@ __device__ __forceinline__ void rescale_output(float (&o)[Tile::kMTiles][Tile::k
       }
 }
 
-// rescale_output, skipped (lazy_max) when no row of the warp moved its max (alpha 1 on
-// every row: the rescale would multiply by 1). The vote keeps the branch warp-uniform.
+// rescale_output after a lazy max's step, skipped when no row of the warp moved its max
+// (alpha 1 on every row: the rescale would multiply by 1). The vote keeps the branch
+// warp-uniform.
 template <class Tile>
 __device__ __forceinline__ void rescale_output_if_moved(float (&o)[Tile::kMTiles][Tile::kDTiles][4],
                                                         const float (&alpha)[Tile::kMTiles][2]) {
-  if constexpr (lazy_max<Tile>()) {
-    bool moved = false;
+  bool moved = false;
 #pragma unroll
-    for (int mt = 0; mt < Tile::kMTiles; ++mt) moved |= alpha[mt][0] != 1.f || alpha[mt][1] != 1.f;
-    if (__any_sync(0xffffffffu, moved)) rescale_output<Tile>(o, alpha);
-  } else {
-    rescale_output<Tile>(o, alpha);
-  }
+  for (int mt = 0; mt < Tile::kMTiles; ++mt) moved |= alpha[mt][0] != 1.f || alpha[mt][1] != 1.f;
+  if (__any_sync(0xffffffffu, moved)) rescale_output<Tile>(o, alpha);
 }
 
 // Online softmax step: softmax_step, then O rescaled at once.
-template <class Tile>
+template <class Tile, bool kLazy = false>
 __device__ __forceinline__ void online_softmax(float (&s)[Tile::kMTiles][Tile::kNTiles][4],
                                                float (&o)[Tile::kMTiles][Tile::kDTiles][4],
                                                float (&row_max)[Tile::kMTiles][2],
                                                float (&row_sum)[Tile::kMTiles][2], float scale_log2) {
   float alpha[Tile::kMTiles][2];
-  softmax_step<Tile>(s, alpha, row_max, row_sum, scale_log2);
+  softmax_step<Tile, kLazy>(s, alpha, row_max, row_sum, scale_log2);
   rescale_output<Tile>(o, alpha);
 }
 

@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) flash_fwd_sm90_kernel(const
     const int n0 = nb * BN;
     const bool needs_mask = n0 + BN > p.T || (kCausal && n0 + BN - 1 > m0);
     if (needs_mask) apply_mask<Tile, kCausal>(s, warp_row0, n0, p.T, lane);
-    online_softmax<Tile>(s, o, row_max, row_sum, p.scale_log2);
+    online_softmax<Tile, hopper_lazy_max<Tile>()>(s, o, row_max, row_sum, p.scale_log2);
 
     // O += P·V
     uint32_t a[BN / 16][4];

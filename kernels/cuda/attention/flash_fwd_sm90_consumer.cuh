@@ -57,6 +57,9 @@ template <class Tile, bool kCausal, bool kSplitSoftmax = false>
 struct Sm90FwdConsumer {
   static constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN;
   using Scores = float[1][Tile::kNTiles][4];
+  // The lazy running max (softmax_row_max in flash_fwd_parts.cuh), with O's rescale
+  // skipped while no row of the warp moved it (rescale): at D = 128 (hopper_lazy_max).
+  static constexpr bool kLazyMax = hopper_lazy_max<Tile>();
 
   const FlashParams& p;
   const int lane, wg, warp;
@@ -98,7 +101,12 @@ struct Sm90FwdConsumer {
   // Masks tile nb's scores and runs its softmax step: P in s, O's factor in alpha.
   __device__ __forceinline__ void softmax(Scores& s, float (&alpha)[1][2], int nb) {
     mask(s, nb);
-    softmax_step<Tile>(s, alpha, row_max, row_sum, p.scale_log2);
+    softmax_step<Tile, kLazyMax>(s, alpha, row_max, row_sum, p.scale_log2);
+  }
+  // O rescaled by the softmax step's alpha (step_overlapped's, once the previous P·V is done).
+  __device__ __forceinline__ void rescale(const float (&alpha)[1][2]) {
+    if constexpr (kLazyMax) rescale_output_if_moved<Tile>(o, alpha);
+    else rescale_output<Tile>(o, alpha);
   }
   // Tile nb's scores past T or (causal) after their row: -inf.
   __device__ __forceinline__ void mask(Scores& s, int nb) {
@@ -151,7 +159,7 @@ struct Sm90FwdConsumer {
       mask(s, nb);
 #pragma unroll
       for (int half = 0; half < 2; ++half)
-        m_scaled[half] = softmax_row_max<Tile>(s, alpha, row_max, 0, half, p.scale_log2);
+        m_scaled[half] = softmax_row_max<Tile, kLazyMax>(s, alpha, row_max, 0, half, p.scale_log2);
       softmax_row_exp<Tile>(s, alpha, row_sum, 0, 0, m_scaled[0], p.scale_log2);
     } else {
       softmax(s, alpha, nb);
@@ -159,7 +167,7 @@ struct Sm90FwdConsumer {
     sm90::wgmma_wait<0>();  // P_{nb−1}·V_{nb−1} done: O and a are free
     sm90::fence_accumulators(o[0]);
     if constexpr (!kFirst) after_pv();
-    rescale_output_if_moved<Tile>(o, alpha);
+    rescale(alpha);
     if constexpr (kSplitSoftmax) {
       keep_p_row(s, 0);
       softmax_row_exp<Tile>(s, alpha, row_sum, 0, 1, m_scaled[1], p.scale_log2);
@@ -192,7 +200,7 @@ struct Sm90FwdConsumer {
     sm90::fence_accumulators(s[0]);
     after_qk();
     softmax(s, alpha, 0);
-    rescale_output_if_moved<Tile>(o, alpha);
+    rescale(alpha);
     keep_p(s);
   }
   // The last tile's P·V after step_overlapped.
