@@ -10,7 +10,7 @@
 // max, fp32 sums; with `lazy`, the max moves only when a tile's max passes it by more than
 // 2^8). It prints each O's effect on dQ (largest and rms difference from the exact O's dQ)
 // and how far the flash O's dQ is from the naive O's.
-//   g++ -O2 -o /tmp/o_rounding scripts/o_rounding_sensitivity.cpp
+//   g++ -O2 -I. -o /tmp/o_rounding scripts/o_rounding_sensitivity.cpp
 //   /tmp/o_rounding RAMP D [lazy]          e.g. /tmp/o_rounding 10 64
 #include <algorithm>
 #include <cmath>
@@ -22,14 +22,10 @@
 #include <string>
 #include <vector>
 
+#include "src/bf16.h"
+
 namespace {
-float round_bf16(float x) {  // round to nearest even
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
+float round_bf16(float x) { return flashgpt::bf16_to_float(flashgpt::float_to_bf16(x)); }
 }  // namespace
 
 int main(int argc, char** argv) {

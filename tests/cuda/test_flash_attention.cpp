@@ -295,10 +295,9 @@ double last_row_max_climb_log2(const Problem& pb) {
   const double c = std::log2(std::exp(1.0)) / std::sqrt(double(pb.D));
   double first = -INFINITY, all = -INFINITY;
   for (int j = 0; j < pb.T; ++j) {
-    double dot = 0;
-    for (int d = 0; d < pb.D; ++d) dot += double(pb.q(0, i, 0)[d]) * pb.k(0, j, 0)[d];
-    if (j < 192) first = std::max(first, dot * c);
-    all = std::max(all, dot * c);
+    const double score = dot<double>(pb.q(0, i, 0), pb.k(0, j, 0), pb.D) * c;
+    if (j < 192) first = std::max(first, score);
+    all = std::max(all, score);
   }
   return all - first;
 }

@@ -39,12 +39,11 @@ __device__ __forceinline__ void apply_mask(float (&s)[Tile::kMTiles][Tile::kNTil
 // (rescale_output) before this tile's P·V is added, and returns the max in the log2
 // domain. softmax_row_exp: s → P (unnormalised) and the running sum.
 //
-// kLazy: the running max is lazy (FlashAttention-4's rule; the Hopper forwards at D = 128,
-// hopper_lazy_max below): it moves only when the
-// tile's max exceeds it by more than kLazyMaxLog2 in the log2 domain. Until then
-// P = exp2(s·c − m·c) is at most 2^kLazyMaxLog2 (bf16 and the fp32 sums hold that with room
-// to spare), alpha is exactly 1, and O keeps its scale, so the caller may skip its rescale
-// (rescale_output_if_moved). The max that is kept is the one the exponentials used, so
+// kLazy: the running max is lazy (FlashAttention-4's rule; where: hopper_lazy_max below):
+// it moves only when the tile's max exceeds it by more than kLazyMaxLog2 in the log2
+// domain. Until then P = exp2(s·c − m·c) is at most 2^kLazyMaxLog2 (bf16 and the fp32 sums
+// hold that with room to spare), alpha is exactly 1, and O keeps its scale, so the caller
+// may skip its rescale (rescale_output_if_moved). The max that is kept is the one the exponentials used, so
 // the LSE (max·scale + ln sum) is the same number in exact arithmetic. The forward ran
 // 2.5-4.1% faster with it at D = 128 on an H200 and 1.9-5.3% on an H100, and 3.1-5.6%
 // slower at D = 64, where the rescale it skips is half as long (BENCHMARKS.md, fifty-fourth
@@ -55,10 +54,8 @@ __device__ __forceinline__ void apply_mask(float (&s)[Tile::kMTiles][Tile::kNTil
 constexpr float kLazyMaxLog2 = 8.f;
 // The two Hopper forwards (sm90 and sm90ws) take the lazy max at D = 128, both, since they
 // must give the same bits (CudaFlashAttention.Sm90WsForwardIsBitwiseEqualToSm90); only the
-// warp-specialised one skips O's rescale with it (Sm90FwdConsumer::rescale). At D = 64 the
-// skipped rescale is half as long, and the compare and vote cost more than it saves. The
-// sm80 forward keeps the eager max: it rescales every tile, so the lazy max would buy it
-// nothing.
+// warp-specialised one skips O's rescale with it (Sm90FwdConsumer::rescale). The sm80
+// forward keeps the eager max: it rescales every tile, so the lazy max would buy it nothing.
 template <class Tile>
 constexpr bool hopper_lazy_max() { return Tile::kHeadDim == 128; }
 template <class Tile, bool kLazy = false>
