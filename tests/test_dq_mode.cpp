@@ -86,19 +86,21 @@ TEST(DqMode, AnUnknownRequestIsAnInputError) {
     EXPECT_THROW(choose_dq_mode(bad), InputError) << bad;
 }
 
-constexpr int64_t kL2 = 50 << 20;  // an H200's L2: 50 MiB
+constexpr int64_t kL2 = 50 << 20;  // an H200's L2: 50 MiB (an H100's too)
+constexpr double kH200Dram = 4.8e12, kH100Dram = 3.35e12;  // peak DRAM bytes/s
 
 // auto's group (the variable unset) for `pairs` pairs of T rows at head dim D.
-int64_t auto_group(int64_t pairs, int64_t T, int64_t D, bool causal, int64_t l2 = kL2, int64_t sms = kSms) {
-  return choose_head_group(nullptr, pairs, T, D, causal, l2, sms);
+int64_t auto_group(int64_t pairs, int64_t T, int64_t D, bool causal, int64_t l2 = kL2, int64_t sms = kSms,
+                   double dram = kH200Dram) {
+  return choose_head_group(nullptr, pairs, T, D, causal, l2, sms, dram);
 }
 
 // T·D·8 bytes a pair (Q, dO, the fp32 dQ): 0.5 MiB at D = 64, T = 1K; 8 MiB at T = 16K.
 TEST(HeadGroup, FullMasksFitTheGroupsRowsInTwoThirdsOfTheL2) {
   // 2/3 of the L2 is 33.3 MiB: 4 pairs of 8 MiB, 8 of 4 MiB.
   EXPECT_EQ(auto_group(32, 16384, 64, kFull), 4);
-  EXPECT_EQ(choose_head_group("auto", 32, 16384, 64, kFull, kL2, kSms), 4);
-  EXPECT_EQ(choose_head_group("", 32, 8192, 128, kFull, kL2, kSms), 4);
+  EXPECT_EQ(choose_head_group("auto", 32, 16384, 64, kFull, kL2, kSms, kH200Dram), 4);
+  EXPECT_EQ(choose_head_group("", 32, 8192, 128, kFull, kL2, kSms, kH200Dram), 4);
   EXPECT_EQ(auto_group(64, 4096, 128, kFull), 8);
   // At least one pair, however long the sequence; at most every pair.
   EXPECT_EQ(auto_group(12, 1 << 20, 128, kFull), 1);
@@ -153,13 +155,29 @@ TEST(HeadGroup, CausalDim128FitsFourTimesTheL2AndAQuarterOfTheSms) {
   EXPECT_EQ(auto_group(256, 1024, 128, kCausal, kL2, 108), 16);
 }
 
+TEST(HeadGroup, Dim128OnSlowerDramTakesASixteenthOfTheSms) {
+  // An H100 (3.35 TB/s): 132 / 16 = 8, under the budget's cap at both masks.
+  EXPECT_EQ(auto_group(256, 1024, 128, kCausal, kL2, kSms, kH100Dram), 8);
+  EXPECT_EQ(auto_group(128, 2048, 128, kCausal, kL2, kSms, kH100Dram), 8);
+  EXPECT_EQ(auto_group(256, 1024, 128, kFull, kL2, kSms, kH100Dram), 8);
+  EXPECT_EQ(auto_group(16, 32768, 128, kCausal, kL2, kSms, kH100Dram), 4);  // the budget's, as on an H200
+  EXPECT_EQ(auto_group(6, 1024, 128, kCausal, kL2, kSms, kH100Dram), 6);    // every pair
+  // D = 64 keeps its caps; the bandwidth's threshold sits between the two GPUs.
+  EXPECT_EQ(auto_group(768, 1024, 64, kCausal, kL2, kSms, kH100Dram), 64);
+  EXPECT_EQ(auto_group(512, 1024, 64, kFull, kL2, kSms, kH100Dram), 32);
+  EXPECT_EQ(auto_group(256, 1024, 128, kCausal, kL2, kSms, 3.9e12), 8);
+  EXPECT_EQ(auto_group(256, 1024, 128, kCausal, kL2, kSms, 4.1e12), 32);
+  // Fewer than 16 SMs: one pair.
+  EXPECT_EQ(auto_group(256, 1024, 128, kCausal, kL2, 8, kH100Dram), 1);
+}
+
 TEST(HeadGroup, ARequestIsTakenUpToEveryPair) {
-  EXPECT_EQ(choose_head_group("all", 32, 16384, 64, kCausal, kL2, kSms), 32);
-  EXPECT_EQ(choose_head_group("1", 32, 16384, 64, kCausal, kL2, kSms), 1);
-  EXPECT_EQ(choose_head_group("3", 32, 16384, 128, kCausal, kL2, kSms), 3);
-  EXPECT_EQ(choose_head_group("100", 32, 16384, 64, kFull, kL2, kSms), 32);
+  EXPECT_EQ(choose_head_group("all", 32, 16384, 64, kCausal, kL2, kSms, kH200Dram), 32);
+  EXPECT_EQ(choose_head_group("1", 32, 16384, 64, kCausal, kL2, kSms, kH200Dram), 1);
+  EXPECT_EQ(choose_head_group("3", 32, 16384, 128, kCausal, kL2, kSms, kH200Dram), 3);
+  EXPECT_EQ(choose_head_group("100", 32, 16384, 64, kFull, kL2, kSms, kH200Dram), 32);
   for (const char* bad : {"0", "-2", "+2", " 2", "2x", "ALL", "four", "1e3"})
-    EXPECT_THROW(choose_head_group(bad, 32, 16384, 64, kCausal, kL2, kSms), InputError) << bad;
+    EXPECT_THROW(choose_head_group(bad, 32, 16384, 64, kCausal, kL2, kSms, kH200Dram), InputError) << bad;
 }
 
 }  // namespace
