@@ -155,20 +155,23 @@ TEST(HeadGroup, CausalDim128FitsFourTimesTheL2AndAQuarterOfTheSms) {
   EXPECT_EQ(auto_group(256, 1024, 128, kCausal, kL2, 108), 16);
 }
 
-TEST(HeadGroup, Dim128OnSlowerDramTakesASixteenthOfTheSms) {
-  // An H100 (3.35 TB/s): 132 / 16 = 8, under the budget's cap at both masks.
-  EXPECT_EQ(auto_group(256, 1024, 128, kCausal, kL2, kSms, kH100Dram), 8);
-  EXPECT_EQ(auto_group(128, 2048, 128, kCausal, kL2, kSms, kH100Dram), 8);
-  EXPECT_EQ(auto_group(256, 1024, 128, kFull, kL2, kSms, kH100Dram), 8);
-  EXPECT_EQ(auto_group(16, 32768, 128, kCausal, kL2, kSms, kH100Dram), 4);  // the budget's, as on an H200
-  EXPECT_EQ(auto_group(6, 1024, 128, kCausal, kL2, kSms, kH100Dram), 6);    // every pair
-  // D = 64 keeps its caps; the bandwidth's threshold sits between the two GPUs.
-  EXPECT_EQ(auto_group(768, 1024, 64, kCausal, kL2, kSms, kH100Dram), 64);
-  EXPECT_EQ(auto_group(512, 1024, 64, kFull, kL2, kSms, kH100Dram), 32);
-  EXPECT_EQ(auto_group(256, 1024, 128, kCausal, kL2, kSms, 3.9e12), 8);
+TEST(HeadGroup, SlowerDramTakesAnEighthOfTheSms) {
+  // An H100 (3.35 TB/s): 132 / 8 = 16 at both head dims and masks, under the budget.
+  EXPECT_EQ(auto_group(256, 1024, 128, kCausal, kL2, kSms, kH100Dram), 16);
+  EXPECT_EQ(auto_group(128, 2048, 128, kCausal, kL2, kSms, kH100Dram), 16);
+  EXPECT_EQ(auto_group(256, 1024, 128, kFull, kL2, kSms, kH100Dram), 16);
+  EXPECT_EQ(auto_group(768, 1024, 64, kCausal, kL2, kSms, kH100Dram), 16);  // GPT-2 124M, B = 64
+  EXPECT_EQ(auto_group(256, 2048, 64, kFull, kL2, kSms, kH100Dram), 16);
+  // The budget's group where it is smaller, as on an H200; every pair where they fit.
+  EXPECT_EQ(auto_group(16, 32768, 128, kCausal, kL2, kSms, kH100Dram), 4);
+  EXPECT_EQ(auto_group(32, 16384, 64, kFull, kL2, kSms, kH100Dram), 4);
+  EXPECT_EQ(auto_group(6, 1024, 128, kCausal, kL2, kSms, kH100Dram), 6);
+  // The threshold sits between the two GPUs; an unknown bandwidth (0) takes the H200's caps.
+  EXPECT_EQ(auto_group(256, 1024, 128, kCausal, kL2, kSms, 3.9e12), 16);
   EXPECT_EQ(auto_group(256, 1024, 128, kCausal, kL2, kSms, 4.1e12), 32);
-  // Fewer than 16 SMs: one pair.
-  EXPECT_EQ(auto_group(256, 1024, 128, kCausal, kL2, 8, kH100Dram), 1);
+  EXPECT_EQ(auto_group(768, 1024, 64, kCausal, kL2, kSms, 0), 64);
+  // Fewer than 8 SMs: one pair.
+  EXPECT_EQ(auto_group(256, 1024, 128, kCausal, kL2, 6, kH100Dram), 1);
 }
 
 TEST(HeadGroup, ARequestIsTakenUpToEveryPair) {

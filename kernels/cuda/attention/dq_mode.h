@@ -87,10 +87,10 @@ inline int64_t head_group_bytes(int64_t T, int64_t D) { return T * D * 8; }
 // as fit in a budget (full masks: 2/3 of the L2; causal: twice the L2 at D = 64 and four
 // times it at D = 128, since the items in flight read a pair's rows from their key tile on,
 // half of them on average, and D = 128 measured best with larger groups), at most `sms` / 4
-// (causal, D = 64: `sms` / 2; D = 128 on a GPU of less than kSlowDram: `sms` / 16, below), at
-// least 1; below every pair, rounded down to a power of two (groups of 24 and 48, which
-// leave a smaller last group at the pair counts measured, ran 1-3% behind those of 16,
-// 32 and 64 around them). With G pairs in a group the blocks in flight, one an SM, hold
+// (causal, D = 64: `sms` / 2; on a GPU of less than kSlowDram of DRAM bandwidth `sms` / 8 at
+// every shape, below), at least 1; below every pair, rounded down to a power of two
+// (groups of 24 and 48, which leave a smaller last group at the pair counts measured, ran
+// 1-3% behind those of 16, 32 and 64 around them). With G pairs in a group the blocks in flight, one an SM, hold
 // about sms / G key tiles of each pair, which share its Q, dO and dQ rows in the L2: the
 // cap keeps 2-4 blocks on each. Measured on an H200 (132 SMs, 50 MiB of L2, 4.8 TB/s) at
 // the sweep's shapes and T = 16K-65,536, groups from 2 to every pair ("Twenty-eighth
@@ -98,10 +98,13 @@ inline int64_t head_group_bytes(int64_t T, int64_t D) { return T * D * 8; }
 // group was the best measured at most shapes and within the runs' spread at the rest
 // (D = 128 from 8K, where runs spread up to 9%); one group of every pair ran 17-27% behind
 // under a causal mask up to 4K and 2-9% behind without a mask.
-// On an H100 (the same SMs and L2, 3.35 TB/s) the D = 128 backward runs best with groups
-// of 8 (about 16 blocks a pair) where the H200 takes 32: 4% ahead at 16 x 16 x 1K causal,
-// 7% at 2K, 1.5% at 4K, 11% at 1K without a mask, level at 2K without one ("Fifty-sixth
-// session", call B); with less DRAM bandwidth a smaller set of rows in flight pays more.
+// On an H100 (the same SMs and L2, 3.35 TB/s) groups of 16 (about 8 blocks a pair) ran
+// ahead of the H200's caps at both head dims ("Fifty-sixth session", calls B and C): at
+// D = 128 against 32, 3% at 16 x 16 x 1K causal, 5% at 2K, 2% at 4K, 10% at 1K without a
+// mask (8 was up to 2% ahead of 16 there, level or behind at 16K); at D = 64 against 64
+// (causal) and 32 (full), 4.6% at GPT-2's 64 x 12 x 1K, 3% at 16 x 32 x 1K, 12% at 2K, level
+// at 4K, 1.5% and 5% without a mask at 1K and 2K. With less DRAM bandwidth a smaller set of
+// rows in flight pays more. A bandwidth of 0 (unknown) takes the H200's caps.
 constexpr double kSlowDram = 4e12;  // bytes/s: H100 SXM 3.35e12, H200 4.8e12
 inline int64_t choose_head_group(const char* requested, int64_t pairs, int64_t T, int64_t D, bool causal,
                                  int64_t l2_bytes, int64_t sms, double dram_bytes_per_s) {
@@ -112,7 +115,8 @@ inline int64_t choose_head_group(const char* requested, int64_t pairs, int64_t T
     return std::min<int64_t>(g, pairs);
   }
   const int64_t budget = !causal ? l2_bytes * 2 / 3 : D == 64 ? l2_bytes * 2 : l2_bytes * 4;
-  const int64_t cap = D == 128 && dram_bytes_per_s < kSlowDram ? sms / 16 : sms / (causal && D == 64 ? 2 : 4);
+  const bool slow_dram = dram_bytes_per_s > 0 && dram_bytes_per_s < kSlowDram;
+  const int64_t cap = slow_dram ? sms / 8 : sms / (causal && D == 64 ? 2 : 4);
   const int64_t g = std::min<int64_t>(cap, budget / head_group_bytes(T, D));
   if (g >= pairs) return pairs;
   int64_t p2 = 1;
