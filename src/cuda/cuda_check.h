@@ -41,6 +41,15 @@ inline int current_device_attribute(cudaDeviceAttr attr) {
   return value;
 }
 
+// Peak DRAM bandwidth of `device` in bytes/s: two transfers a memory clock (kHz) over the
+// bus (bits); 0 where the driver reports neither.
+inline double device_dram_bytes_per_s(int device) {
+  int khz = 0, bits = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, device));
+  return 2.0 * 1e3 * khz * bits / 8;
+}
+
 // SMs of the current device, read once: one process drives one GPU (docs/ARCHITECTURE.md).
 inline int device_sm_count() {
   static const int sms = current_device_attribute(cudaDevAttrMultiProcessorCount);

@@ -60,9 +60,9 @@ std::string describe_gpus() {
     cudaDeviceProp p{};
     CUDA_CHECK(cudaGetDeviceProperties(&p, i));
     char line[256];
-    std::snprintf(line, sizeof line, "  [%d] %s  cc %d.%d  %.1f GiB  %d SMs\n", i, p.name,
-                  p.major, p.minor, double(p.totalGlobalMem) / double(1ull << 30),
-                  p.multiProcessorCount);
+    std::snprintf(line, sizeof line, "  [%d] %s  cc %d.%d  %.1f GiB  %d SMs  %d MiB L2  %.2f TB/s peak DRAM\n", i,
+                  p.name, p.major, p.minor, double(p.totalGlobalMem) / double(1ull << 30), p.multiProcessorCount,
+                  p.l2CacheSize >> 20, cuda::device_dram_bytes_per_s(i) / 1e12);
     s += line;
   }
   return s;

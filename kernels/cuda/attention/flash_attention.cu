@@ -286,9 +286,11 @@ void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaS
   if (path == Path::sm90 && !deterministic) {
     const int max_blocks = backward_max_blocks();
     static const int l2_bytes = current_device_attribute(cudaDevAttrL2CacheSize);
-    // Peak DRAM bandwidth: two transfers a memory clock (kHz) over the bus (bits).
-    static const double dram_bytes_per_s = 2.0 * 1e3 * current_device_attribute(cudaDevAttrMemoryClockRate) *
-                                           current_device_attribute(cudaDevAttrGlobalMemoryBusWidth) / 8;
+    static const double dram_bytes_per_s = [] {
+      int device = 0;
+      CUDA_CHECK(cudaGetDevice(&device));
+      return device_dram_bytes_per_s(device);
+    }();
     p.bwd_head_group = int(attn::choose_head_group(std::getenv("FLASHGPT_ATTENTION_BWD_HEAD_GROUP"), int64_t(a.B) * a.H,
                                                    a.T, a.D, a.causal, l2_bytes, device_sm_count(), dram_bytes_per_s));
     const attn::DqMode dq = attn::choose_dq_mode(std::getenv("FLASHGPT_ATTENTION_BWD_DQ"));
