@@ -90,9 +90,9 @@ inline int64_t head_group_bytes(int64_t T, int64_t D) { return T * D * 8; }
 // (causal, D = 64: `sms` / 2; on a GPU of less than kSlowDram of DRAM bandwidth `sms` / 8 at
 // every shape, below), at least 1; below every pair, rounded down to a power of two
 // (groups of 24 and 48, which leave a smaller last group at the pair counts measured, ran
-// 1-3% behind those of 16, 32 and 64 around them). With G pairs in a group the blocks in flight, one an SM, hold
-// about sms / G key tiles of each pair, which share its Q, dO and dQ rows in the L2: the
-// cap keeps 2-4 blocks on each. Measured on an H200 (132 SMs, 50 MiB of L2, 4.8 TB/s) at
+// 1-3% behind those of 16, 32 and 64 around them). With G pairs in a group the blocks in
+// flight, one an SM, hold about sms / G key tiles of each pair, which share its Q, dO and
+// dQ rows in the L2: the cap keeps 2-8 blocks on each. Measured on an H200 (132 SMs, 50 MiB of L2, 4.8 TB/s) at
 // the sweep's shapes and T = 16K-65,536, groups from 2 to every pair ("Twenty-eighth
 // session", calls 2 and 4; "Sixteenth session"; "Twenty-ninth session", call 4): auto's
 // group was the best measured at most shapes and within the runs' spread at the rest
@@ -103,7 +103,7 @@ inline int64_t head_group_bytes(int64_t T, int64_t D) { return T * D * 8; }
 // D = 128 against 32, 3% at 16 x 16 x 1K causal, 5% at 2K, 2% at 4K, 10% at 1K without a
 // mask (8 was up to 2% ahead of 16 there, level or behind at 16K); at D = 64 against 64
 // (causal) and 32 (full), 4.6% at GPT-2's 64 x 12 x 1K, 3% at 16 x 32 x 1K, 12% at 2K, level
-// at 4K, 1.5% and 5% without a mask at 1K and 2K. With less DRAM bandwidth a smaller set of
+// at 4K, 2% and 5% without a mask at 1K and 2K. With less DRAM bandwidth a smaller set of
 // rows in flight pays more. A bandwidth of 0 (unknown) takes the H200's caps.
 constexpr double kSlowDram = 4e12;  // bytes/s: H100 SXM 3.35e12, H200 4.8e12
 inline int64_t choose_head_group(const char* requested, int64_t pairs, int64_t T, int64_t D, bool causal,
