@@ -674,8 +674,8 @@ std::vector<double> emulated_flash_backward(const Problem& pb, const std::vector
 }
 
 // What the ramped cases' dQ and dK checks allow (see ramped_problem), on the CPU: a flash
-// backward given the naive reference's O and LSE passes them, and one whose D is off by
-// 2^-8 (an O rounded one bf16 step otherwise, at every element) fails them.
+// backward given the naive reference's O and LSE passes them, and one whose D is off by a
+// relative 2^-8 (half a bf16 step) fails them.
 TEST(FlashAttentionReference, SharpAttentionChecksTheBackwardOnTheNaiveO) {
   for (bool causal : {true, false}) {
     const Problem pb = ramped_problem(1, 700, 2, 64, causal, uint32_t(test::test_rng()()));
