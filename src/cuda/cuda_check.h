@@ -42,11 +42,15 @@ inline int current_device_attribute(cudaDeviceAttr attr) {
 }
 
 // Peak DRAM bandwidth of `device` in bytes/s: two transfers a memory clock (kHz) over the
-// bus (bits); 0 where the driver reports neither.
+// bus (bits); 0 (unknown) where the driver does not report them: a tuning hint only, so
+// never an error.
 inline double device_dram_bytes_per_s(int device) {
   int khz = 0, bits = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, device));
+  if (cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess) {
+    cudaGetLastError();  // clear it: nothing failed that a caller needs
+    return 0;
+  }
   return 2.0 * 1e3 * khz * bits / 8;
 }
 
