@@ -33,11 +33,17 @@
 
 namespace flashgpt::cuda {
 
+// The current device's ordinal (host code).
+inline int current_device() {
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  return dev;
+}
+
 // An attribute of the current device (host code; launchers cache it where it is per call).
 inline int current_device_attribute(cudaDeviceAttr attr) {
-  int dev = 0, value = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, dev));
+  int value = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, current_device()));
   return value;
 }
 

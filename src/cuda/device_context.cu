@@ -63,8 +63,9 @@ std::string describe_gpus() {
     char bw[32] = "peak DRAM unknown";
     if (dram > 0) std::snprintf(bw, sizeof bw, "%.2f TB/s peak DRAM", dram / 1e12);
     char line[320];
-    std::snprintf(line, sizeof line, "  [%d] %s  cc %d.%d  %.1f GiB  %d SMs  %d MiB L2  %s\n", i, p.name, p.major,
-                  p.minor, double(p.totalGlobalMem) / double(1ull << 30), p.multiProcessorCount, p.l2CacheSize >> 20, bw);
+    std::snprintf(line, sizeof line, "  [%d] %s  cc %d.%d  %.1f GiB  %d SMs  %d MiB L2  %s\n", i, p.name,
+                  p.major, p.minor, double(p.totalGlobalMem) / double(1ull << 30), p.multiProcessorCount,
+                  p.l2CacheSize >> 20, bw);
     s += line;
   }
   return s;

@@ -653,7 +653,8 @@ std::vector<double> emulated_flash_backward(const Problem& pb, const std::vector
           const float l2 = float(lse[(size_t(b) * H + h) * T + size_t(i)]) * log2e;
           for (int j = j0; j < std::min(T, j0 + kKeyTile) && (!pb.causal || j <= i); ++j) {
             const float p = std::exp2(dot16(pb.q(b, i, h), pb.k(b, j, h)) * scale * log2e - l2);
-            const float ds = round_bf16(p * (dot16(pb.dO(b, i, h), pb.v(b, j, h)) - dlt[size_t(i)])), pr = round_bf16(p);
+            const float dp = dot16(pb.dO(b, i, h), pb.v(b, j, h));
+            const float ds = round_bf16(p * (dp - dlt[size_t(i)])), pr = round_bf16(p);
             for (int d = 0; d < D; ++d) {
               part[size_t(d)] += ds * pb.k(b, j, h)[d];
               dk[size_t(j) * D + size_t(d)] += ds * pb.q(b, i, h)[d];

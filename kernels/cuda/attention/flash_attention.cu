@@ -139,8 +139,7 @@ PersistentGrid forward_persistent_grid(attn::FwdSchedule schedule, int tile, con
 // per device and stream, so that forwards on two streams never share one): 4 bytes,
 // zeroed once, before the first launch on that stream; each launch leaves it at 0.
 int* forward_tile_counter(cudaStream_t stream) {
-  int device = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
+  const int device = current_device();
   static std::mutex mutex;
   static std::map<std::pair<int, cudaStream_t>, int*> counters;
   const std::lock_guard<std::mutex> lock(mutex);
@@ -286,11 +285,7 @@ void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaS
   if (path == Path::sm90 && !deterministic) {
     const int max_blocks = backward_max_blocks();
     static const int l2_bytes = current_device_attribute(cudaDevAttrL2CacheSize);
-    static const double dram_bytes_per_s = [] {
-      int device = 0;
-      CUDA_CHECK(cudaGetDevice(&device));
-      return device_dram_bytes_per_s(device);
-    }();
+    static const double dram_bytes_per_s = device_dram_bytes_per_s(current_device());
     p.bwd_head_group = int(attn::choose_head_group(std::getenv("FLASHGPT_ATTENTION_BWD_HEAD_GROUP"), int64_t(a.B) * a.H,
                                                    a.T, a.D, a.causal, l2_bytes, device_sm_count(), dram_bytes_per_s));
     const attn::DqMode dq = attn::choose_dq_mode(std::getenv("FLASHGPT_ATTENTION_BWD_DQ"));

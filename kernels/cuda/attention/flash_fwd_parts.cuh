@@ -43,8 +43,8 @@ __device__ __forceinline__ void apply_mask(float (&s)[Tile::kMTiles][Tile::kNTil
 // it moves only when the tile's max exceeds it by more than kLazyMaxLog2 in the log2
 // domain. Until then P = exp2(s·c − m·c) is at most 2^kLazyMaxLog2 (bf16 and the fp32 sums
 // hold that with room to spare), alpha is exactly 1, and O keeps its scale, so the caller
-// may skip its rescale (rescale_output_if_moved). The max that is kept is the one the exponentials used, so
-// the LSE (max·scale + ln sum) is the same number in exact arithmetic. The forward ran
+// may skip its rescale (rescale_output_if_moved). The kept max is the one the exponentials
+// used, so the LSE (max·scale + ln sum) is the same number in exact arithmetic. The forward ran
 // 2.5-4.1% faster with it at D = 128 on an H200 and 1.9-5.3% on an H100, and 3.1-5.6%
 // slower at D = 64, where the rescale it skips is half as long (BENCHMARKS.md, fifty-fourth
 // and fifty-fifth sessions). Its cost in accuracy: a row's largest P is no longer exactly
