@@ -7,7 +7,10 @@ launch of each is the one to profile, e.g.
       python3 scripts/cudnn_attention_run.py --batch 1 --heads 32 --seq 16384 --head-dim 64
 
 (`ncu_profile.sh` skips three launches by default). --names prints the CUDA kernels of one
-more iteration, with their times, to find the names to match."""
+more iteration, with their times, to find the names to match. --layout qkv gives cuDNN
+flashgpt's training layout (q, k, v strided views of one (B, T, 3, H, D) tensor) instead of
+contiguous (B, H, T, D) tensors: on an H100 its backward read as much from DRAM and ran as
+fast either way (BENCHMARKS.md, "Fifty-seventh session", call 3)."""
 import argparse
 
 import torch
@@ -22,13 +25,24 @@ def main():
     ap.add_argument("--head-dim", type=int, required=True)
     ap.add_argument("--full", action="store_true", help="no causal mask")
     ap.add_argument("--names", action="store_true", help="print the kernels of one more iteration")
+    ap.add_argument("--layout", choices=("bhtd", "qkv"), default="bhtd",
+                    help="bhtd: q, k, v and the output gradient each a contiguous (B, H, T, D) tensor "
+                    "(scripts/bench_attention.py's baseline); qkv: flashgpt's training layout, q, k and v "
+                    "views of one (B, T, 3, H, D) tensor and the gradient a view of (B, T, H, D)")
     a = ap.parse_args()
     shape = (a.batch, a.heads, a.seq, a.head_dim)
-    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    if a.layout == "bhtd":
+        q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+        dout = torch.ones(shape, device="cuda", dtype=torch.bfloat16)
+    else:
+        qkv = torch.randn(a.batch, a.seq, 3, a.heads, a.head_dim, device="cuda", dtype=torch.bfloat16,
+                          requires_grad=True)
+        q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+        dout = torch.ones(a.batch, a.seq, a.heads, a.head_dim, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
 
     def step():
         o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=not a.full)
-        o.backward(torch.ones_like(o))
+        o.backward(dout)
 
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
         for _ in range(4):

@@ -90,17 +90,22 @@ constexpr int64_t kL2 = 50 << 20;  // an H200's L2: 50 MiB (an H100's too)
 constexpr double kH200Dram = 4.8e12, kH100Dram = 3.35e12;  // peak DRAM bytes/s
 
 // auto's group (the variable unset) for `pairs` pairs of T rows at head dim D.
+// Claimed an item ahead (D = 64; atomic mode at D = 128): auto_group; just in time (D = 128,
+// tma and flat modes): jit_group.
 int64_t auto_group(int64_t pairs, int64_t T, int64_t D, bool causal, int64_t l2 = kL2, int64_t sms = kSms,
                    double dram = kH200Dram) {
-  return choose_head_group(nullptr, pairs, T, D, causal, l2, sms, dram);
+  return choose_head_group(nullptr, pairs, T, D, causal, l2, sms, dram, /*just_in_time=*/false);
+}
+int64_t jit_group(int64_t pairs, int64_t T, bool causal, int64_t sms = kSms, double dram = kH200Dram) {
+  return choose_head_group(nullptr, pairs, T, 128, causal, kL2, sms, dram, /*just_in_time=*/true);
 }
 
 // T·D·8 bytes a pair (Q, dO, the fp32 dQ): 0.5 MiB at D = 64, T = 1K; 8 MiB at T = 16K.
 TEST(HeadGroup, FullMasksFitTheGroupsRowsInTwoThirdsOfTheL2) {
   // 2/3 of the L2 is 33.3 MiB: 4 pairs of 8 MiB, 8 of 4 MiB.
   EXPECT_EQ(auto_group(32, 16384, 64, kFull), 4);
-  EXPECT_EQ(choose_head_group("auto", 32, 16384, 64, kFull, kL2, kSms, kH200Dram), 4);
-  EXPECT_EQ(choose_head_group("", 32, 8192, 128, kFull, kL2, kSms, kH200Dram), 4);
+  EXPECT_EQ(choose_head_group("auto", 32, 16384, 64, kFull, kL2, kSms, kH200Dram, false), 4);
+  EXPECT_EQ(choose_head_group("", 32, 8192, 128, kFull, kL2, kSms, kH200Dram, false), 4);
   EXPECT_EQ(auto_group(64, 4096, 128, kFull), 8);
   // At least one pair, however long the sequence; at most every pair.
   EXPECT_EQ(auto_group(12, 1 << 20, 128, kFull), 1);
@@ -174,13 +179,45 @@ TEST(HeadGroup, SlowerDramTakesAnEighthOfTheSms) {
   EXPECT_EQ(auto_group(256, 1024, 128, kCausal, kL2, 6, kH100Dram), 1);
 }
 
+TEST(HeadGroup, JustInTimeClaimsTakeTheGroupWhoseKeyTilesFillOneWave) {
+  // 132 SMs / key tiles of 128 keys a pair, a power of two; masks and DRAM alike.
+  for (bool causal : {kCausal, kFull}) {
+    EXPECT_EQ(jit_group(256, 1024, causal), 16) << causal;  // 8 tiles: 16.5
+    EXPECT_EQ(jit_group(128, 2048, causal), 8) << causal;
+    EXPECT_EQ(jit_group(64, 4096, causal), 4) << causal;
+    EXPECT_EQ(jit_group(32, 8192, causal), 2) << causal;
+    EXPECT_EQ(jit_group(16, 16384, causal), 1) << causal;   // 128 tiles
+    EXPECT_EQ(jit_group(16, 65536, causal), 1) << causal;   // more tiles than SMs: still one pair
+    EXPECT_EQ(jit_group(256, 1024, causal, kSms, kH100Dram), 16) << causal;
+    EXPECT_EQ(jit_group(256, 1024, causal, kSms, 0), 16) << causal;
+  }
+  // Partial key tiles count: 1000 keys are 8 tiles (16), 1025 are 9 (14, so 8).
+  EXPECT_EQ(jit_group(256, 1000, kCausal), 16);
+  EXPECT_EQ(jit_group(256, 1025, kCausal), 8);
+  // Every pair when fewer; 108 SMs: 13, so 8.
+  EXPECT_EQ(jit_group(6, 1024, kCausal), 6);
+  EXPECT_EQ(jit_group(256, 1024, kCausal, 108), 8);
+  // The rule of claims an item ahead at the same shapes differs (H200: 32 at 1K causal).
+  EXPECT_EQ(auto_group(256, 1024, 128, kCausal), 32);
+}
+
+TEST(HeadGroup, ClaimsAreJustInTimeAtHeadDim128InTmaAndFlatModes) {
+  using cuda::attn::claims_just_in_time;
+  EXPECT_TRUE(claims_just_in_time(DqMode::flat, 128));
+  EXPECT_TRUE(claims_just_in_time(DqMode::tma, 128));
+  EXPECT_FALSE(claims_just_in_time(DqMode::atomic, 128));
+  EXPECT_FALSE(claims_just_in_time(DqMode::owner, 128));
+  for (DqMode mode : {DqMode::flat, DqMode::tma, DqMode::atomic, DqMode::owner})
+    EXPECT_FALSE(claims_just_in_time(mode, 64));
+}
+
 TEST(HeadGroup, ARequestIsTakenUpToEveryPair) {
-  EXPECT_EQ(choose_head_group("all", 32, 16384, 64, kCausal, kL2, kSms, kH200Dram), 32);
-  EXPECT_EQ(choose_head_group("1", 32, 16384, 64, kCausal, kL2, kSms, kH200Dram), 1);
-  EXPECT_EQ(choose_head_group("3", 32, 16384, 128, kCausal, kL2, kSms, kH200Dram), 3);
-  EXPECT_EQ(choose_head_group("100", 32, 16384, 64, kFull, kL2, kSms, kH200Dram), 32);
+  EXPECT_EQ(choose_head_group("all", 32, 16384, 64, kCausal, kL2, kSms, kH200Dram, false), 32);
+  EXPECT_EQ(choose_head_group("1", 32, 16384, 64, kCausal, kL2, kSms, kH200Dram, false), 1);
+  EXPECT_EQ(choose_head_group("3", 32, 16384, 128, kCausal, kL2, kSms, kH200Dram, false), 3);
+  EXPECT_EQ(choose_head_group("100", 32, 16384, 64, kFull, kL2, kSms, kH200Dram, false), 32);
   for (const char* bad : {"0", "-2", "+2", " 2", "2x", "ALL", "four", "1e3"})
-    EXPECT_THROW(choose_head_group(bad, 32, 16384, 64, kCausal, kL2, kSms, kH200Dram), InputError) << bad;
+    EXPECT_THROW(choose_head_group(bad, 32, 16384, 64, kCausal, kL2, kSms, kH200Dram, false), InputError) << bad;
 }
 
 }  // namespace
