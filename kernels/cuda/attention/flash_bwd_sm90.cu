@@ -319,6 +319,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // The claim of the next item comes at the item's second-to-last step; an item of one
   // step has its successor claimed at the last step of the item before it.
   constexpr bool kLateClaim = kKvBufs == 1 && !kOwner;
+  static_assert(kLateClaim == claims_just_in_time(kOwner   ? DqMode::owner
+                                                  : kFlatDq ? DqMode::flat
+                                                  : kTmaDq  ? DqMode::tma
+                                                            : DqMode::atomic,
+                                                  D),
+                "dq_mode.h's head-group rule must know which kernels claim just in time");
   auto item_steps = [&](int it) { return m_blocks - first_m_of(item_n(it)); };
 
   auto k_src = [&](int it) {
