@@ -87,7 +87,7 @@ inline constexpr int64_t kBwdKeyTile = 128;
 // Whether the sm90 backward in dQ mode `mode` at head dim D claims each item just in time:
 // two steps before it starts (the kernel's kLateClaim: D = 128, tma and flat modes), not
 // an item ahead (atomic mode and D = 64, whose K and V load an item ahead, and owner mode).
-inline bool claims_just_in_time(DqMode mode, int64_t D) {
+constexpr bool claims_just_in_time(DqMode mode, int64_t D) {
   return D == 128 && (mode == DqMode::tma || mode == DqMode::flat);
 }
 
