@@ -15,8 +15,11 @@
 # anonymous-namespace ids masked: one line per kernel, "same", "DIFFERENT", "only at REV"
 # or "only here" (an added or removed template instantiation leaves the other kernels'
 # cubin bytes moved, which the whole-file check cannot tell apart from a change; a kernel
-# whose name changed, say by a new template parameter, shows as one of each). Exit status
-# 0 when no kernel here differs from its namesake at REV and none is only here.
+# whose name changed, say by a new template parameter, shows as one of each), or
+# "renamed" where the two differ only in the numbering of PTX's virtual registers (each
+# side renumbered in order of first use: the same instructions on the same values, which
+# ptxas may still allocate otherwise). Exit status 0 when no kernel here differs from its
+# namesake at REV (renamed counts as differing) and none is only here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
@@ -63,12 +66,20 @@ def kernels(path):
         key = re.sub(r"_GLOBAL__N__[0-9a-f]{8}_\d+_\w+?_cu_[0-9a-f]{8}[_\d]*", "ANON", mangled)
         out[key] = body
     return out
+def renumbered(body):
+    # Virtual registers (%r12, %rd3, %f7, %p2, ...) renamed in order of first use; the
+    # .reg declarations, which count them, dropped.
+    names = {}
+    body = re.sub(r"^\s*\.reg [^\n]*\n", "", body, flags=re.M)
+    return re.sub(r"%(rd|rs|rh|fd|r|f|h|p)(\d+)\b", lambda m: names.setdefault(m.group(0), f"%{m.group(1)}#{len(names)}"), body)
+def compare(a, b):
+    return "same" if a == b else "renamed" if renumbered(a) == renumbered(b) else "DIFFERENT"
 old, new = kernels(sys.argv[1]), kernels(sys.argv[2])
 bad = False
 for k in sorted(set(old) | set(new)):
-    state = ("same" if old[k] == new[k] else "DIFFERENT") if k in old and k in new else \
+    state = compare(old[k], new[k]) if k in old and k in new else \
             f"only at {sys.argv[4]}" if k in old else "only here"
-    bad |= state in ("DIFFERENT", "only here")
+    bad |= state in ("DIFFERENT", "renamed", "only here")
     print(f"{state:<13} {sys.argv[3]}  {k}")
 sys.exit(1 if bad else 0)
 PY
