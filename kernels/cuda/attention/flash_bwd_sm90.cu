@@ -565,7 +565,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // Whether the item has another query tile (else the next item's first comes next).
     const bool same_item = kDescending ? m > first_m_of(n_block) : m + 1 < m_blocks;
     const int q_item = same_item ? item : next_item;
-    // (One K/V buffer: the next item's K and V load at its first step, above.)
+    // (One K/V buffer: the next item's K and V load by TMA during this item's last step, below.)
     if (kKvBufs == 2 && first_step && next_item < items) load_kv(next_item, kv_buf ^ 1);
     cp_async_commit();
 
