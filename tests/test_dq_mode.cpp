@@ -201,14 +201,12 @@ TEST(HeadGroup, JustInTimeClaimsTakeTheGroupWhoseKeyTilesFillOneWave) {
   EXPECT_EQ(auto_group(256, 1024, 128, kCausal), 32);
 }
 
-TEST(HeadGroup, ClaimsAreJustInTimeAtHeadDim128InTmaAndFlatModes) {
+TEST(HeadGroup, ClaimsAreJustInTimeInEveryModeButOwner) {
   using cuda::attn::claims_just_in_time;
-  EXPECT_TRUE(claims_just_in_time(DqMode::flat, 128));
-  EXPECT_TRUE(claims_just_in_time(DqMode::tma, 128));
-  EXPECT_FALSE(claims_just_in_time(DqMode::atomic, 128));
-  EXPECT_FALSE(claims_just_in_time(DqMode::owner, 128));
-  for (DqMode mode : {DqMode::flat, DqMode::tma, DqMode::atomic, DqMode::owner})
-    EXPECT_FALSE(claims_just_in_time(mode, 64));
+  for (int64_t D : {64, 128}) {
+    for (DqMode mode : {DqMode::flat, DqMode::tma, DqMode::atomic}) EXPECT_TRUE(claims_just_in_time(mode, D)) << D;
+    EXPECT_FALSE(claims_just_in_time(DqMode::owner, D)) << D;
+  }
 }
 
 TEST(HeadGroup, ARequestIsTakenUpToEveryPair) {

@@ -84,11 +84,12 @@ inline int64_t head_group_bytes(int64_t T, int64_t D) { return T * D * 8; }
 // The sm90 backward's key tile (flash_bwd_sm90.cu's kBlockN, which asserts it).
 inline constexpr int64_t kBwdKeyTile = 128;
 
-// Whether the sm90 backward in dQ mode `mode` at head dim D claims each item just in time:
-// two steps before it starts (the kernel's kLateClaim: D = 128, tma and flat modes), not
-// an item ahead (atomic mode and D = 64, whose K and V load an item ahead, and owner mode).
+// Whether the sm90 backward in dQ mode `mode` at head dim D claims each item just in time,
+// a few steps before it starts (the kernel's kLateClaim: every mode but owner, at both
+// head dims), not an item ahead (owner mode: whole (batch, head) units).
 constexpr bool claims_just_in_time(DqMode mode, int64_t D) {
-  return D == 128 && (mode == DqMode::tma || mode == DqMode::flat);
+  static_cast<void>(D);
+  return mode != DqMode::owner;
 }
 
 // The group for `requested` (FLASHGPT_ATTENTION_BWD_HEAD_GROUP: auto, all or a positive

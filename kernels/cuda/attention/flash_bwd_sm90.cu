@@ -309,16 +309,21 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const int u = int(gridDim.x) + atomicAdd(p.item_counter, 1);
     return kOwner ? (u < heads ? u * n_blocks : items) : u;
   };
-  // kLateClaim (one K/V buffer, every mode but owner): a block claims its next item two
-  // steps before that item starts, not an item ahead. Claimed an item ahead, an item began
+  // kLateClaim (every mode but owner): a block claims its next item kClaimLead + 1 steps
+  // before that item starts, not an item ahead. Claimed an item ahead, an item began
   // as late as a whole item after its claim (items of 2 to T/64 steps), so the key tiles
   // of one (batch, head), claimed together, began up to an item apart and read its Q, dO
   // and dQ rows each on its own; claimed just in time they begin within a few steps of
   // each other and share those rows in the L2 (Nsight Compute, H100, 8 x 16 x 2K causal:
   // L2 read misses ~19.4 M sectors against cuDNN's 10.7 M at every head group before).
-  // The claim of the next item comes at the item's second-to-last step; an item of one
-  // step has its successor claimed at the last step of the item before it.
-  constexpr bool kLateClaim = kKvBufs == 1 && !kOwner;
+  // kClaimLead: the steps before an item starts at which its K and V load (one K/V
+  // buffer, by TMA: 1, the last step of the item before; two, by cp.async: 2, so that the
+  // load has a step to land before the pre-issued Sᵀ of the item's first step reads K).
+  // The claim of the next item comes a step before that, at the step kClaimLead + 1 from
+  // an item's end; an item of kClaimLead steps or fewer loads its successor's K and V at
+  // its first step, and has that successor claimed at the last step of the item before.
+  constexpr bool kLateClaim = !kOwner;
+  constexpr int kClaimLead = kKvBufs == 1 ? 1 : 2;
   static_assert(kLateClaim == claims_just_in_time(kOwner   ? DqMode::owner
                                                   : kFlatDq ? DqMode::flat
                                                   : kTmaDq  ? DqMode::tma
@@ -405,9 +410,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   if (tid == 0) {
     const int bh = item_bh(item);
     issue_q_tile(bh, bh / p.H, bh % p.H, m, 0);
-    // Ordinal 1 (kLateClaim: now only if the first item is one step long; else at its
-    // second-to-last step).
-    sItem[1] = !kLateClaim || item_steps(item) == 1 ? claim() : items;
+    // Ordinal 1 (kLateClaim: now only if the first item is kClaimLead steps long or
+    // shorter; else kClaimLead + 1 steps before its end).
+    sItem[1] = !kLateClaim || item_steps(item) <= kClaimLead ? claim() : items;
   }
 
   float dk[Tile::kDTiles][4], dv[Tile::kDTiles][4];
@@ -565,8 +570,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // Whether the item has another query tile (else the next item's first comes next).
     const bool same_item = kDescending ? m > first_m_of(n_block) : m + 1 < m_blocks;
     const int q_item = same_item ? item : next_item;
-    // (One K/V buffer: the next item's K and V load by TMA during this item's last step, below.)
-    if (kKvBufs == 2 && first_step && next_item < items) load_kv(next_item, kv_buf ^ 1);
+    // Steps of this item from this one on (kLateClaim).
+    const int left = kDescending ? m - first_m_of(n_block) + 1 : m_blocks - m;
+    // Two K/V buffers: the next item's K and V, at this item's first step, or (kLateClaim)
+    // kClaimLead steps from its end (at its first step if it is that short). (One K/V
+    // buffer: by TMA during this item's last step, below.)
+    const bool load_next_now = kLateClaim ? left == min(m_blocks - first_m_of(n_block), kClaimLead) : first_step;
+    if (kKvBufs == 2 && load_next_now && next_item < items) load_kv(next_item, kv_buf ^ 1);
     cp_async_commit();
 
     const int n0 = n_block * BN;
@@ -611,11 +621,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     bool claimed_next = false;  // kLateClaim: the claim is the next item's (ordinal + 1)
     if constexpr (kLateClaim) {
       if (tid == 0) {
-        const int left = kDescending ? m - first_m_of(n_block) + 1 : m_blocks - m;  // steps from this one on
-        if (left == 2) {
-          claimed = claim(), claimed_next = true;  // read at this item's last step
-        } else if (left == 1 && next_item < items && item_steps(next_item) == 1) {
-          claimed = claim();  // the item after a one-step next item
+        if (left == kClaimLead + 1) {
+          claimed = claim(), claimed_next = true;  // read at the step that loads its K and V
+        } else if (left == 1 && next_item < items && item_steps(next_item) <= kClaimLead) {
+          claimed = claim();  // the item after a next item of kClaimLead steps or fewer
         }
       }
     } else {
