@@ -79,76 +79,41 @@ inline int64_t backward_workspace_bytes(int64_t B, int64_t T, int64_t H, int64_t
 // causal masks: the longest items first). A group's Q and dO (bf16) and dQ accumulator
 // (fp32), T·D·8 bytes a pair, are what its items read again and again. Owner mode runs
 // whole pairs and ignores the group.
-inline int64_t head_group_bytes(int64_t T, int64_t D) { return T * D * 8; }
-
 // The sm90 backward's key tile (flash_bwd_sm90.cu's kBlockN, which asserts it).
 inline constexpr int64_t kBwdKeyTile = 128;
 
-// Whether the sm90 backward in dQ mode `mode` at head dim D claims each item just in time,
-// a few steps before it starts (the kernel's kLateClaim: every mode but owner, at both
-// head dims), not an item ahead (owner mode: whole (batch, head) units).
-constexpr bool claims_just_in_time(DqMode mode, int64_t D) {
-  static_cast<void>(D);
-  return mode != DqMode::owner;
-}
-
 // The group for `requested` (FLASHGPT_ATTENTION_BWD_HEAD_GROUP: auto, all or a positive
 // number of pairs; null or empty = auto; anything else is an InputError), on a GPU of `sms`
-// SMs, `l2_bytes` of L2 and `dram_bytes_per_s` of peak DRAM bandwidth, for a backward that
-// claims just in time or not (claims_just_in_time). Below every pair, auto's group is
-// rounded down to a power of two (groups of 24 and 48, which leave a smaller last group at
-// the pair counts measured, ran 1-3% behind those of 16, 32 and 64 around them), and it is
-// at least 1.
+// SMs. auto: the group whose key tiles fill one wave of blocks (one an SM), SMs / key
+// tiles a pair, rounded down to a power of two below every pair (groups of 24 and 48,
+// which leave a smaller last group, ran 1-3% behind those of 16, 32 and 64 around them),
+// and at least 1: 16 at T = 1K, 8 at 2K, 1 from 16K on 132 SMs.
 //
-// Claims just in time (D = 128): the items claimed together start together, so a group
-// whose items fit in one wave of blocks (one an SM) has all its key tiles in flight at
-// once, and they read each Q, dO and dQ row of a pair within a few steps of each other.
-// auto: SMs / key tiles a pair. Measured on an H100 (BENCHMARKS.md, "Fifty-seventh session",
-// calls 4 and 5, groups of 1-16, two rounds): that group (causal and full: 16 at 1K, 8 at
-// 2K, 4 at 4K, 2 at 8K, 1 at 16K) was the best measured or within 1.2% of it at every
-// shape; groups of twice as many pairs read more from DRAM (Nsight Compute: 2K causal, 16
-// against 8, 506 against 407 MB; 4K full, 8 against 4, 894 against 610 MB). On an H200
-// (call 7) the claims and this group together ran 2.4-4.4% faster than the H200's groups
-// with claims an item ahead at 1K-4K; other groups were not tried there.
-//
-// Claims an item ahead (D = 64; atomic mode at D = 128): an item starts up to an item after
-// its claim, so a group's key tiles read its rows at times an item apart, and the group is
-// sized to keep its rows in the L2 instead: as many pairs as fit in a budget (full masks:
-// 2/3 of the L2; causal: twice the L2 at D = 64 and four times it at D = 128, since the
-// items in flight read a pair's rows from their key tile on, half of them on average, and
-// D = 128 measured best with larger groups), at most `sms` / 4 (causal, D = 64: `sms` / 2;
-// on a GPU of less than kSlowDram of DRAM bandwidth `sms` / 8 at every shape, below). With
-// G pairs in a group the blocks in flight, one an SM, hold about sms / G key tiles of each
-// pair, which share its Q, dO and dQ rows in the L2: the cap keeps 2-8 blocks on each.
-// Measured on an H200 (132 SMs, 50 MiB of L2, 4.8 TB/s) at the sweep's shapes and
-// T = 16K-65,536, groups from 2 to every pair ("Twenty-eighth session", calls 2 and 4;
-// "Sixteenth session"; "Twenty-ninth session", call 4): auto's group was the best measured
-// at most shapes and within the runs' spread at the rest (D = 128 from 8K, where runs spread
-// up to 9%); one group of every pair ran 17-27% behind under a causal mask up to 4K and 2-9%
-// behind without a mask. On an H100 (the same SMs and L2, 3.35 TB/s) groups of 16 (about 8
-// blocks a pair) ran ahead of the H200's caps at D = 64 ("Fifty-sixth session", call C):
-// against 64 (causal) and 32 (full), 4.6% at GPT-2's 64 x 12 x 1K, 3% at 16 x 32 x 1K, 12%
-// at 2K, level at 4K, 2% and 5% without a mask at 1K and 2K; and so did they at D = 128
-// before its claims were just in time (call B). With less DRAM bandwidth a smaller set of
-// rows in flight pays more. A bandwidth of 0 (unknown) takes the H200's caps.
-constexpr double kSlowDram = 4e12;  // bytes/s: H100 SXM 3.35e12, H200 4.8e12
-inline int64_t choose_head_group(const char* requested, int64_t pairs, int64_t T, int64_t D, bool causal,
-                                 int64_t l2_bytes, int64_t sms, double dram_bytes_per_s, bool just_in_time) {
+// The rule rests on the kernel's claims (flash_bwd_sm90.cu, kLateClaim): a block claims
+// its next item a few steps before it starts, so the items claimed together start
+// together, a group's key tiles are all in flight at once, and they read each Q, dO and
+// dQ row of a pair within a few steps of each other. Measured (BENCHMARKS.md):
+// - D = 128, tma and flat modes, on an H100 ("Fifty-seventh session", calls 4 and 5,
+//   groups of 1-16, two rounds): this group was the best measured or within 1.2% of it at
+//   every shape; groups of twice as many pairs read more from DRAM (Nsight Compute: 2K
+//   causal, 16 against 8, 506 against 407 MB; 4K full, 8 against 4, 894 against 610 MB).
+// - D = 64 and atomic mode, on an H100 ("Fifty-eighth session", call 1, groups of 1-32):
+//   the best measured at 16 x 32 x 1K causal, 4 x 32 x 4K causal and 1 x 32 x 16K full,
+//   1.3% behind 2 at 8 x 32 x 2K full and 0.8% behind 32 at GPT-2's 16 x 12 x 1K.
+// Until the fifty-eighth session D = 64 and atomic mode claimed an item ahead, so a group's
+// key tiles began up to an item apart, and the group was sized to keep its rows in the
+// L2 instead (2/3 of it without a mask, 2-4 times it under a causal one, at most a quarter
+// to half of the SMs, an eighth on a GPU of less than 4 TB/s of DRAM bandwidth); that rule
+// and those claims ran 0.5-6% behind the claims just in time and this group at every
+// D = 64 shape of the sweep on an H100 ("Fifty-eighth session", call 1).
+inline int64_t choose_head_group(const char* requested, int64_t pairs, int64_t T, int64_t sms) {
   const std::string v = requested && *requested ? requested : "auto";
   if (v == "all") return pairs;
   if (v != "auto") {
     const int64_t g = parse_positive_int(v, "FLASHGPT_ATTENTION_BWD_HEAD_GROUP", "auto, all or a positive integer", INT64_MAX);
     return std::min<int64_t>(g, pairs);
   }
-  int64_t g;
-  if (just_in_time) {
-    g = sms / ((T + kBwdKeyTile - 1) / kBwdKeyTile);
-  } else {
-    const int64_t budget = !causal ? l2_bytes * 2 / 3 : D == 64 ? l2_bytes * 2 : l2_bytes * 4;
-    const bool slow_dram = dram_bytes_per_s > 0 && dram_bytes_per_s < kSlowDram;
-    const int64_t cap = slow_dram ? sms / 8 : sms / (causal && D == 64 ? 2 : 4);
-    g = std::min<int64_t>(cap, budget / head_group_bytes(T, D));
-  }
+  const int64_t g = sms / ((T + kBwdKeyTile - 1) / kBwdKeyTile);
   if (g >= pairs) return pairs;
   int64_t p2 = 1;
   while (2 * p2 <= g) p2 *= 2;

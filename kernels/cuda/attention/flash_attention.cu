@@ -284,12 +284,9 @@ void flash_attention_backward(const AttentionBackward& a, void* workspace, cudaS
   // Every dQ mode of the sm90 backward adds with float atomics: the deterministic mode runs the sm80 kernels.
   if (path == Path::sm90 && !deterministic) {
     const int max_blocks = backward_max_blocks();
-    static const int l2_bytes = current_device_attribute(cudaDevAttrL2CacheSize);
-    static const double dram_bytes_per_s = device_dram_bytes_per_s(current_device());
     const attn::DqMode dq = attn::choose_dq_mode(std::getenv("FLASHGPT_ATTENTION_BWD_DQ"));
     p.bwd_head_group = int(attn::choose_head_group(std::getenv("FLASHGPT_ATTENTION_BWD_HEAD_GROUP"), int64_t(a.B) * a.H,
-                                                   a.T, a.D, a.causal, l2_bytes, device_sm_count(), dram_bytes_per_s,
-                                                   attn::claims_just_in_time(dq, a.D)));
+                                                   a.T, device_sm_count()));
     if (a.D == 64)
       a.causal ? attn::launch_bwd_sm90<64, /*kCausal=*/true>(p, max_blocks, dq, stream)
                : attn::launch_bwd_sm90<64, /*kCausal=*/false>(p, max_blocks, dq, stream);

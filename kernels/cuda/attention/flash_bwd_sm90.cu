@@ -257,19 +257,18 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const int warp_key0 = wg * 64 + (warp % 4) * 16;  // this warp's first key within the tile
 
   // Work items: one per (key tile, batch·head). The tma, flat and atomic modes number them in
-  // groups of p.bwd_head_group (batch·head)s (dq_mode.h's choose_head_group: as many as
-  // share their Q, dO and dQ rows in the L2), key tile major within a group, so that under
+  // groups of p.bwd_head_group (batch·head)s (dq_mode.h's choose_head_group: the pairs
+  // whose key tiles fill one wave of blocks), key tile major within a group, so that under
   // a causal mask the items with the most query tiles come first. Block x
   // starts with item x; every further item comes from the counter p.item_counter (zeroed
   // by the preprocess), in order, to whichever block asks first: the longest items
   // first, and no block left with more than its share. With a block per item, each
-  // block's one claim comes back past the end. A block claims the item after next at the
-  // first step of each item (thread 0; the answer lands in sItem a step later), so it
-  // always knows its next item one item ahead, in time to prefetch that item's K and V;
-  // or, with one K/V buffer (D = 128, tma and flat modes: kLateClaim below), its next item
-  // two steps before that item starts.
+  // block's one claim comes back past the end. A block claims its next item just in time
+  // (thread 0, kLateClaim below; the answer lands in sItem a step later), a few steps
+  // before that item starts, in time to load its K and V.
   // Owner mode numbers them (batch·head) major and hands out whole (batch, head) units
-  // the same way (claimed at each unit's first step); a block walks a unit's key tiles in
+  // the same way, but claims the unit after next at each unit's first step, so that a
+  // block knows its next unit one unit ahead; a block walks a unit's key tiles in
   // order, so every query tile's first dQ contribution (key tile 0) comes before the
   // others, and its last (causal: the diagonal; else the last key tile) after them.
   const int heads = p.B * p.H;
@@ -324,12 +323,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // its first step, and has that successor claimed at the last step of the item before.
   constexpr bool kLateClaim = !kOwner;
   constexpr int kClaimLead = kKvBufs == 1 ? 1 : 2;
-  static_assert(kLateClaim == claims_just_in_time(kOwner   ? DqMode::owner
-                                                  : kFlatDq ? DqMode::flat
-                                                  : kTmaDq  ? DqMode::tma
-                                                            : DqMode::atomic,
-                                                  D),
-                "dq_mode.h's head-group rule must know which kernels claim just in time");
   auto item_steps = [&](int it) { return m_blocks - first_m_of(item_n(it)); };
 
   auto k_src = [&](int it) {
