@@ -48,8 +48,8 @@ inline int current_device_attribute(cudaDeviceAttr attr) {
 }
 
 // Peak DRAM bandwidth of `device` in bytes/s: two transfers a memory clock (kHz) over the
-// bus (bits); 0 (unknown) where the driver does not report them: a tuning hint only, so
-// never an error.
+// bus (bits), for `flashgpt info`; 0 (unknown) where the driver does not report them:
+// information only, so never an error.
 inline double device_dram_bytes_per_s(int device) {
   int khz = 0, bits = 0;
   if (cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||

@@ -565,9 +565,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const int q_item = same_item ? item : next_item;
     // Steps of this item from this one on (kLateClaim).
     const int left = kDescending ? m - first_m_of(n_block) + 1 : m_blocks - m;
-    // Two K/V buffers: the next item's K and V, at this item's first step, or (kLateClaim)
-    // kClaimLead steps from its end (at its first step if it is that short). (One K/V
-    // buffer: by TMA during this item's last step, below.)
+    // Two K/V buffers: the next item's K and V kClaimLead steps from this item's end (at
+    // its first step if it is that short; owner mode: at its first step). (One K/V buffer:
+    // by TMA during this item's last step, below.)
     const bool load_next_now = kLateClaim ? left == min(m_blocks - first_m_of(n_block), kClaimLead) : first_step;
     if (kKvBufs == 2 && load_next_now && next_item < items) load_kv(next_item, kv_buf ^ 1);
     cp_async_commit();
