@@ -104,7 +104,7 @@ inline constexpr int64_t kBwdKeyTile = 128;
 // key tiles began up to an item apart, and the group was sized to keep its rows in the
 // L2 instead (2/3 of it without a mask, 2-4 times it under a causal one, at most a quarter
 // to half of the SMs, an eighth on a GPU of less than 4 TB/s of DRAM bandwidth); that rule
-// and those claims ran 0.5-6% behind the claims just in time and this group at every
+// and those claims ran 0.1-6% behind the claims just in time and this group at every
 // D = 64 shape of the sweep on an H100 ("Fifty-eighth session", call 1).
 inline int64_t choose_head_group(const char* requested, int64_t pairs, int64_t T, int64_t sms) {
   const std::string v = requested && *requested ? requested : "auto";
