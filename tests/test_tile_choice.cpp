@@ -4,7 +4,9 @@
 // shape gets.
 #include <gtest/gtest.h>
 #include <algorithm>
+#include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 #include "kernels/cuda/attention/tile_choice.h"
 #include "src/errors.h"
@@ -239,6 +241,86 @@ TEST(TileChoice, PersistentForwardGridBalancesTheRounds) {
   EXPECT_EQ(persistent_forward_grid(132, 2, 1024, 128, 128, false), 16);
   EXPECT_EQ(persistent_forward_grid(132, 2, 1024, 128, 128, true), 16);
   EXPECT_EQ(persistent_forward_grid(1, 12, 4096, 192, 128, true), 1);
+}
+
+// The persistent forward's schedule with a list after the rounds: every tile exactly once,
+// by the kernel's own tile_of (persistent_forward_tile); a block's list ends at its first
+// −1; never a busier block than the rounds alone; the busiest block at the shapes of
+// BENCHMARKS.md ("Fifty-ninth session") against the rounds'; and no list without a
+// causal mask, with FLASHGPT_ATTENTION_FWD_TAIL=off, or on more blocks than the table has.
+TEST(TileChoice, PersistentForwardListTakesEveryTileOnceAndBalancesTheBlocks) {
+  using cuda::attn::ForwardTail;
+  using cuda::attn::kTailSlots;
+  using cuda::attn::PersistentSchedule;
+  using cuda::attn::persistent_forward_schedule;
+  using cuda::attn::persistent_forward_tile;
+  using cuda::attn::persistent_forward_tile_cost;
+  // Each block's load: key tiles, or in the schedule's model (half key tiles, a tile
+  // costing 2 × its key tiles + 1); checks that the blocks take every tile once.
+  auto loads = [](const PersistentSchedule& s, int64_t heads, int T, int BM, bool causal, bool model) {
+    const int64_t m_blocks = (T + BM - 1) / BM, tiles = m_blocks * heads;
+    std::vector<int> seen(size_t(tiles), 0);
+    std::vector<int64_t> load(size_t(s.blocks), 0);
+    for (int b = 0; b < s.blocks; ++b) {
+      int local = 0;
+      for (int t; (t = persistent_forward_tile(s.tail, local, b, s.blocks, int(tiles))) >= 0; ++local) {
+        EXPECT_LT(t, tiles);
+        if (t >= tiles) break;
+        ++seen[size_t(t)];
+        const int64_t k = persistent_forward_tile_cost(t, m_blocks, T, BM, 128, causal);
+        load[size_t(b)] += model ? 2 * k + 1 : k;
+      }
+      if (local >= s.tail.rounds) {  // the list: nothing after its first −1
+        for (int j = local - s.tail.rounds; j < kTailSlots; ++j) EXPECT_EQ(s.tail.tile[b][j], -1) << "block " << b;
+      }
+    }
+    for (int64_t t = 0; t < tiles; ++t) EXPECT_EQ(seen[size_t(t)], 1) << "tile " << t;
+    return *std::max_element(load.begin(), load.end());
+  };
+  int lists = 0;
+  for (int64_t heads : {1, 6, 7, 12, 32, 192, 512, 768})
+    for (int T : {100, 1023, 1024, 2048, 3000})
+      for (int BM : {128, 192})
+        for (int max_blocks : {3, 5, 132})
+          for (bool exact : {false, true})
+            for (bool causal : {true, false}) {
+              SCOPED_TRACE(std::to_string(heads) + " pairs, T " + std::to_string(T) + ", BM " + std::to_string(BM) +
+                           ", " + std::to_string(max_blocks) + (exact ? " exact" : "") + (causal ? " causal" : " full"));
+              const PersistentSchedule with = persistent_forward_schedule(max_blocks, heads, T, BM, 128, causal, exact, true);
+              const PersistentSchedule alone = persistent_forward_schedule(max_blocks, heads, T, BM, 128, causal, exact, false);
+              ASSERT_EQ(alone.tail.rounds, INT32_MAX);
+              const int64_t tiles = (T + BM - 1) / BM * heads, top = std::min<int64_t>(max_blocks, tiles);
+              EXPECT_EQ(alone.blocks, exact ? top : cuda::attn::persistent_forward_grid(max_blocks, heads, T, BM, 128, causal));
+              const int64_t busiest = loads(with, heads, T, BM, causal, true);
+              const int64_t rounds = loads(alone, heads, T, BM, causal, true);
+              if (with.tail.rounds == INT32_MAX) {
+                EXPECT_EQ(with.blocks, alone.blocks);
+              } else {
+                ++lists;
+                EXPECT_TRUE(causal);
+                EXPECT_EQ(with.blocks, top);
+                EXPECT_LT(busiest, rounds);
+              }
+            }
+  EXPECT_GT(lists, 100);
+  // Key tiles of the busiest block on 132 blocks, list against rounds: 16 × 12 × 1K 53
+  // against 54, 16 × 32 × 1K 140 against 144, GPT-2's 64 × 12 × 1K 210 against 215.
+  for (const auto& [heads, with_list, rounds] : {std::tuple<int, int, int>{192, 53, 54}, {512, 140, 144}, {768, 210, 215}}) {
+    SCOPED_TRACE(std::to_string(heads) + " pairs");
+    EXPECT_EQ(loads(persistent_forward_schedule(132, heads, 1024, 128, 128, true, false, true), heads, 1024, 128, true, false),
+              with_list);
+    EXPECT_EQ(loads(persistent_forward_schedule(132, heads, 1024, 128, 128, true, false, false), heads, 1024, 128, true, false),
+              rounds);
+  }
+  // More blocks than the table holds: the rounds alone.
+  EXPECT_EQ(persistent_forward_schedule(200, 768, 1024, 128, 128, true, false, true).tail.rounds, INT32_MAX);
+  // The knob.
+  EXPECT_TRUE(cuda::attn::forward_tail_list(nullptr));
+  EXPECT_TRUE(cuda::attn::forward_tail_list(""));
+  EXPECT_TRUE(cuda::attn::forward_tail_list("auto"));
+  EXPECT_FALSE(cuda::attn::forward_tail_list("off"));
+  for (const char* bad : {"on", "0", "Auto"})
+    test::expect_input_error([&] { cuda::attn::forward_tail_list(bad); }, {"FLASHGPT_ATTENTION_FWD_TAIL", bad});
 }
 
 // The claimed schedule's order (grouped_tile): every tile exactly once; one pair a group

@@ -814,6 +814,12 @@ TEST(CudaFlashAttention, Sm90WsForwardIsBitwiseEqualToSm90) {
         expect_same(run("sm90ws", "0", "grid"), "sm90ws grid");
         expect_same(run("sm90ws", "0", "persistent"), "sm90ws persistent");
         expect_same(run("sm90ws", "0", "persistent", "3"), "sm90ws persistent on 3 blocks");
+        {  // (the runs above: a list after the rounds where it balances the blocks better,
+           // tile_choice.h's persistent_forward_schedule; T = 4100 causal, all of it a list)
+          ScopedEnv rounds("FLASHGPT_ATTENTION_FWD_TAIL", "off");
+          expect_same(run("sm90ws", "0", "persistent"), "sm90ws persistent, rounds alone");
+          expect_same(run("sm90ws", "0", "persistent", "3"), "sm90ws persistent on 3 blocks, rounds alone");
+        }
         if (D == 64) {  // three consumers, 192 rows a block: under a causal mask each consumer
                         // skips the key tiles it sees none of, so its rows meet sm90's tiles;
                         // one consumer, 64 rows a block, the same 128-key tiles
@@ -919,6 +925,11 @@ TEST(CudaFlashAttention, RejectsBadForwardSchedule) {
   for (const char* bad : {"0", "-3", "many"}) {
     ScopedEnv blocks("FLASHGPT_ATTENTION_FWD_BLOCKS", bad);
     EXPECT_THROW(cuda::flash_attention_forward(fake_forward(128, DType::bf16, 0), nullptr), InputError) << bad;
+  }
+  for (const char* bad : {"on", "0", "rounds"}) {
+    ScopedEnv tail("FLASHGPT_ATTENTION_FWD_TAIL", bad);
+    test::expect_input_error([] { cuda::flash_attention_forward(fake_forward(128, DType::bf16, 0), nullptr); },
+                             {"FLASHGPT_ATTENTION_FWD_TAIL", bad});
   }
   // The head group is read for the three-consumer kernel (D = 64, tile 1, causal).
   ScopedEnv tile("FLASHGPT_ATTENTION_FWD_TILE", "1");

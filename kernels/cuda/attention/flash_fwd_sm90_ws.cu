@@ -30,6 +30,7 @@
 #include <cuda.h>
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <type_traits>
 #include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/flash_fwd_sm90_consumer.cuh"
@@ -362,7 +363,8 @@ template <class Tile, bool kCausal>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     flash_fwd_sm90_ws_persistent_kernel(const __grid_constant__ CUtensorMap kv_map,
                                         const __grid_constant__ CUtensorMap q_map,
-                                        const __grid_constant__ CUtensorMap o_map, const FlashParams p) {
+                                        const __grid_constant__ CUtensorMap o_map, const FlashParams p,
+                                        const __grid_constant__ ForwardTail tail) {
 #if FLASHGPT_HAS_WGMMA
   constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN, S = Tile::kStages;
   constexpr int QR = Tile::kQRows, kConsumers = Tile::kConsumers;
@@ -396,11 +398,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const int m_blocks = (p.T + BM - 1) / BM, tiles = m_blocks * p.H * p.B;
   // The block's local-th tile, or -1 past its last: round `local` of gridDim.x tiles,
   // taken in turn forwards and backwards, so that under a causal mask (each head's tiles
-  // heaviest first) a block that takes a long tile in one round takes a short one in the next.
-  auto tile_of = [&](int local) {
-    const int g = gridDim.x, t = local * g + (local % 2 == 0 ? int(blockIdx.x) : g - 1 - int(blockIdx.x));
-    return t < tiles ? t : -1;
-  };
+  // heaviest first) a block that takes a long tile in one round takes a short one in the
+  // next; after tail.rounds rounds, the block's list (tile_choice.h's
+  // persistent_forward_schedule).
+  auto tile_of = [&](int local) { return persistent_forward_tile(tail, local, int(blockIdx.x), int(gridDim.x), tiles); };
   // Or, in the three-consumer kernel with p.fwd_head_group > 0, claimed: the block's first
   // tile is the blockIdx.x-th of the claim order (tile_choice.h's grouped_tile), each
   // later one the next from a counter, claimed by the producer when it starts the tile
@@ -613,10 +614,13 @@ void launch_grid(const FlashParams& p, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH();
 }
 
-// The persistent kernel on the grid of at most persistent_blocks blocks that balances its
-// rounds best (persistent_forward_grid), or with `exact_blocks` on that many (a test knob).
+// The persistent kernel on the schedule of tile_choice.h's persistent_forward_schedule: at
+// most persistent_blocks blocks, or with `exact_blocks` that many (a test knob), in rounds
+// and perhaps a list after them (FLASHGPT_ATTENTION_FWD_TAIL).
 template <class Tile, bool kCausal>
 void launch_persistent(const FlashParams& p, int persistent_blocks, bool exact_blocks, cudaStream_t stream) {
+  // (The knob first: a bad value is an InputError before anything else.)
+  const bool list = forward_tail_list(std::getenv("FLASHGPT_ATTENTION_FWD_TAIL")) && p.fwd_head_group == 0;
   auto pk = flash_fwd_sm90_ws_persistent_kernel<Tile, kCausal>;
   static const bool pk_opted_in = opt_in_dynamic_smem(pk, persistent_smem_bytes<Tile>());  // once
   (void)pk_opted_in;
@@ -624,16 +628,27 @@ void launch_persistent(const FlashParams& p, int persistent_blocks, bool exact_b
   const CUtensorMap q_map = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, 64, "qkv");
   const CUtensorMap o_map = bf16_rows_tensor_map(p.out, p.o_row_stride, p.T, p.B, 64, "out");
   const int64_t heads = int64_t(p.B) * p.H, tiles = (p.T + Tile::kBlockM - 1) / Tile::kBlockM * heads;
-  // The balanced grid, kept for the last shape asked (the model takes O(tiles) a try).
-  struct Grid { int T; int64_t heads; int max_blocks, blocks; };
-  static thread_local Grid last{-1, 0, 0, 0};
-  if (!exact_blocks && p.fwd_head_group == 0 && (last.T != p.T || last.heads != heads || last.max_blocks != persistent_blocks))
-    last = Grid{p.T, heads, persistent_blocks,
-                persistent_forward_grid(persistent_blocks, heads, p.T, Tile::kBlockM, Tile::kBlockN, kCausal)};
-  // Claimed tiles balance themselves: every block the caller allows.
-  const int64_t blocks =
-      exact_blocks || p.fwd_head_group > 0 ? std::min<int64_t>(tiles, persistent_blocks) : last.blocks;
-  pk<<<unsigned(blocks), Tile::kThreads, persistent_smem_bytes<Tile>(), stream>>>(map, q_map, o_map, p);
+  // The schedule, kept for the last shape asked (the model takes O(tiles) a try). Claimed
+  // tiles balance themselves: every block the caller allows, no list.
+  struct Key {
+    int T;
+    int64_t heads;
+    int max_blocks;
+    bool exact, list;
+    bool operator==(const Key& o) const {
+      return T == o.T && heads == o.heads && max_blocks == o.max_blocks && exact == o.exact && list == o.list;
+    }
+  };
+  const Key key{p.T, heads, persistent_blocks, exact_blocks || p.fwd_head_group > 0, list};
+  static thread_local Key last_key{-1, 0, 0, false, false};
+  static thread_local PersistentSchedule last{};
+  if (!(key == last_key)) {
+    last = persistent_forward_schedule(persistent_blocks, heads, p.T, Tile::kBlockM, Tile::kBlockN, kCausal, key.exact,
+                                       list);
+    last_key = key;
+  }
+  FG_ASSERT(last.blocks <= tiles, "the persistent forward's schedule has more blocks than tiles");
+  pk<<<unsigned(last.blocks), Tile::kThreads, persistent_smem_bytes<Tile>(), stream>>>(map, q_map, o_map, p, last.tail);
   CUDA_CHECK_LAUNCH();
 }
 

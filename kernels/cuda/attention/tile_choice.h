@@ -4,6 +4,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <vector>
 #include "src/errors.h"
@@ -139,19 +140,22 @@ inline bool sm90ws_forward_persistent(FwdSchedule schedule, int tile, int D, int
 // is tiles rG .. rG + G − 1, block i taking the i-th of them in even rounds and the
 // (G − 1 − i)-th in odd ones. A tile is a query tile of kBlockM rows, (batch, head) major,
 // each head's last query tile first; it costs its key tiles (a causal mask: those up to
-// its diagonal). The most loaded block's key tiles, for `heads` (batch, head) pairs:
+// its diagonal):
+inline int64_t persistent_forward_tile_cost(int64_t t, int64_t m_blocks, int T, int BM, int BN, bool causal) {
+  const int64_t m_block = m_blocks - 1 - t % m_blocks;
+  const int64_t n_end = causal ? std::min<int64_t>(T, (m_block + 1) * BM) : T;
+  return (n_end + BN - 1) / BN;
+}
+// The block that takes tile t (t < rounds·G) in the rounds.
+constexpr int64_t persistent_forward_round_block(int64_t t, int64_t G) {
+  return (t / G) % 2 == 0 ? t % G : G - 1 - t % G;
+}
+// The most loaded block's key tiles, for `heads` (batch, head) pairs:
 inline int64_t persistent_forward_max_load(int64_t G, int64_t heads, int T, int BM, int BN, bool causal) {
   const int64_t m_blocks = (T + BM - 1) / BM, tiles = m_blocks * heads;
-  auto cost = [&](int64_t t) {
-    const int64_t m_block = m_blocks - 1 - t % m_blocks;
-    const int64_t n_end = causal ? std::min<int64_t>(T, (m_block + 1) * BM) : T;
-    return (n_end + BN - 1) / BN;
-  };
   std::vector<int64_t> load(size_t(G), 0);
-  for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t r = t / G, i = t % G;
-    load[size_t(r % 2 == 0 ? i : G - 1 - i)] += cost(t);
-  }
+  for (int64_t t = 0; t < tiles; ++t)
+    load[size_t(persistent_forward_round_block(t, G))] += persistent_forward_tile_cost(t, m_blocks, T, BM, BN, causal);
   return *std::max_element(load.begin(), load.end());
 }
 
@@ -202,6 +206,91 @@ inline int persistent_forward_grid(int max_blocks, int64_t heads, int T, int BM,
     if (load < best_load) best = G, best_load = load;
   }
   return int(best);
+}
+
+// The persistent forward's list after the rounds (flash_fwd_sm90_ws.cu, tile_of). Under a
+// causal mask the rounds leave the blocks' loads uneven by up to a long tile: on 132
+// blocks the busiest has 215 key tiles against a mean of 209.5 at GPT-2's 64 × 12 × 1K, 144
+// against 139.6 at 16 × 32 × 1K. So the rounds may stop after `rounds` of them, and the
+// tiles from rounds·G on go out as a list: longest first, each to the block with the
+// least work so far, at most kTailSlots a block (210 and 140 key tiles there). A tile
+// costs its key tiles and half a key tile (its Q load and epilogue). The list is a kernel
+// parameter, read from the constant bank at a warp-uniform index: a tile index read from
+// memory the kernel writes took the two-consumer kernels' wgmma descriptors out of the
+// uniform registers, and a 30 KB table of every block's tiles cost a few microseconds a
+// launch (BENCHMARKS.md, "Forty-first session"). Hopper GPUs have at most 132 SMs; a grid
+// of more blocks runs the rounds alone.
+constexpr int kTailSlots = 3, kTailMaxBlocks = 132;
+struct ForwardTail {
+  int rounds;                                // rounds before the list; INT32_MAX: no list
+  int16_t tile[kTailMaxBlocks][kTailSlots];  // block i's list, tiles less rounds·G; −1 past its end
+};
+struct PersistentSchedule {
+  int blocks;
+  ForwardTail tail;
+};
+// Block `block`'s local-th tile of `tiles` on a grid of G, or −1 past its last: round
+// `local` taken forwards or backwards (persistent_forward_round_block), or after
+// tail.rounds rounds the block's list. (The kernel's tile_of, and the tests'.)
+constexpr int persistent_forward_tile(const ForwardTail& tail, int local, int block, int G, int tiles) {
+  if (local >= tail.rounds) {
+    const int j = local - tail.rounds, e = j < kTailSlots ? tail.tile[block][j] : -1;
+    return e < 0 ? -1 : tail.rounds * G + e;
+  }
+  const int t = local * G + (local % 2 == 0 ? block : G - 1 - block);
+  return t < tiles ? t : -1;
+}
+// FLASHGPT_ATTENTION_FWD_TAIL = auto (or unset): the list wherever it balances the blocks
+// better than the rounds alone; off: the rounds alone.
+inline bool forward_tail_list(const char* value) {
+  const std::string v = value && *value ? value : "auto";
+  if (v != "auto" && v != "off") fail_input("FLASHGPT_ATTENTION_FWD_TAIL must be auto or off, got '", v, "'");
+  return v == "auto";
+}
+// The schedule on up to `max_blocks` blocks (exactly min(max_blocks, tiles) with `exact`):
+// the rounds on persistent_forward_grid's G, or with `list`, under a causal mask, G = the
+// most blocks and the list after R of the last four rounds, the R whose busiest block has
+// the least work (the latest R on a tie), if that beats the rounds alone.
+inline PersistentSchedule persistent_forward_schedule(int max_blocks, int64_t heads, int T, int BM, int BN,
+                                                      bool causal, bool exact, bool list) {
+  PersistentSchedule s{};
+  s.tail.rounds = INT32_MAX;
+  for (auto& row : s.tail.tile) std::fill(std::begin(row), std::end(row), int16_t(-1));
+  const int64_t m_blocks = (T + BM - 1) / BM, tiles = m_blocks * heads;
+  const int64_t top = std::min<int64_t>(std::max(max_blocks, 1), tiles);
+  s.blocks = exact ? int(top) : persistent_forward_grid(max_blocks, heads, T, BM, BN, causal);
+  if (!list || !causal || top > kTailMaxBlocks) return s;
+  auto cost = [&](int64_t t) { return 2 * persistent_forward_tile_cost(t, m_blocks, T, BM, BN, causal) + 1; };
+  auto rounds_load = [&](int64_t G, int64_t R) {  // the blocks' loads after R rounds (half key tiles)
+    std::vector<int64_t> load(size_t(G), 0);
+    for (int64_t t = 0; t < std::min(tiles, R * G); ++t) load[size_t(persistent_forward_round_block(t, G))] += cost(t);
+    return load;
+  };
+  const std::vector<int64_t> alone = rounds_load(s.blocks, tiles);
+  int64_t best = *std::max_element(alone.begin(), alone.end());
+  const int64_t G = top, full = tiles / G;
+  for (int64_t R = full - 1; R >= std::max<int64_t>(0, full - 4); --R) {
+    std::vector<int64_t> load = rounds_load(G, R), order(size_t(tiles - R * G));
+    for (size_t i = 0; i < order.size(); ++i) order[i] = R * G + int64_t(i);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return cost(a) > cost(b); });
+    ForwardTail tail = s.tail;
+    std::vector<int> used(size_t(G), 0);
+    bool fits = true;
+    for (const int64_t t : order) {
+      const size_t b = size_t(std::min_element(load.begin(), load.end()) - load.begin());
+      if (used[b] == kTailSlots) { fits = false; break; }
+      tail.tile[b][used[b]++] = int16_t(t - R * G);
+      load[b] += cost(t);
+    }
+    const int64_t busiest = *std::max_element(load.begin(), load.end());
+    if (fits && busiest < best) {
+      best = busiest;
+      s.blocks = int(G);
+      s.tail = tail;
+      s.tail.rounds = int(R);
+    }
+  }
+  return s;
 }
 
 }  // namespace flashgpt::cuda::attn
