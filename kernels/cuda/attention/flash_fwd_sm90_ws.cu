@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <tuple>
 #include <type_traits>
 #include "src/cuda/cuda_check.h"
 #include "kernels/cuda/attention/flash_fwd_sm90_consumer.cuh"
@@ -630,21 +631,13 @@ void launch_persistent(const FlashParams& p, int persistent_blocks, bool exact_b
   const int64_t heads = int64_t(p.B) * p.H, tiles = (p.T + Tile::kBlockM - 1) / Tile::kBlockM * heads;
   // The schedule, kept for the last shape asked (the model takes O(tiles) a try). Claimed
   // tiles balance themselves: every block the caller allows, no list.
-  struct Key {
-    int T;
-    int64_t heads;
-    int max_blocks;
-    bool exact, list;
-    bool operator==(const Key& o) const {
-      return T == o.T && heads == o.heads && max_blocks == o.max_blocks && exact == o.exact && list == o.list;
-    }
-  };
-  const Key key{p.T, heads, persistent_blocks, exact_blocks || p.fwd_head_group > 0, list};
+  const bool exact = exact_blocks || p.fwd_head_group > 0;
+  using Key = std::tuple<int, int64_t, int, bool, bool>;  // T, heads, max blocks, exact, list
+  const Key key{p.T, heads, persistent_blocks, exact, list};
   static thread_local Key last_key{-1, 0, 0, false, false};
   static thread_local PersistentSchedule last{};
-  if (!(key == last_key)) {
-    last = persistent_forward_schedule(persistent_blocks, heads, p.T, Tile::kBlockM, Tile::kBlockN, kCausal, key.exact,
-                                       list);
+  if (key != last_key) {
+    last = persistent_forward_schedule(persistent_blocks, heads, p.T, Tile::kBlockM, Tile::kBlockN, kCausal, exact, list);
     last_key = key;
   }
   FG_ASSERT(last.blocks <= tiles, "the persistent forward's schedule has more blocks than tiles");
