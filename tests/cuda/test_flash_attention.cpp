@@ -850,6 +850,33 @@ TEST(CudaFlashAttention, Sm90WsForwardIsBitwiseEqualToSm90) {
       }
 }
 
+// The persistent forward keeps its schedule (grid, rounds and list) for the last shape asked:
+// a launch at another length with the same heads and knobs must make a new one, or it would
+// leave tiles out (longer) or take tiles past the end (shorter).
+TEST(CudaFlashAttention, Sm90WsPersistentScheduleFollowsTheLength) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (!is_hopper()) GTEST_SKIP() << "the sm90 paths need a Hopper GPU";
+  ScopedEnv t("FLASHGPT_ATTENTION_FWD_TILE", "0");
+  for (int T : {4100, 300, 2050, 4100, 129}) {
+    const Problem pb = random_problem(2, T, 3, 64, true, uint32_t(test::test_rng()()));
+    DeviceRun plain, persistent;
+    {
+      ScopedEnv path("FLASHGPT_ATTENTION_PATH", "sm90");
+      run_flash(pb, plain);
+    }
+    {
+      ScopedEnv path("FLASHGPT_ATTENTION_PATH", "sm90ws"), s("FLASHGPT_ATTENTION_FWD_SCHEDULE", "persistent");
+      run_flash(pb, persistent);
+    }
+    if (HasFatalFailure()) return;
+    ASSERT_EQ(plain.out.size(), persistent.out.size());
+    EXPECT_EQ(std::memcmp(plain.out.data(), persistent.out.data(), plain.out.size() * sizeof(float)), 0)
+        << "T=" << T << ": O differs from sm90's";
+    EXPECT_EQ(std::memcmp(plain.lse.data(), persistent.lse.data(), plain.lse.size() * sizeof(float)), 0)
+        << "T=" << T << ": LSE differs from sm90's";
+  }
+}
+
 // ---- launcher preconditions (no GPU needed: they are checked before any launch) ---------
 AttentionForward fake_forward(int D, DType dtype, uintptr_t offset) {
   alignas(256) static unsigned char dummy[1024];  // never dereferenced
