@@ -253,10 +253,11 @@ TEST(TileChoice, PersistentForwardListTakesEveryTileOnceAndBalancesTheBlocks) {
   using cuda::attn::kTailSlots;
   using cuda::attn::PersistentSchedule;
   using cuda::attn::persistent_forward_schedule;
+  using cuda::attn::persistent_forward_list_cost;
   using cuda::attn::persistent_forward_tile;
   using cuda::attn::persistent_forward_tile_cost;
-  // Each block's load: key tiles, or in the schedule's model (half key tiles, a tile
-  // costing 2 × its key tiles + 1); checks that the blocks take every tile once.
+  // Each block's load: key tiles, or in the schedule's model (persistent_forward_list_cost);
+  // checks that the blocks take every tile once.
   auto loads = [](const PersistentSchedule& s, int64_t heads, int T, int BM, bool causal, bool model) {
     const int64_t m_blocks = (T + BM - 1) / BM, tiles = m_blocks * heads;
     std::vector<int> seen(size_t(tiles), 0);
@@ -267,8 +268,8 @@ TEST(TileChoice, PersistentForwardListTakesEveryTileOnceAndBalancesTheBlocks) {
         EXPECT_LT(t, tiles);
         if (t >= tiles) break;
         ++seen[size_t(t)];
-        const int64_t k = persistent_forward_tile_cost(t, m_blocks, T, BM, 128, causal);
-        load[size_t(b)] += model ? 2 * k + 1 : k;
+        load[size_t(b)] += model ? persistent_forward_list_cost(t, m_blocks, T, BM, 128, causal)
+                                 : persistent_forward_tile_cost(t, m_blocks, T, BM, 128, causal);
       }
       if (local >= s.tail.rounds) {  // the list: nothing after its first −1
         for (int j = local - s.tail.rounds; j < kTailSlots; ++j) EXPECT_EQ(s.tail.tile[b][j], -1) << "block " << b;

@@ -146,6 +146,11 @@ inline int64_t persistent_forward_tile_cost(int64_t t, int64_t m_blocks, int T, 
   const int64_t n_end = causal ? std::min<int64_t>(T, (m_block + 1) * BM) : T;
   return (n_end + BN - 1) / BN;
 }
+// The list's price of a tile (persistent_forward_schedule), in half key tiles: its key
+// tiles and half a key tile for its Q load and epilogue.
+inline int64_t persistent_forward_list_cost(int64_t t, int64_t m_blocks, int T, int BM, int BN, bool causal) {
+  return 2 * persistent_forward_tile_cost(t, m_blocks, T, BM, BN, causal) + 1;
+}
 // The block that takes tile t (t < rounds·G) in the rounds.
 constexpr int64_t persistent_forward_round_block(int64_t t, int64_t G) {
   return (t / G) % 2 == 0 ? t % G : G - 1 - t % G;
@@ -213,9 +218,9 @@ inline int persistent_forward_grid(int max_blocks, int64_t heads, int T, int BM,
 // blocks the busiest has 215 key tiles against a mean of 209.5 at GPT-2's 64 × 12 × 1K, 144
 // against 139.6 at 16 × 32 × 1K. So the rounds may stop after `rounds` of them, and the
 // tiles from rounds·G on go out as a list: longest first, each to the block with the
-// least work so far, at most kTailSlots a block (210 and 140 key tiles there). A tile
-// costs its key tiles and half a key tile (its Q load and epilogue). The list is a kernel
-// parameter, read from the constant bank at a warp-uniform index: a tile index read from
+// least work so far, at most kTailSlots a block (210 and 140 key tiles there), a tile
+// priced by persistent_forward_list_cost. The list is a kernel parameter, read from the
+// constant bank at a warp-uniform index: a tile index read from
 // memory the kernel writes took the two-consumer kernels' wgmma descriptors out of the
 // uniform registers, and a 30 KB table of every block's tiles cost a few microseconds a
 // launch (BENCHMARKS.md, "Forty-first session"). Hopper GPUs have at most 132 SMs; a grid
@@ -260,7 +265,7 @@ inline PersistentSchedule persistent_forward_schedule(int max_blocks, int64_t he
   const int64_t top = std::min<int64_t>(std::max(max_blocks, 1), tiles);
   s.blocks = exact ? int(top) : persistent_forward_grid(max_blocks, heads, T, BM, BN, causal);
   if (!list || !causal || top > kTailMaxBlocks) return s;
-  auto cost = [&](int64_t t) { return 2 * persistent_forward_tile_cost(t, m_blocks, T, BM, BN, causal) + 1; };
+  auto cost = [&](int64_t t) { return persistent_forward_list_cost(t, m_blocks, T, BM, BN, causal); };
   auto rounds_load = [&](int64_t G, int64_t R) {  // the blocks' loads after R rounds (half key tiles)
     std::vector<int64_t> load(size_t(G), 0);
     for (int64_t t = 0; t < std::min(tiles, R * G); ++t) load[size_t(persistent_forward_round_block(t, G))] += cost(t);
