@@ -967,6 +967,26 @@ TEST(CudaFlashAttention, RejectsBadForwardSchedule) {
   }
 }
 
+// The persistent kernels' knobs are checked where the shape takes the grid as well: a bad
+// value is never ignored.
+TEST(CudaFlashAttention, RejectsBadPersistentKnobsOnTheGrid) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (!is_hopper()) GTEST_SKIP() << "the knobs belong to the sm90ws forward";
+  ScopedEnv path("FLASHGPT_ATTENTION_PATH", "sm90ws"), sched("FLASHGPT_ATTENTION_FWD_SCHEDULE", "grid");
+  for (int D : {64, 128}) {
+    for (const char* bad : {"on", "rounds"}) {
+      ScopedEnv tail("FLASHGPT_ATTENTION_FWD_TAIL", bad);
+      test::expect_input_error([D] { cuda::flash_attention_forward(fake_forward(D, DType::bf16, 0), nullptr); },
+                               {"FLASHGPT_ATTENTION_FWD_TAIL", bad});
+    }
+    for (const char* bad : {"-1", "some"}) {
+      ScopedEnv group("FLASHGPT_ATTENTION_FWD_HEAD_GROUP", bad);
+      test::expect_input_error([D] { cuda::flash_attention_forward(fake_forward(D, DType::bf16, 0), nullptr); },
+                               {"FLASHGPT_ATTENTION_FWD_HEAD_GROUP", bad});
+    }
+  }
+}
+
 TEST(FlashAttention, RejectsUnknownPath) {
   ScopedEnv path("FLASHGPT_ATTENTION_PATH", "sm70");
   EXPECT_THROW(cuda::flash_attention_forward(fake_forward(64, DType::bf16, 0), nullptr), InputError);

@@ -238,12 +238,16 @@ void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
       break;
     case Path::sm90ws: {
       const attn::FwdSchedule schedule = attn::parse_forward_schedule(std::getenv("FLASHGPT_ATTENTION_FWD_SCHEDULE"));
+      // The knobs of the persistent kernels are checked on every call, so that a bad value is
+      // an InputError on a shape that takes the grid too (the launch reads them again where
+      // they apply).
+      (void)attn::forward_tail_list(std::getenv("FLASHGPT_ATTENTION_FWD_TAIL"));
+      const int head_group = attn::forward_head_group(std::getenv("FLASHGPT_ATTENTION_FWD_HEAD_GROUP"), int64_t(a.B) * a.H);
       const int ws_tile = one_consumer_forward() ? attn::kSm90WsOneConsumer
                                                  : attn::sm90ws_forward_tile(fwd_tile, a.D, a.T, a.causal, schedule);
       const PersistentGrid g = forward_persistent_grid(schedule, ws_tile, a);
       if (g.blocks > 0 && attn::sm90ws_claims_tiles(attn::sm90ws_consumers(ws_tile, a.D))) {
-        p.fwd_head_group = attn::forward_head_group(std::getenv("FLASHGPT_ATTENTION_FWD_HEAD_GROUP"),
-                                                    int64_t(a.B) * a.H);
+        p.fwd_head_group = head_group;
         if (p.fwd_head_group > 0) p.fwd_tile_counter = forward_tile_counter(stream);
       }
       if (a.D == 64)
