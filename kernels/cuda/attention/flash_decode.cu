@@ -23,15 +23,14 @@
 //             the group, online softmax (running max m and sum l, in the log2 domain: q
 //             is pre-scaled by scale·log2 e so exp is exp2), unnormalised O in fp32
 //             registers. The groups are merged through shared memory.
-//   combine   each block takes a ticket on a per-(b, h) counter as it starts, and at its
-//             end writes its partial O / l (fp32) and its log2-sum-exp m + log2 l, each
-//             value tagged with the call's epoch (tagged_store); the block that took the
-//             last ticket waits until every split's tagged values have landed and merges
-//             them with the logsumexp rescaling, in split order (deterministic whichever
-//             block is last): M = max_s lse_s, w_s = 2^(lse_s − M),
-//             O = Σ w_s·O_s / Σ w_s, lse = (M + log2 Σ w_s)·ln 2, and resets the counter to
-//             0. No second kernel: at short caches a launch costs as much as the reading.
-//             With one split the block writes O and lse itself.
+//   combine   each block writes its partial O / l (fp32) and its log2-sum-exp m + log2 l,
+//             then counts itself done on a per-(b, h) counter; the last block of a
+//             (b, h) merges every split with the logsumexp rescaling, in split order
+//             (deterministic whichever block is last):
+//             M = max_s lse_s, w_s = 2^(lse_s − M), O = Σ w_s·O_s / Σ w_s,
+//             lse = (M + log2 Σ w_s)·ln 2, and resets the counter to 0. No second kernel:
+//             at short caches a launch costs as much as the reading. With one split the
+//             block writes O and lse itself.
 //
 // Split choice (plan_decode, decode_plan.h): the split count that a model of waves of
 // resident blocks says is cheapest, with chunks of whole tiles and at most
@@ -40,7 +39,6 @@
 #include <cuda_bf16.h>
 #include <cuda/atomic>
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -86,84 +84,39 @@ struct DecodeParams {
   const T* v;
   T* out;            // (B, H·D)
   float* lse;        // (B, H) natural log, or nullptr
-  uint64_t* o_part;    // (B, H, splits, D) fp32 partial outputs (normalised by their own l), tagged
-  uint64_t* lse_part;  // (B, H, splits) log2-sum-exp of each split's scaled scores, tagged
-  unsigned* done;      // (B, H) tickets taken (blocks started); zero between calls
+  float* o_part;     // (B, H, splits, D) fp32 partial outputs (normalised by their own l)
+  float* lse_part;   // (B, H, splits) log2-sum-exp of each split's scaled scores
+  unsigned* done;    // (B, H) splits finished; zero between calls
   int H, keys, splits;  // keys: cache positions attended to (AttentionDecode::T)
   int64_t Tmax, chunk;
   float scale_log2;  // 1/sqrt(D) · log2 e
-  uint32_t epoch;    // this call's tag of the partials: never 0, and no earlier call's
 };
 
-// The splits' partials and the last block's wait for them. Each fp32 value travels in a
-// 64-bit word with the call's epoch in its upper half, stored and loaded relaxed at GPU
-// scope: an aligned 64-bit access is single-copy atomic, so a word that carries this
-// call's epoch carries the value stored with it, and a word left by an earlier call (or
-// zeroed) carries another epoch. So the last block needs no release and acquire around the
-// counter, only to load until the tags match. It replaced a count at each block's end with
-// an acq_rel atomic, where the fence waited for the block's partial stores, then the
-// atomic for its answer, before the last block could load (BENCHMARKS.md, "Sixty-first
-// session").
-__device__ __forceinline__ void tagged_store(uint64_t* dst, float x, uint32_t epoch) {
-  ::cuda::atomic_ref<uint64_t, ::cuda::thread_scope_device>(*dst).store(uint64_t(epoch) << 32 | __float_as_uint(x),
-                                                                       ::cuda::memory_order_relaxed);
-}
-__device__ __forceinline__ uint64_t tagged_load(const uint64_t* src) {
-  return ::cuda::atomic_ref<uint64_t, ::cuda::thread_scope_device>(*const_cast<uint64_t*>(src))
-      .load(::cuda::memory_order_relaxed);
-}
-__device__ __forceinline__ bool tag_is(uint64_t w, uint32_t epoch) { return uint32_t(w >> 32) == epoch; }
-__device__ __forceinline__ float tagged_value(uint64_t w) { return __uint_as_float(uint32_t(w)); }
-
-// The last block of (b, h): merges the splits' partials (written by other blocks, perhaps
-// still landing: loaded until their tags are this call's) in one pass, so the merge costs
-// one round of L2 latency: a thread takes four columns of the partials and every
-// (kThreads / column groups)-th split, loads the log2-sum-exps and columns of kBatch
-// such splits together, and keeps its own running max, weight and sum (rescaled when the
-// max grows); the threads' sums are then merged in a fixed order through shared memory.
-// The order depends only on the split count, never on which block came last.
+// The last block of (b, h): merges the splits' partials (written by other blocks: read
+// from L2, __ldcg) in one pass, so the merge costs one round of L2 latency: a thread
+// takes one 16-byte column of the partials and every (kThreads / columns)-th split,
+// loads their log2-sum-exps and columns together, and keeps its own running max,
+// weight and sum (rescaled when the max grows); the threads' sums are then merged in a
+// fixed order through shared memory. The order depends only on the split count, never
+// on which block came last.
 template <class Tr, class T = typename Tr::Elem>
 __device__ void combine_splits(const DecodeParams<T>& p, int64_t bh) {
-  constexpr int kD = Tr::kHeadDim, kThreads = Tr::kThreads, kBatch = 4;
-  constexpr int kCols = kD / 4, kRows = kThreads / kCols;  // 4-value columns; splits side by side
+  constexpr int kD = Tr::kHeadDim, kThreads = Tr::kThreads;
+  constexpr int kCols = kD / 4, kRows = kThreads / kCols;  // float4 columns; splits side by side
   const int S = p.splits;
-  const uint64_t* lp = p.lse_part + bh * S;
-  const uint64_t* op = p.o_part + bh * S * kD;
+  const float* lp = p.lse_part + bh * S;
+  const float4* op = reinterpret_cast<const float4*>(p.o_part + bh * S * kD);
   const int col = threadIdx.x % kCols, row = threadIdx.x / kCols;
   float m = -INFINITY, w = 0.f;  // this thread's max log2-sum-exp and Σ 2^(lse_s − m)
   float4 o = make_float4(0.f, 0.f, 0.f, 0.f);  // Σ 2^(lse_s − m)·O_s of its column
-  for (int s0 = row; s0 < S; s0 += kBatch * kRows) {
-    uint64_t lw[kBatch], xw[kBatch][4];
-    // Every other block of (b, h) took its ticket before this one: it runs, and stores its
-    // partial without waiting for anything. (A bound on the wait, in case that ever stops
-    // being true: a trap, not a hang.)
-    for (int tries = 0;; ++tries) {
-      bool landed = true;
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const int s = min(s0 + j * kRows, S - 1);  // past the last split: the last again, unused
-        lw[j] = tagged_load(lp + s);
-        landed &= tag_is(lw[j], p.epoch);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          xw[j][i] = tagged_load(op + int64_t(s) * kD + col * 4 + i);
-          landed &= tag_is(xw[j][i], p.epoch);
-        }
-      }
-      if (landed) break;
-      if (tries == (1 << 24)) __trap();
-    }
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      if (s0 + j * kRows >= S) continue;
-      const float lse = tagged_value(lw[j]);
-      const float4 x = make_float4(tagged_value(xw[j][0]), tagged_value(xw[j][1]), tagged_value(xw[j][2]),
-                                   tagged_value(xw[j][3]));
-      const float mx = fmaxf(m, lse), corr = exp2f(m - mx), e = exp2f(lse - mx);  // corr = 0 at the first split
-      w = w * corr + e;
-      o.x = o.x * corr + e * x.x, o.y = o.y * corr + e * x.y, o.z = o.z * corr + e * x.z, o.w = o.w * corr + e * x.w;
-      m = mx;
-    }
+#pragma unroll 4
+  for (int s = row; s < S; s += kRows) {
+    const float lse = __ldcg(lp + s);
+    const float4 x = __ldcg(op + int64_t(s) * kCols + col);
+    const float mx = fmaxf(m, lse), corr = exp2f(m - mx), e = exp2f(lse - mx);  // corr = 0 at the first split
+    w = w * corr + e;
+    o.x = o.x * corr + e * x.x, o.y = o.y * corr + e * x.y, o.z = o.z * corr + e * x.z, o.w = o.w * corr + e * x.w;
+    m = mx;
   }
   __shared__ float4 rows[kRows][kCols];
   __shared__ float row_m[kRows], row_w[kRows];
@@ -224,37 +177,26 @@ __device__ __forceinline__ void consume(const Pack<T> (&kp)[Tr::kUnroll], const 
 }
 
 // The start of every split's block: this lane's slice of q, pre-scaled to the log2
-// domain, and a zero accumulator; returns, in thread 0 with more than one split, the
-// block's ticket on the (b, h) counter (the one that took the last merges the splits,
-// finish_split). Taken as the block starts, the atomic's round trip runs under the
-// reading, and the last ticket's block knows that every other block of (b, h) is running.
+// domain, and a zero accumulator.
 template <class Tr, class T = typename Tr::Elem>
-__device__ __forceinline__ unsigned start_split(const DecodeParams<T>& p, int h, int b, int lane,
-                                                float (&q)[Tr::kElems], float (&acc)[Tr::kElems]) {
+__device__ __forceinline__ void start_split(const DecodeParams<T>& p, int h, int b, int lane, float (&q)[Tr::kElems],
+                                            float (&acc)[Tr::kElems]) {
   constexpr int E = Tr::kElems, kD = Tr::kHeadDim;
-  unsigned ticket = 0;
-  if (threadIdx.x == 0 && p.splits > 1) {
-    ::cuda::atomic_ref<unsigned, ::cuda::thread_scope_device> done(p.done[int64_t(b) * p.H + h]);
-    ticket = done.fetch_add(1u, ::cuda::memory_order_relaxed);
-  }
   const Pack<T> qp = load_pack(p.qkv + int64_t(b) * 3 * p.H * kD + h * kD + lane * E);
 #pragma unroll
   for (int i = 0; i < E; ++i) q[i] = to_f(qp.v[i]) * p.scale_log2, acc[i] = 0.f;
-  return ticket;
 }
 
 // The end of every split's block: merges the block's groups (group 0 always saw a key:
 // t1 > t0), writes the split's partial O and log2-sum-exp (or, with one split, the
-// output), and the block with the last ticket (start_split's, in thread 0) combines them all.
+// output), and the last split of (b, h) to finish combines them all.
 template <class Tr, class T = typename Tr::Elem>
 __device__ void finish_split(const DecodeParams<T>& p, float m, float l, const float (&acc)[Tr::kElems], int split,
-                             int h, int b, unsigned ticket) {
+                             int h, int b) {
   constexpr int E = Tr::kElems, kD = Tr::kHeadDim, kThreads = Tr::kThreads;
   const int g = threadIdx.x / Tr::kGroup, lane = threadIdx.x % Tr::kGroup;
   __shared__ float sm_m[Tr::kGroups], sm_l[Tr::kGroups];
   __shared__ float sm_acc[Tr::kGroups][kD];
-  __shared__ bool last;
-  if (threadIdx.x == 0) last = ticket == unsigned(p.splits - 1);
   if (lane == 0) {
     sm_m[g] = m;
     sm_l[g] = l;
@@ -274,14 +216,28 @@ __device__ void finish_split(const DecodeParams<T>& p, float m, float l, const f
 #pragma unroll
     for (int i = 0; i < Tr::kGroups; ++i) o += sm_acc[i][d] * exp2f(sm_m[i] - M);
     if (p.splits == 1) p.out[bh * kD + d] = from_f<T>(o / L);
-    else tagged_store(p.o_part + (bh * p.splits + split) * kD + d, o / L, p.epoch);
+    else p.o_part[(bh * p.splits + split) * kD + d] = o / L;
   }
   if (p.splits == 1) {
     if (threadIdx.x == 0 && p.lse) p.lse[bh] = (M + log2f(L)) * kLn2;
     return;
   }
-  if (threadIdx.x == 0) tagged_store(p.lse_part + bh * p.splits + split, M + log2f(L), p.epoch);
-  if (!last) return;  // (set before the barrier above; the same in every thread)
+  if (threadIdx.x == 0) p.lse_part[bh * p.splits + split] = M + log2f(L);
+
+  // Count this split done; the last one combines. One thread counts, with an acq_rel
+  // atomic at GPU scope: the barrier before it orders the block's partials before the
+  // count (release is cumulative in the PTX memory model), and the barrier after it orders
+  // the last block's reads of the others' partials after it (acquire). That replaced a
+  // __threadfence() by every thread before a relaxed atomicAdd and another after it:
+  // 0.1-0.5 us less a call at B = 1 (BENCHMARKS.md, "Twenty-first session", call 1).
+  __shared__ bool last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    ::cuda::atomic_ref<unsigned, ::cuda::thread_scope_device> done(p.done[bh]);
+    last = done.fetch_add(1u, ::cuda::memory_order_acq_rel) == unsigned(p.splits - 1);
+  }
+  __syncthreads();
+  if (!last) return;
   combine_splits<Tr>(p, bh);
   if (threadIdx.x == 0) p.done[bh] = 0;  // ready for the next call
 }
@@ -297,7 +253,7 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_kernel(const DecodeParams
   const T* const vh = p.v + head;
 
   float q[E], m = -INFINITY, l = 0.f, acc[E];
-  const unsigned ticket = start_split<Tr>(p, h, b, lane, q, acc);
+  start_split<Tr>(p, h, b, lane, q, acc);
   Pack<T> kp[kUnroll], vp[kUnroll];
 
   for (int64_t first = t0; first < t1; first += kTile) {
@@ -312,7 +268,7 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_kernel(const DecodeParams
     consume<Tr>(kp, vp, q, first, g, t1, m, l, acc);
   }
 
-  finish_split<Tr>(p, m, l, acc, split, h, b, ticket);
+  finish_split<Tr>(p, m, l, acc, split, h, b);
 }
 
 // The blocks an SM the bulk kernel is compiled to fit (__launch_bounds__): 0, no minimum,
@@ -365,7 +321,7 @@ __global__ void __launch_bounds__(Tr::kThreads, bulk_min_blocks(Tr::kThreads, kS
   __syncthreads();
 
   float q[E], m = -INFINITY, l = 0.f, acc[E];
-  const unsigned ticket = start_split<Tr>(p, h, b, lane, q, acc);
+  start_split<Tr>(p, h, b, lane, q, acc);
   Pack<T> kp[kUnroll], vp[kUnroll];
   for (int i = 0; i < tiles; ++i) {
     const int s = i % kStages;
@@ -380,7 +336,7 @@ __global__ void __launch_bounds__(Tr::kThreads, bulk_min_blocks(Tr::kThreads, kS
     if (threadIdx.x == 0 && i + kStages < tiles) issue(i + kStages);
     consume<Tr>(kp, vp, q, t0 + int64_t(i) * kTile, g, t1, m, l, acc);
   }
-  finish_split<Tr>(p, m, l, acc, split, h, b, ticket);
+  finish_split<Tr>(p, m, l, acc, split, h, b);
 #else
   static_assert(Tr::kHeadDim % Tr::kElems == 0, "never launched: the dispatcher checks that sm_90a code was built");
 #endif
@@ -471,7 +427,7 @@ DecodePlan plan_for(const AttentionDecode& a, int want_splits) {
 size_t workspace_for(int B, int H, int D, int splits) {
   if (splits <= 1) return 0;
   const size_t parts = size_t(B) * H * splits;
-  return parts * (D + 1) * sizeof(uint64_t) + size_t(B) * H * sizeof(unsigned);
+  return parts * (D + 1) * sizeof(float) + size_t(B) * H * sizeof(unsigned);
 }
 
 }  // namespace
@@ -529,14 +485,6 @@ __global__ void kv_cache_write_kernel(T* __restrict__ kc, T* __restrict__ vc, co
   store_pack(vc + dst, load_pack(src + 2 * int64_t(H) * D));
 }
 
-// A new tag for a call's partials (DecodeParams::epoch): a process-wide count that skips 0,
-// the tag of a zeroed workspace. It repeats after 2^32 - 1 calls.
-uint32_t next_epoch() {
-  static std::atomic<uint32_t> count{0};
-  for (;;)
-    if (const uint32_t e = count.fetch_add(1, std::memory_order_relaxed) + 1; e != 0) return e;
-}
-
 }  // namespace
 
 size_t flash_decode_workspace_bytes(const AttentionDecode& a, int splits) {
@@ -589,10 +537,9 @@ void flash_decode(const AttentionDecode& a, void* workspace, size_t workspace_by
         const size_t parts = size_t(a.B) * a.H * plan.splits, need = workspace_for(a.B, a.H, kD, plan.splits);
         FG_ASSERT(workspace && workspace_bytes >= need, "flash decode: workspace of ", workspace_bytes,
                   " bytes, needs ", need);
-        p.o_part = static_cast<uint64_t*>(workspace);
+        p.o_part = static_cast<float*>(workspace);
         p.lse_part = p.o_part + parts * kD;
         p.done = reinterpret_cast<unsigned*>(p.lse_part + parts);
-        p.epoch = next_epoch();
       }
       const auto kernel = V::kernel();
       kernel<<<dim3(unsigned(plan.splits), unsigned(a.H), unsigned(a.B)), V::Tr::kThreads, V::kSmemBytes, stream>>>(p);
