@@ -242,6 +242,64 @@ TEST(CudaDecodeWorkspace, SplitCountFallingAsTheCacheGrows) {
   EXPECT_EQ(OpCase::download(*gpu, l.t), OpCase::download(*gpu, l_ref.t)) << "T = " << fall;
 }
 
+// The last block of a (b, h) merges this call's partials, not what an earlier call left in
+// the same workspace: calls alternate between two caches on one workspace, and each must
+// give the bits of that cache's call on a fresh workspace. (A last block that read the
+// partials of splits still being written, without the count's release and acquire, would
+// differ there.)
+TEST(CudaDecodeWorkspace, EachCallMergesItsOwnPartials) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
+  const int B = 1, H = 12, D = 64, T = 16384;
+  DeviceContext ctx(0);
+  auto gpu = make_cuda_ops(ctx);
+  Buf q(*gpu, DType::bf16, {B, 3 * H * D}), o(*gpu, DType::bf16, {B, H * D}), l(*gpu, DType::f32, {B, H});
+  Buf kc0(*gpu, DType::bf16, {B, H, T, D}), vc0(*gpu, DType::bf16, {B, H, T, D});
+  Buf kc1(*gpu, DType::bf16, {B, H, T, D}), vc1(*gpu, DType::bf16, {B, H, T, D});
+  const int64_t cache_n = int64_t(B) * H * T * D;
+  std::vector<double> qkv(size_t(B) * 3 * H * D), k(static_cast<size_t>(cache_n)), v(static_cast<size_t>(cache_n));
+  for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = round_to(DType::bf16, hashed_uniform(21, i));
+  put(*gpu, q.t, qkv);
+  const Buf* caches[2][2] = {{&kc0, &vc0}, {&kc1, &vc1}};
+  for (int c = 0; c < 2; ++c) {
+    for (int64_t i = 0; i < cache_n; ++i) {
+      k[size_t(i)] = round_to(DType::bf16, hashed_uniform(22 + c, uint64_t(2 * i)));
+      v[size_t(i)] = round_to(DType::bf16, hashed_uniform(22 + c, uint64_t(2 * i + 1)));
+    }
+    put(*gpu, caches[c][0]->t, k);
+    put(*gpu, caches[c][1]->t, v);
+  }
+  auto decode_of = [&](int c) {
+    return AttentionDecode{.out = o.t, .lse = l.t, .qkv = q.t, .k_cache = caches[c][0]->t, .v_cache = caches[c][1]->t,
+                           .B = B, .H = H, .D = D, .T = T};
+  };
+  const size_t bytes = cuda::flash_decode_workspace_bytes(decode_of(0));
+  ASSERT_GT(bytes, 0u) << "one split: nothing to merge";
+  auto fresh_workspace = [&] {
+    void* ws = nullptr;
+    EXPECT_EQ(cudaMalloc(&ws, bytes), cudaSuccess);
+    EXPECT_EQ(device_memset_sync(ws, 0, bytes), cudaSuccess);
+    return ws;
+  };
+  std::vector<double> want_out[2], want_lse[2];
+  for (int c = 0; c < 2; ++c) {
+    void* ws = fresh_workspace();
+    cuda::flash_decode(decode_of(c), ws, bytes, ctx.main_stream());
+    gpu->synchronize();
+    cudaFree(ws);
+    want_out[c] = OpCase::download(*gpu, o.t), want_lse[c] = OpCase::download(*gpu, l.t);
+  }
+  ASSERT_NE(want_out[0], want_out[1]);
+  void* ws = fresh_workspace();
+  for (int call = 0; call < 16; ++call) {
+    const int c = call % 2;
+    cuda::flash_decode(decode_of(c), ws, bytes, ctx.main_stream());
+    gpu->synchronize();
+    EXPECT_EQ(OpCase::download(*gpu, o.t), want_out[c]) << "call " << call;
+    EXPECT_EQ(OpCase::download(*gpu, l.t), want_lse[c]) << "call " << call;
+  }
+  cudaFree(ws);
+}
+
 // kv_cache_write copies exactly (any dtype is a copy), at an offset, leaving the rest.
 class CudaKVCache : public CudaTest {};
 TEST_F(CudaKVCache, WriteMatchesCpu) {
