@@ -244,9 +244,11 @@ TEST(CudaDecodeWorkspace, SplitCountFallingAsTheCacheGrows) {
 
 // The last block of a (b, h) merges this call's partials, not what an earlier call left in
 // the same workspace: calls alternate between two caches on one workspace, and each must
-// give the bits of that cache's call on a fresh workspace. (A last block that read the
-// partials of splits still being written, without the count's release and acquire, would
-// differ there.)
+// give the bits of that cache's call on a fresh workspace. It guards changes to the merge's
+// protocol: it killed both mutants of the sixty-first session's tagged merge (an epoch
+// that never changed, a merge that did not wait for the tags). A relaxed count in place of
+// the acq_rel one passed it on an H100 (BENCHMARKS.md, "Sixty-first session"): a missing
+// fence does not show there.
 TEST(CudaDecodeWorkspace, EachCallMergesItsOwnPartials) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
   const int B = 1, H = 12, D = 64, T = 16384;
