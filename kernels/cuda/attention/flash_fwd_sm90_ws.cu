@@ -74,7 +74,9 @@ struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
   // and three stages at D = 64 only): 1.6-3.5% faster at 1K causal and full and 2K causal,
   // 1.1% slower at 2K full. At D = 64, with three stages, 3.7% slower at 1K causal, and
   // 12-14% with three consumers (2K-8K causal), where it spilled ("Thirty-third session",
-  // call 4).
+  // call 4); since the next tile's first QKᵀ goes with the last P·V (step_across), level
+  // with three stages and 3-6% slower with two at 512-1K causal on an H100 ("Sixty-first
+  // session", call 1).
   static constexpr int kQBufs = kQBufs_;
   static_assert(kQBufs_ == 1 || kQBufs_ == 2, "one or two Q buffers");
   static constexpr int kThreads = 128 * (1 + kConsumers);  // producer + consumer warpgroups

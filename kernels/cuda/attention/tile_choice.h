@@ -57,8 +57,9 @@ inline FwdSchedule parse_forward_schedule(const char* value) {
 //   ("Twelfth session", call 3); up to T = 1024 tile 0 (two consumers) persistent, ahead
 //   of one consumer by 4-8% ("Twenty-fifth session", call 5; "Thirty-eighth session",
 //   call 6) and of three consumers by 3-5% at 1K and 2.6% at 512 (call 6: a 192-row block
-//   straddles the diagonal for more of its keys); under the grid schedule there, one
-//   consumer.
+//   straddles the diagonal for more of its keys; again 3-6% at 512-1K on an H100 with the
+//   claims and the list, "Sixty-first session", call 5); under the grid schedule there,
+//   one consumer.
 inline int sm90ws_forward_tile(int requested, int D, int T, bool causal, FwdSchedule schedule = FwdSchedule::automatic) {
   if (requested >= 0) return requested;
   if (D == 128) return !causal && T >= 8192 ? 1 : 0;
