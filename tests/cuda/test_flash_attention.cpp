@@ -953,36 +953,22 @@ TEST(CudaFlashAttention, RejectsBadForwardSchedule) {
     ScopedEnv blocks("FLASHGPT_ATTENTION_FWD_BLOCKS", bad);
     EXPECT_THROW(cuda::flash_attention_forward(fake_forward(128, DType::bf16, 0), nullptr), InputError) << bad;
   }
-  for (const char* bad : {"on", "0", "rounds"}) {
-    ScopedEnv tail("FLASHGPT_ATTENTION_FWD_TAIL", bad);
-    test::expect_input_error([] { cuda::flash_attention_forward(fake_forward(128, DType::bf16, 0), nullptr); },
-                             {"FLASHGPT_ATTENTION_FWD_TAIL", bad});
-  }
-  // The head group is read for the three-consumer kernel (D = 64, tile 1, causal).
-  ScopedEnv tile("FLASHGPT_ATTENTION_FWD_TILE", "1");
-  for (const char* bad : {"-1", "some", "2x"}) {
-    ScopedEnv group("FLASHGPT_ATTENTION_FWD_HEAD_GROUP", bad);
-    test::expect_input_error([] { cuda::flash_attention_forward(fake_forward(64, DType::bf16, 0), nullptr); },
-                             {"FLASHGPT_ATTENTION_FWD_HEAD_GROUP", bad});
-  }
-}
-
-// The persistent kernels' knobs are checked where the shape takes the grid as well: a bad
-// value is never ignored.
-TEST(CudaFlashAttention, RejectsBadPersistentKnobsOnTheGrid) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  if (!is_hopper()) GTEST_SKIP() << "the knobs belong to the sm90ws forward";
-  ScopedEnv path("FLASHGPT_ATTENTION_PATH", "sm90ws"), sched("FLASHGPT_ATTENTION_FWD_SCHEDULE", "grid");
-  for (int D : {64, 128}) {
-    for (const char* bad : {"on", "rounds"}) {
-      ScopedEnv tail("FLASHGPT_ATTENTION_FWD_TAIL", bad);
-      test::expect_input_error([D] { cuda::flash_attention_forward(fake_forward(D, DType::bf16, 0), nullptr); },
-                               {"FLASHGPT_ATTENTION_FWD_TAIL", bad});
-    }
-    for (const char* bad : {"-1", "some"}) {
-      ScopedEnv group("FLASHGPT_ATTENTION_FWD_HEAD_GROUP", bad);
-      test::expect_input_error([D] { cuda::flash_attention_forward(fake_forward(D, DType::bf16, 0), nullptr); },
-                               {"FLASHGPT_ATTENTION_FWD_HEAD_GROUP", bad});
+  // The persistent kernels' knobs, checked on every call: a bad value is an InputError on a
+  // shape that takes the grid too, at both head dims (for the head group, the tile knob 1:
+  // the three-consumer kernel at D = 64, which reads it).
+  for (const char* schedule : {"persistent", "grid"}) {
+    ScopedEnv s("FLASHGPT_ATTENTION_FWD_SCHEDULE", schedule);
+    for (int D : {64, 128}) {
+      for (const char* bad : {"on", "0", "rounds"}) {
+        ScopedEnv tail("FLASHGPT_ATTENTION_FWD_TAIL", bad);
+        test::expect_input_error([D] { cuda::flash_attention_forward(fake_forward(D, DType::bf16, 0), nullptr); },
+                                 {"FLASHGPT_ATTENTION_FWD_TAIL", bad});
+      }
+      for (const char* bad : {"-1", "some", "2x"}) {
+        ScopedEnv tile("FLASHGPT_ATTENTION_FWD_TILE", "1"), group("FLASHGPT_ATTENTION_FWD_HEAD_GROUP", bad);
+        test::expect_input_error([D] { cuda::flash_attention_forward(fake_forward(D, DType::bf16, 0), nullptr); },
+                                 {"FLASHGPT_ATTENTION_FWD_HEAD_GROUP", bad});
+      }
     }
   }
 }

@@ -84,6 +84,18 @@ void put(Ops& ops, const Tensor& t, const std::vector<double>& v) {
   ops.from_host(t, raw.data());
 }
 
+// A bf16 KV cache (k, v) filled with hashed_uniform(seed, ·) values.
+void put_random_cache(Ops& ops, const Tensor& k, const Tensor& v, uint64_t seed) {
+  const int64_t n = k.numel();
+  std::vector<double> kh(static_cast<size_t>(n)), vh(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    kh[size_t(i)] = round_to(DType::bf16, hashed_uniform(seed, uint64_t(2 * i)));
+    vh[size_t(i)] = round_to(DType::bf16, hashed_uniform(seed, uint64_t(2 * i + 1)));
+  }
+  put(ops, k, kh);
+  put(ops, v, vh);
+}
+
 class FlashDecodeVsReference : public ::testing::TestWithParam<DecodeCase> {};
 
 TEST_P(FlashDecodeVsReference, OutputAndLse) {
@@ -203,16 +215,10 @@ TEST(CudaDecodeWorkspace, SplitCountFallingAsTheCacheGrows) {
   Buf q(*gpu, DType::bf16, {B, 3 * H * D}), kc(*gpu, DType::bf16, {B, H, Tmax, D}), vc(*gpu, DType::bf16, {B, H, Tmax, D});
   Buf o(*gpu, DType::bf16, {B, H * D}), l(*gpu, DType::f32, {B, H});
   Buf o_ref(*gpu, DType::bf16, {B, H * D}), l_ref(*gpu, DType::f32, {B, H});
-  const int64_t cache_n = int64_t(B) * H * Tmax * D;
-  std::vector<double> k(static_cast<size_t>(cache_n)), v(static_cast<size_t>(cache_n)), qkv(size_t(B) * 3 * H * D);
-  for (int64_t i = 0; i < cache_n; ++i) {
-    k[size_t(i)] = round_to(DType::bf16, hashed_uniform(11, uint64_t(2 * i)));
-    v[size_t(i)] = round_to(DType::bf16, hashed_uniform(11, uint64_t(2 * i + 1)));
-  }
+  std::vector<double> qkv(size_t(B) * 3 * H * D);
   for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = round_to(DType::bf16, hashed_uniform(12, i));
   put(*gpu, q.t, qkv);
-  put(*gpu, kc.t, k);
-  put(*gpu, vc.t, v);
+  put_random_cache(*gpu, kc.t, vc.t, 11);
   AttentionDecode a{.out = o.t, .lse = l.t, .qkv = q.t, .k_cache = kc.t, .v_cache = vc.t, .B = B, .H = H, .D = D, .T = 1};
   int fall = 0;  // the first cache length whose split count is below the one before it
   for (int T = 2; T <= Tmax && !fall; ++T) {
@@ -257,19 +263,11 @@ TEST(CudaDecodeWorkspace, EachCallMergesItsOwnPartials) {
   Buf q(*gpu, DType::bf16, {B, 3 * H * D}), o(*gpu, DType::bf16, {B, H * D}), l(*gpu, DType::f32, {B, H});
   Buf kc0(*gpu, DType::bf16, {B, H, T, D}), vc0(*gpu, DType::bf16, {B, H, T, D});
   Buf kc1(*gpu, DType::bf16, {B, H, T, D}), vc1(*gpu, DType::bf16, {B, H, T, D});
-  const int64_t cache_n = int64_t(B) * H * T * D;
-  std::vector<double> qkv(size_t(B) * 3 * H * D), k(static_cast<size_t>(cache_n)), v(static_cast<size_t>(cache_n));
+  std::vector<double> qkv(size_t(B) * 3 * H * D);
   for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = round_to(DType::bf16, hashed_uniform(21, i));
   put(*gpu, q.t, qkv);
   const Buf* caches[2][2] = {{&kc0, &vc0}, {&kc1, &vc1}};
-  for (int c = 0; c < 2; ++c) {
-    for (int64_t i = 0; i < cache_n; ++i) {
-      k[size_t(i)] = round_to(DType::bf16, hashed_uniform(22 + c, uint64_t(2 * i)));
-      v[size_t(i)] = round_to(DType::bf16, hashed_uniform(22 + c, uint64_t(2 * i + 1)));
-    }
-    put(*gpu, caches[c][0]->t, k);
-    put(*gpu, caches[c][1]->t, v);
-  }
+  for (int c = 0; c < 2; ++c) put_random_cache(*gpu, caches[c][0]->t, caches[c][1]->t, uint64_t(22 + c));
   auto decode_of = [&](int c) {
     return AttentionDecode{.out = o.t, .lse = l.t, .qkv = q.t, .k_cache = caches[c][0]->t, .v_cache = caches[c][1]->t,
                            .B = B, .H = H, .D = D, .T = T};

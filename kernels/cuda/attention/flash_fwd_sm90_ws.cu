@@ -622,7 +622,7 @@ void launch_grid(const FlashParams& p, cudaStream_t stream) {
 // and perhaps a list after them (FLASHGPT_ATTENTION_FWD_TAIL).
 template <class Tile, bool kCausal>
 void launch_persistent(const FlashParams& p, int persistent_blocks, bool exact_blocks, cudaStream_t stream) {
-  // (The knob first: a bad value is an InputError before anything else.)
+  // (The launcher has checked the knob on this call already, whichever kernel runs.)
   const bool list = forward_tail_list(std::getenv("FLASHGPT_ATTENTION_FWD_TAIL")) && p.fwd_head_group == 0;
   auto pk = flash_fwd_sm90_ws_persistent_kernel<Tile, kCausal>;
   static const bool pk_opted_in = opt_in_dynamic_smem(pk, persistent_smem_bytes<Tile>());  // once
