@@ -313,6 +313,13 @@ TEST(TileChoice, PersistentForwardListTakesEveryTileOnceAndBalancesTheBlocks) {
     EXPECT_EQ(loads(persistent_forward_schedule(132, heads, 1024, 128, 128, true, false, false), heads, 1024, 128, true, false),
               rounds);
   }
+  // Shapes where a shorter run of rounds beats a longer one that beat the rounds alone: the
+  // schedule once started the second list from the first, whose entries stayed in the
+  // slots the second left free (tiles taken twice).
+  for (const auto& [heads, T] : {std::pair<int, int>{64, 832}, {267, 576}, {18, 3776}}) {
+    SCOPED_TRACE(std::to_string(heads) + " pairs, T " + std::to_string(T));
+    loads(persistent_forward_schedule(132, heads, T, 128, 128, true, false, true), heads, T, 128, true, false);
+  }
   // More blocks than the table holds: the rounds alone.
   EXPECT_EQ(persistent_forward_schedule(200, 768, 1024, 128, 128, true, false, true).tail.rounds, INT32_MAX);
   // The knob.

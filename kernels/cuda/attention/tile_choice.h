@@ -262,6 +262,7 @@ inline PersistentSchedule persistent_forward_schedule(int max_blocks, int64_t he
   PersistentSchedule s{};
   s.tail.rounds = INT32_MAX;
   for (auto& row : s.tail.tile) std::fill(std::begin(row), std::end(row), int16_t(-1));
+  const ForwardTail empty = s.tail;  // no list
   const int64_t m_blocks = (T + BM - 1) / BM, tiles = m_blocks * heads;
   const int64_t top = std::min<int64_t>(std::max(max_blocks, 1), tiles);
   s.blocks = exact ? int(top) : persistent_forward_grid(max_blocks, heads, T, BM, BN, causal);
@@ -279,7 +280,7 @@ inline PersistentSchedule persistent_forward_schedule(int max_blocks, int64_t he
     std::vector<int64_t> load = rounds_load(G, R), order(size_t(tiles - R * G));
     for (size_t i = 0; i < order.size(); ++i) order[i] = R * G + int64_t(i);
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return cost(a) > cost(b); });
-    ForwardTail tail = s.tail;
+    ForwardTail tail = empty;  // (not s.tail: an R taken before would leave its entries)
     std::vector<int> used(size_t(G), 0);
     bool fits = true;
     for (const int64_t t : order) {
