@@ -97,6 +97,43 @@ TEST(TileChoice, Sm90wsGridStartsOnlyTheConsumersWithRows) {
       }
 }
 
+// Under a causal mask the three-consumer tiles put the sequence's short tile first: the
+// tiles number ceil(T / 192) as before, cover rows 0 .. T − 1 once each in order, start on
+// 64-row slabs, and only the first may hold fewer than 192 rows (the last ends at T).
+TEST(TileChoice, Sm90wsShortQueryTileComesFirst) {
+  using cuda::attn::sm90ws_lead_shift, cuda::attn::sm90ws_tile_m0, cuda::attn::sm90ws_tile_end,
+      cuda::attn::sm90ws_busy_consumers;
+  EXPECT_EQ(sm90ws_lead_shift(1024, 192), 128);  // 16 slabs: rows 0-63 first, then 64 + 192k
+  EXPECT_EQ(sm90ws_lead_shift(2048, 192), 64);   // 32 slabs: rows 0-127 first
+  EXPECT_EQ(sm90ws_lead_shift(1152, 192), 0);    // 18 slabs
+  EXPECT_EQ(sm90ws_lead_shift(1023, 192), 128);  // 16 slabs, the last one partial
+  EXPECT_EQ(sm90ws_tile_m0(1, 192, 128), 64);
+  EXPECT_EQ(sm90ws_tile_end(0, 192, 128, 1024), 64);
+  EXPECT_EQ(sm90ws_busy_consumers(sm90ws_tile_end(0, 192, 128, 1024), 0, 3), 1);
+  EXPECT_EQ(sm90ws_tile_end(5, 192, 128, 1024), 1024);
+  for (int T = 1; T <= 5000; ++T) {
+    const int shift = sm90ws_lead_shift(T, 192), tiles = (T + 191) / 192;
+    ASSERT_EQ(shift % 64, 0);
+    ASSERT_LT(shift, 192);
+    int next = 0;  // the first row not yet covered
+    for (int m = 0; m < tiles; ++m) {
+      const int m0 = sm90ws_tile_m0(m, 192, shift), end = sm90ws_tile_end(m, 192, shift, T);
+      ASSERT_EQ(m0, next) << "T=" << T << " tile " << m;
+      ASSERT_EQ(m0 % 64, 0);
+      ASSERT_GT(end, m0) << "T=" << T << ": an empty tile " << m;
+      if (m > 0 && m + 1 < tiles) ASSERT_EQ(end - m0, 192) << "T=" << T << ": a short tile " << m;
+      const int busy = sm90ws_busy_consumers(end, m0, 3);
+      ASSERT_GE(m0 + 64 * busy, end) << "T=" << T << " tile " << m << ": rows left out";
+      ASSERT_LT(m0 + 64 * (busy - 1), end) << "T=" << T << " tile " << m << ": a consumer with no rows";
+      next = end;
+    }
+    ASSERT_EQ(next, T);
+    // The last tile is full (T rounded up to a slab), the first holds the rest.
+    if (tiles > 1) ASSERT_EQ(sm90ws_tile_end(tiles - 1, 192, shift, T) - sm90ws_tile_m0(tiles - 1, 192, shift),
+                             std::min(192, T - sm90ws_tile_m0(tiles - 1, 192, shift)));
+  }
+}
+
 // Under a causal mask: each consumer of a block runs the key tiles up to the one holding
 // its last row's key, and no fewer; key tile nb's consumers are a suffix of the busy ones
 // that always holds the last. With 128 rows a block (two consumers) nobody skips.

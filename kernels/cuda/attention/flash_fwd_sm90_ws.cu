@@ -217,22 +217,24 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp / 4;
   const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest (causal) tiles first
   const int h = blockIdx.y, b = blockIdx.z;
-  const int m0 = m_block * BM;
-  const int n_end = kCausal ? min(p.T, m0 + BM) : p.T;
-  const int n_blocks = (n_end + BN - 1) / BN;
-  // The consumers with rows before T (tile_choice.h): all but in a sequence's last query
-  // tile when it holds fewer than kBlockM rows (T = 1024 in 192-row blocks: 64 rows, one
-  // consumer). The others leave at once; the K/V rings' "empty" barriers and the turns
-  // count only these. Against every consumer running the tile on rows past T (BENCHMARKS.md,
-  // "Thirty-seventh session", calls 3 and 4, same-call pairs): 16 x 32 x 1K at D = 64
-  // without a mask 412-413 TFLOP/s against 389, 2K +1.5%, 4K +2%; 16K level without a
-  // mask and 0.5-0.7% behind under a causal one.
-  const int busy = sm90ws_busy_consumers(p.T, m0, kConsumers);
   // kSkips: under a causal mask a block taller than its key tiles (three consumers) has
   // consumers that see none of its last key tiles (tile_choice.h); each runs only its own
   // (sm90ws_consumer_key_tiles), the turns pass over it, and the producer arrives on the
-  // K/V "empty" barriers in its place.
+  // K/V "empty" barriers in its place. There the sequence's short query tile comes first
+  // (sm90ws_lead_shift).
   constexpr bool kSkips = skips_key_tiles<Tile, kCausal>();
+  const int shift = kSkips ? sm90ws_lead_shift(p.T, BM) : 0;
+  const int m0 = sm90ws_tile_m0(m_block, BM, shift), m_end = sm90ws_tile_end(m_block, BM, shift, p.T);
+  const int n_end = kCausal ? m_end : p.T;
+  const int n_blocks = (n_end + BN - 1) / BN;
+  // The consumers with rows in the tile (tile_choice.h): all but in a sequence's short
+  // query tile (T = 1024 in 192-row blocks: 64 rows, one consumer). The others leave at
+  // once; the K/V rings' "empty" barriers and the turns count only these. Against every
+  // consumer running the tile on rows past T (BENCHMARKS.md, "Thirty-seventh session",
+  // calls 3 and 4, same-call pairs): 16 x 32 x 1K at D = 64 without a mask 412-413 TFLOP/s
+  // against 389, 2K +1.5%, 4K +2%; 16K level without a mask and 0.5-0.7% behind under a
+  // causal one.
+  const int busy = sm90ws_busy_consumers(m_end, m0, kConsumers);
 
   if (tid == 0) {
     sm90::mbar_init(&q_full, 1);
@@ -420,11 +422,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   constexpr bool kClaims = sm90ws_claims_tiles(kConsumers);
   const bool claimed = kClaims && p.fwd_head_group > 0;
   auto tile_at = [&](int k) { return k < 0 || !claimed ? k : grouped_tile(k, p.B * p.H, m_blocks, p.fwd_head_group); };
-  struct Coords { int m_block, h, b, n_blocks; };
+  // A tile's rows m0 .. m_end (with kSkips the short tile first, as in the grid kernel).
+  struct Coords { int m0, m_end, h, b, n_blocks; };
+  const int shift = kSkips ? sm90ws_lead_shift(p.T, BM) : 0;
   auto coords = [&](int t) {
     const int bh = t / m_blocks, m_block = m_blocks - 1 - (t - bh * m_blocks);
-    const int n_end = kCausal ? min(p.T, m_block * BM + BM) : p.T;
-    return Coords{m_block, bh % p.H, bh / p.H, (n_end + BN - 1) / BN};
+    const int m_end = sm90ws_tile_end(m_block, BM, shift, p.T), n_end = kCausal ? m_end : p.T;
+    return Coords{sm90ws_tile_m0(m_block, BM, shift), m_end, bh % p.H, bh / p.H, (n_end + BN - 1) / BN};
   };
 
   if (tid == 0) {
@@ -462,7 +466,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       for (int nb = 0; nb < cd.n_blocks; ++nb, ++kv) {
         const int s = kv % S;
         const uint32_t parity = ((kv / S) & 1) ^ 1;  // the release of this buffer's previous tile
-        const int skipping = kSkips ? sm90ws_first_consumer_of(nb, BN, cd.m_block * BM) : 0;
+        const int skipping = kSkips ? sm90ws_first_consumer_of(nb, BN, cd.m0) : 0;
         sm90::mbar_wait(&k_empty[s], parity);
         sm90::mbar_arrive_expect_tx(&k_full[s], Tile::kTileBytes);
         load_kv(sK + s * BN * D, &k_full[s], (p.H + cd.h) * D, nb * BN, cd.b);
@@ -479,7 +483,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #pragma unroll
             for (int c = 0; c < D / kTmaBoxCols; ++c)
               sm90::tma_load_3d(q_dst + (c * QR + w * 64) * kTmaBoxCols, &q_map, &q_full[qb][w],
-                                cd.h * D + c * kTmaBoxCols, cd.m_block * BM + w * 64, cd.b);
+                                cd.h * D + c * kTmaBoxCols, cd.m0 + w * 64, cd.b);
           }
         }
         sm90::mbar_wait(&v_empty[s], parity);
@@ -511,7 +515,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if (t < 0) return false;
     if (!claimed) last_tile = tile_of(local + 1) < 0;
     const Coords cd = coords(t);
-    n_blocks = cd.n_blocks, m0 = cd.m_block * BM;
+    n_blocks = cd.n_blocks, m0 = cd.m0;
     mine = kSkips ? sm90ws_consumer_key_tiles(m0, cw, BN, n_blocks) : n_blocks;
     turn_offset = sm90ws_turn_offset(BN, m0);  // kSkips: key tile nb + 1's first turn
     qb = local % QB;
@@ -552,6 +556,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
                                        after_pv);
   };
   auto epilogue = [&](const Coords& cd) {
+    // A short first tile's consumers past its rows ran rows of the next tile: no store.
+    if (kSkips && cd.m0 + 64 * cw >= cd.m_end) return;
     if constexpr (persistent_stages_output<Tile>()) {
       // The output through the consumer's stage, once the TMA has read its previous tile's.
       bf16* stage = sO + cw * 64 * D;
@@ -559,7 +565,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       if (issuer) sm90::bulk_wait_read<0>();
       sm90::named_sync(kStoreBarrier + cw, 128);
       c.stage_output(smem_u32(stage), 64 * kTmaBoxCols, cd.b, cd.h);
-      store_output_tma<D>(&o_map, stage, 64 * kTmaBoxCols, cw, issuer, cd.h, cd.m_block * BM + cw * 64, cd.b);
+      store_output_tma<D>(&o_map, stage, 64 * kTmaBoxCols, cw, issuer, cd.h, cd.m0 + cw * 64, cd.b);
     } else {
       c.store(cd.b, cd.h);
     }

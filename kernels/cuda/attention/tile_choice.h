@@ -89,11 +89,27 @@ constexpr bool sm90ws_has_persistent_kernel(int consumers, int block_n, bool cau
 // the counter up by it and the kernel compiles the claims by it.
 constexpr bool sm90ws_claims_tiles(int consumers) { return consumers == 3; }
 
-// The consumers of an sm90ws grid block whose query tile starts at row m0 that have rows
-// before T (64 rows a consumer, `consumers` of them): all of them but in a sequence's last
-// query tile when it holds fewer rows (T = 1024 in 192-row blocks: m0 = 960, one). The
-// grid kernel starts only these (flash_fwd_sm90_ws.cu); constexpr, so device code calls it.
-constexpr int sm90ws_busy_consumers(int T, int m0, int consumers) { return std::min(consumers, (T - m0 + 63) / 64); }
+// The consumers of an sm90ws grid block whose query tile holds rows m0 .. end − 1 that
+// have rows there (64 rows a consumer, `consumers` of them): all of them but in a
+// sequence's short query tile (T = 1024 in 192-row blocks: 64 rows, one). The grid kernel
+// starts only these (flash_fwd_sm90_ws.cu); constexpr, so device code calls it.
+constexpr int sm90ws_busy_consumers(int end, int m0, int consumers) { return std::min(consumers, (end - m0 + 63) / 64); }
+
+// Under a causal mask the three-consumer forward puts a sequence's short query tile first:
+// T in 64-row slabs, rounded up, is not always a multiple of a block's three, and the
+// short tile at the end held the longest rows (T = 1024: 64 rows against all 8 key tiles,
+// one consumer busy on the SM for 8 steps), at the start it holds the shortest (T = 1024:
+// rows 0-63, one key tile). Query tile m_block holds rows max(0, m_block·BM − shift) up to
+// (m_block + 1)·BM − shift (and T), with shift = sm90ws_lead_shift(T, BM): 0, or 64 or 128
+// rows at three consumers. The tiles number as many as without it, each consumer's rows
+// see the same key tiles (64-row slabs, 128-key tiles): the same bits. shift = 0 where the
+// block is no taller than its key tiles (the kernels shift only with kSkips, below).
+constexpr int sm90ws_lead_shift(int T, int BM) {
+  const int per = BM / 64, slabs = (T + 63) / 64;
+  return 64 * ((per - slabs % per) % per);
+}
+constexpr int sm90ws_tile_m0(int m_block, int BM, int shift) { return std::max(0, m_block * BM - shift); }
+constexpr int sm90ws_tile_end(int m_block, int BM, int shift, int T) { return std::min(T, (m_block + 1) * BM - shift); }
 
 // Under a causal mask a block of more query rows than a key tile holds (three consumers,
 // 192 rows, against 128 keys) has key tiles that its first consumers see none of: consumer
@@ -143,8 +159,8 @@ inline bool sm90ws_forward_persistent(FwdSchedule schedule, int tile, int D, int
 // each head's last query tile first; it costs its key tiles (a causal mask: those up to
 // its diagonal):
 inline int64_t persistent_forward_tile_cost(int64_t t, int64_t m_blocks, int T, int BM, int BN, bool causal) {
-  const int64_t m_block = m_blocks - 1 - t % m_blocks;
-  const int64_t n_end = causal ? std::min<int64_t>(T, (m_block + 1) * BM) : T;
+  const int m_block = int(m_blocks - 1 - t % m_blocks), shift = causal && BM > BN ? sm90ws_lead_shift(T, BM) : 0;
+  const int64_t n_end = causal ? sm90ws_tile_end(m_block, BM, shift, T) : T;
   return (n_end + BN - 1) / BN;
 }
 // The list's price of a tile (persistent_forward_schedule), in half key tiles: its key
