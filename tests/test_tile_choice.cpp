@@ -61,11 +61,41 @@ TEST(TileChoice, Sm90wsTakesOneConsumerAtHeadDim64BelowT320WithoutAMask) {
 }
 
 TEST(TileChoice, Sm90wsTakesThreeConsumersAtHeadDim64UnlessCausalAndShort) {
-  EXPECT_EQ(sm90ws_forward_tile(-1, 64, 1025, /*causal=*/true), 0);
+  EXPECT_EQ(sm90ws_forward_tile(-1, 64, 1025, /*causal=*/true), 0);  // pairs unknown
   EXPECT_EQ(sm90ws_forward_tile(-1, 64, 2047, true), 0);
   EXPECT_EQ(sm90ws_forward_tile(-1, 64, 2048, true), 1);   // the threshold itself
   EXPECT_EQ(sm90ws_forward_tile(-1, 64, 65536, true), 1);  // the long-context step
   for (int T : {1024, 1025, 2048, 16384}) EXPECT_EQ(sm90ws_forward_tile(-1, 64, T, /*causal=*/false), 1) << T;
+}
+
+// Under a causal mask below T = 2048: three consumers where their query tiles number at
+// least 5 an SM (ceil(T / 192) · B · H ≥ 5 · SMs) from T = 384, else as with the pairs
+// unknown (two, or one under the grid schedule up to 1K).
+TEST(TileChoice, Sm90wsTakesThreeConsumersUnderACausalMaskWithEnoughTiles) {
+  using cuda::attn::FwdSchedule;
+  using cuda::attn::kSm90WsOneConsumer;
+  const auto tile = [](int T, int64_t pairs, FwdSchedule s = FwdSchedule::automatic, int sms = 132) {
+    return sm90ws_forward_tile(-1, 64, T, /*causal=*/true, s, pairs, sms);
+  };
+  EXPECT_EQ(tile(1024, 64 * 12), 1);  // GPT-2 124M's step: 4,608 tiles
+  EXPECT_EQ(tile(1024, 16 * 32), 1);
+  EXPECT_EQ(tile(1024, 16 * 12), 1);  // 1,152
+  EXPECT_EQ(tile(1024, 96), 0);       // 576
+  EXPECT_EQ(tile(768, 96), 0);        // 384
+  EXPECT_EQ(tile(640, 192), 1);       // 768
+  EXPECT_EQ(tile(512, 192), 0);       // 576
+  EXPECT_EQ(tile(1536, 48), 0);       // 384
+  EXPECT_EQ(tile(1536, 96), 1);       // 768
+  EXPECT_EQ(tile(1792, 1), 0);
+  EXPECT_EQ(tile(320, 100000), 0);  // below T = 384
+  EXPECT_EQ(tile(384, 330), 1);     // 660 = 5 · 132: the threshold itself
+  EXPECT_EQ(tile(384, 329), 0);
+  EXPECT_EQ(tile(384, 330, FwdSchedule::automatic, 133), 0);  // scales with the SMs
+  EXPECT_EQ(tile(384, 330, FwdSchedule::persistent), 1);
+  EXPECT_EQ(tile(1024, 768, FwdSchedule::grid), kSm90WsOneConsumer);  // the grid up to 1K: as before
+  EXPECT_EQ(tile(1152, 768, FwdSchedule::grid), 1);
+  EXPECT_EQ(tile(1152, 12, FwdSchedule::grid), 0);
+  for (int T : {2048, 65536}) EXPECT_EQ(tile(T, 1), 1) << T;  // from 2K whatever the tiles
 }
 
 // The grid block's consumers with rows before T (64 rows each): every one but in a

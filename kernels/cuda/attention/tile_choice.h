@@ -54,18 +54,25 @@ inline FwdSchedule parse_forward_schedule(const char* value) {
 //   two blocks an SM (8% ahead at 256, level at 320): a block's first loads and its
 //   epilogue run under the other block's matmuls.
 // - D = 64 under a causal mask: three consumers from T = 2048, 8-16% ahead of two
-//   ("Twelfth session", call 3); up to T = 1024 tile 0 (two consumers) persistent, ahead
-//   of one consumer by 4-8% ("Twenty-fifth session", call 5; "Thirty-eighth session",
-//   call 6) and of three consumers by 3-5% at 1K and 2.6% at 512 (call 6: a 192-row block
-//   straddles the diagonal for more of its keys; again 3-6% at 512-1K on an H100 with the
-//   claims and the list, "Sixty-first session", call 5); under the grid schedule there,
-//   one consumer.
-inline int sm90ws_forward_tile(int requested, int D, int T, bool causal, FwdSchedule schedule = FwdSchedule::automatic) {
+//   ("Twelfth session", call 3), and from T = 384 where the three-consumer query tiles
+//   number at least 5 an SM (ceil(T / 192) · pairs ≥ 5 · sms; pairs = B · H), once the
+//   short tile came first (sm90ws_lead_shift; with it last, three consumers were 3-6%
+//   behind two at 512-1K, "Sixty-first session", call 5). Measured on an H100 ("Sixty-second
+//   session", calls 2-3; forward, three consumers against two): 64 x 12 x 1K +7%,
+//   16 x 32 x 1K +3.5%, 16 x 12 x 1K +4%, 1K-1.8K at 684 pairs +7-14%, 384-896 at
+//   1,000-2,000 pairs +1-16% (640: level); with fewer tiles behind, by 2-20% (192 pairs at
+//   512 with 576 tiles, 96 pairs at 1K with 576, 12 and 48 pairs at 384-1K). Otherwise up
+//   to T = 1024 tile 0 (two consumers) persistent, ahead of one consumer by 4-8%
+//   ("Twenty-fifth session", call 5; "Thirty-eighth session", call 6); under the grid
+//   schedule there, one consumer. `pairs` = 0 (unknown): two consumers below 2048.
+inline int sm90ws_forward_tile(int requested, int D, int T, bool causal, FwdSchedule schedule = FwdSchedule::automatic,
+                               int64_t pairs = 0, int sms = 132) {
   if (requested >= 0) return requested;
   if (D == 128) return !causal && T >= 8192 ? 1 : 0;
   if (!causal) return T < 320 ? kSm90WsOneConsumer : 1;
-  if (T <= 1024) return schedule != FwdSchedule::grid ? 0 : kSm90WsOneConsumer;
-  return T >= 2048 ? 1 : 0;
+  if (T >= 2048) return 1;
+  if (T <= 1024 && schedule == FwdSchedule::grid) return kSm90WsOneConsumer;
+  return T >= 384 && int64_t((T + 191) / 192) * pairs >= 5 * int64_t(sms) ? 1 : 0;
 }
 
 // The consumer warpgroups and the key-tile size of the sm90ws forward's `tile` at head dim
