@@ -223,8 +223,11 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   // K/V "empty" barriers in its place. There the sequence's short query tile comes first
   // (sm90ws_lead_shift).
   constexpr bool kSkips = skips_key_tiles<Tile, kCausal>();
-  const int shift = kSkips ? sm90ws_lead_shift(p.T, BM) : 0;
-  const int m0 = sm90ws_tile_m0(m_block, BM, shift), m_end = sm90ws_tile_end(m_block, BM, shift, p.T);
+  // (The other kernels keep m_block · BM, and their code as it was: written with the
+  // shift for every kernel, the two-consumer ones measured 1-1.5% slower at D = 64;
+  // BENCHMARKS.md, "Sixty-second session", call 5.)
+  const int m0 = kSkips ? sm90ws_tile_m0(m_block, BM, sm90ws_lead_shift(p.T, BM)) : m_block * BM;
+  const int m_end = kSkips ? sm90ws_tile_end(m_block, BM, sm90ws_lead_shift(p.T, BM), p.T) : min(p.T, m0 + BM);
   const int n_end = kCausal ? m_end : p.T;
   const int n_blocks = (n_end + BN - 1) / BN;
   // The consumers with rows in the tile (tile_choice.h): all but in a sequence's short
@@ -234,7 +237,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   // calls 3 and 4, same-call pairs): 16 x 32 x 1K at D = 64 without a mask 412-413 TFLOP/s
   // against 389, 2K +1.5%, 4K +2%; 16K level without a mask and 0.5-0.7% behind under a
   // causal one.
-  const int busy = sm90ws_busy_consumers(m_end, m0, kConsumers);
+  const int busy = sm90ws_busy_consumers(kSkips ? m_end : p.T, m0, kConsumers);
 
   if (tid == 0) {
     sm90::mbar_init(&q_full, 1);
@@ -357,8 +360,10 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
 // epilogue. At D = 64 a consumer issues a tile's last P·V together with the next tile's
 // first QKᵀ, in one turn, and stores the finished tile's output while that QKᵀ runs
 // (Sm90FwdConsumer::step_across, kAcross). Unlike the grid kernel's, every consumer runs
-// every query tile (with kSkips up to its own last key tile, as there), on rows past T too
-// (the last three-consumer tile at T = 2048 holds 128 rows): a branch around the matmuls
+// every query tile (with kSkips up to its own last key tile, as there), on rows past T too,
+// and with kSkips on rows past a sequence's short first tile (T = 2048: 128 rows, so the
+// third consumer runs rows 128-191 of the next tile again, and does not store them; it
+// needs one key tile): a branch around the matmuls
 // for a consumer without rows spilled 4 bytes at three consumers and, in a version that
 // had it at two as well, cost GPT-2's shape 7% (BENCHMARKS.md, "Thirty-seventh session",
 // call 1). cuDNN's forward on Hopper is persistent too (132 blocks of 384 threads at these
@@ -422,13 +427,18 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   constexpr bool kClaims = sm90ws_claims_tiles(kConsumers);
   const bool claimed = kClaims && p.fwd_head_group > 0;
   auto tile_at = [&](int k) { return k < 0 || !claimed ? k : grouped_tile(k, p.B * p.H, m_blocks, p.fwd_head_group); };
-  // A tile's rows m0 .. m_end (with kSkips the short tile first, as in the grid kernel).
-  struct Coords { int m0, m_end, h, b, n_blocks; };
-  const int shift = kSkips ? sm90ws_lead_shift(p.T, BM) : 0;
+  struct Coords { int m_block, h, b, n_blocks; };
+  // A tile's first row, and with kSkips its end: there the short tile first, as in the grid
+  // kernel (the other kernels' code as it was, as there).
+  auto first_row = [&](int m_block) {
+    if constexpr (kSkips) return sm90ws_tile_m0(m_block, BM, sm90ws_lead_shift(p.T, BM));
+    return m_block * BM;
+  };
+  auto row_end = [&](int m_block) { return sm90ws_tile_end(m_block, BM, sm90ws_lead_shift(p.T, BM), p.T); };
   auto coords = [&](int t) {
     const int bh = t / m_blocks, m_block = m_blocks - 1 - (t - bh * m_blocks);
-    const int m_end = sm90ws_tile_end(m_block, BM, shift, p.T), n_end = kCausal ? m_end : p.T;
-    return Coords{sm90ws_tile_m0(m_block, BM, shift), m_end, bh % p.H, bh / p.H, (n_end + BN - 1) / BN};
+    const int n_end = !kCausal ? p.T : kSkips ? row_end(m_block) : min(p.T, m_block * BM + BM);
+    return Coords{m_block, bh % p.H, bh / p.H, (n_end + BN - 1) / BN};
   };
 
   if (tid == 0) {
@@ -466,7 +476,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       for (int nb = 0; nb < cd.n_blocks; ++nb, ++kv) {
         const int s = kv % S;
         const uint32_t parity = ((kv / S) & 1) ^ 1;  // the release of this buffer's previous tile
-        const int skipping = kSkips ? sm90ws_first_consumer_of(nb, BN, cd.m0) : 0;
+        const int skipping = kSkips ? sm90ws_first_consumer_of(nb, BN, first_row(cd.m_block)) : 0;
         sm90::mbar_wait(&k_empty[s], parity);
         sm90::mbar_arrive_expect_tx(&k_full[s], Tile::kTileBytes);
         load_kv(sK + s * BN * D, &k_full[s], (p.H + cd.h) * D, nb * BN, cd.b);
@@ -483,7 +493,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #pragma unroll
             for (int c = 0; c < D / kTmaBoxCols; ++c)
               sm90::tma_load_3d(q_dst + (c * QR + w * 64) * kTmaBoxCols, &q_map, &q_full[qb][w],
-                                cd.h * D + c * kTmaBoxCols, cd.m0 + w * 64, cd.b);
+                                cd.h * D + c * kTmaBoxCols, first_row(cd.m_block) + w * 64, cd.b);
           }
         }
         sm90::mbar_wait(&v_empty[s], parity);
@@ -515,7 +525,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if (t < 0) return false;
     if (!claimed) last_tile = tile_of(local + 1) < 0;
     const Coords cd = coords(t);
-    n_blocks = cd.n_blocks, m0 = cd.m0;
+    n_blocks = cd.n_blocks, m0 = first_row(cd.m_block);
     mine = kSkips ? sm90ws_consumer_key_tiles(m0, cw, BN, n_blocks) : n_blocks;
     turn_offset = sm90ws_turn_offset(BN, m0);  // kSkips: key tile nb + 1's first turn
     qb = local % QB;
@@ -557,7 +567,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   };
   auto epilogue = [&](const Coords& cd) {
     // A short first tile's consumers past its rows ran rows of the next tile: no store.
-    if (kSkips && cd.m0 + 64 * cw >= cd.m_end) return;
+    if constexpr (kSkips)
+      if (first_row(cd.m_block) + 64 * cw >= row_end(cd.m_block)) return;
     if constexpr (persistent_stages_output<Tile>()) {
       // The output through the consumer's stage, once the TMA has read its previous tile's.
       bf16* stage = sO + cw * 64 * D;
@@ -565,7 +576,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       if (issuer) sm90::bulk_wait_read<0>();
       sm90::named_sync(kStoreBarrier + cw, 128);
       c.stage_output(smem_u32(stage), 64 * kTmaBoxCols, cd.b, cd.h);
-      store_output_tma<D>(&o_map, stage, 64 * kTmaBoxCols, cw, issuer, cd.h, cd.m0 + cw * 64, cd.b);
+      store_output_tma<D>(&o_map, stage, 64 * kTmaBoxCols, cw, issuer, cd.h, first_row(cd.m_block) + cw * 64, cd.b);
     } else {
       c.store(cd.b, cd.h);
     }
