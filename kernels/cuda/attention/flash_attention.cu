@@ -242,10 +242,11 @@ void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
       // an InputError on a shape that takes the grid too (the launch reads them again where
       // they apply).
       (void)attn::forward_tail_list(std::getenv("FLASHGPT_ATTENTION_FWD_TAIL"));
-      const int head_group = attn::forward_head_group(std::getenv("FLASHGPT_ATTENTION_FWD_HEAD_GROUP"), int64_t(a.B) * a.H);
+      const int64_t pairs = int64_t(a.B) * a.H;
+      const int head_group = attn::forward_head_group(std::getenv("FLASHGPT_ATTENTION_FWD_HEAD_GROUP"), pairs);
       const int ws_tile = one_consumer_forward() ? attn::kSm90WsOneConsumer
                                                  : attn::sm90ws_forward_tile(fwd_tile, a.D, a.T, a.causal, schedule,
-                                                                             int64_t(a.B) * a.H, device_sm_count());
+                                                                             pairs, device_sm_count());
       const PersistentGrid g = forward_persistent_grid(schedule, ws_tile, a);
       if (g.blocks > 0 && attn::sm90ws_claims_tiles(attn::sm90ws_consumers(ws_tile, a.D))) {
         p.fwd_head_group = head_group;

@@ -170,7 +170,7 @@ __device__ __forceinline__ void init_kv_barriers(uint64_t (&k_full)[S], uint64_t
 // holds, under a causal mask (three consumers). Elsewhere every consumer sees every key
 // tile of its block.
 template <class Tile, bool kCausal>
-constexpr bool skips_key_tiles() { return kCausal && Tile::kBlockM > Tile::kBlockN; }
+constexpr bool skips_key_tiles() { return sm90ws_skips_key_tiles(kCausal, Tile::kBlockM, Tile::kBlockN); }
 
 #if FLASHGPT_HAS_WGMMA
 // The producer's arrivals on a K or V "empty" barrier for the `skipping` consumers that

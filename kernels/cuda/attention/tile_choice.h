@@ -109,14 +109,18 @@ constexpr int sm90ws_busy_consumers(int end, int m0, int consumers) { return std
 // rows 0-63, one key tile). Query tile m_block holds rows max(0, m_block·BM − shift) up to
 // (m_block + 1)·BM − shift (and T), with shift = sm90ws_lead_shift(T, BM): 0, or 64 or 128
 // rows at three consumers. The tiles number as many as without it, each consumer's rows
-// see the same key tiles (64-row slabs, 128-key tiles): the same bits. shift = 0 where the
-// block is no taller than its key tiles (the kernels shift only with kSkips, below).
+// see the same key tiles (64-row slabs, 128-key tiles): the same bits. Only blocks that
+// skip key tiles shift (sm90ws_skips_key_tiles).
 constexpr int sm90ws_lead_shift(int T, int BM) {
   const int per = BM / 64, slabs = (T + 63) / 64;
   return 64 * ((per - slabs % per) % per);
 }
 constexpr int sm90ws_tile_m0(int m_block, int BM, int shift) { return std::max(0, m_block * BM - shift); }
 constexpr int sm90ws_tile_end(int m_block, int BM, int shift, int T) { return std::min(T, (m_block + 1) * BM - shift); }
+// Whether blocks of BM query rows over BN-key tiles skip the key tiles their first
+// consumers see none of (sm90ws_consumer_key_tiles, below) and so put the short tile
+// first: under a causal mask, blocks taller than their key tiles (three consumers).
+constexpr bool sm90ws_skips_key_tiles(bool causal, int BM, int BN) { return causal && BM > BN; }
 
 // Under a causal mask a block of more query rows than a key tile holds (three consumers,
 // 192 rows, against 128 keys) has key tiles that its first consumers see none of: consumer
@@ -166,7 +170,8 @@ inline bool sm90ws_forward_persistent(FwdSchedule schedule, int tile, int D, int
 // each head's last query tile first; it costs its key tiles (a causal mask: those up to
 // its diagonal):
 inline int64_t persistent_forward_tile_cost(int64_t t, int64_t m_blocks, int T, int BM, int BN, bool causal) {
-  const int m_block = int(m_blocks - 1 - t % m_blocks), shift = causal && BM > BN ? sm90ws_lead_shift(T, BM) : 0;
+  const int m_block = int(m_blocks - 1 - t % m_blocks);
+  const int shift = sm90ws_skips_key_tiles(causal, BM, BN) ? sm90ws_lead_shift(T, BM) : 0;
   const int64_t n_end = causal ? sm90ws_tile_end(m_block, BM, shift, T) : T;
   return (n_end + BN - 1) / BN;
 }
