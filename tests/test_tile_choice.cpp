@@ -127,6 +127,20 @@ TEST(TileChoice, Sm90wsGridStartsOnlyTheConsumersWithRows) {
       }
 }
 
+
+// Without a mask the three-consumer grid kernel splits the key tiles of a query tile with
+// one consumer's rows between its three consumers; never under a causal mask (the short
+// tile comes first there and needs one key tile) or with another consumer count.
+TEST(TileChoice, Sm90wsSplitsKeyTilesOnlyForOneConsumersRowsWithoutAMask) {
+  using cuda::attn::sm90ws_busy_consumers;
+  using cuda::attn::sm90ws_splits_keys;
+  EXPECT_TRUE(sm90ws_splits_keys(false, 3, sm90ws_busy_consumers(1024, 960, 3)));   // T = 1024: 64 rows
+  EXPECT_FALSE(sm90ws_splits_keys(false, 3, sm90ws_busy_consumers(1024, 768, 3)));  // a full tile
+  EXPECT_FALSE(sm90ws_splits_keys(false, 3, sm90ws_busy_consumers(2048, 1920, 3)));  // 128 rows: two consumers
+  EXPECT_FALSE(sm90ws_splits_keys(true, 3, 1));
+  EXPECT_FALSE(sm90ws_splits_keys(false, 2, 1));
+  EXPECT_FALSE(sm90ws_splits_keys(false, 1, 1));
+}
 // Under a causal mask the three-consumer tiles put the sequence's short tile first: the
 // tiles number ceil(T / 192) as before, cover rows 0 .. T − 1 once each in order, start on
 // 64-row slabs, and only the first may hold fewer than three slabs (the last ends at T).

@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "kernels/cuda/attention/flash_attention.h"
+#include "kernels/cuda/attention/tile_choice.h"
 #include "src/errors.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/testing.h"
@@ -803,12 +804,20 @@ TEST(CudaFlashAttention, Sm90WsForwardIsBitwiseEqualToSm90) {
         if (HasFatalFailure()) return;
         const std::string shape = " D=" + std::to_string(D) + (causal ? " causal" : " full") +
                                   " T=" + std::to_string(T);
-        auto expect_same = [&](const DeviceRun& r, const std::string& name) {
+        // Rows from `rows` on are left out: a split short tile's (below).
+        auto expect_same = [&](const DeviceRun& r, const std::string& name, int rows = -1) {
+          if (rows < 0) rows = T;
           ASSERT_EQ(plain.out.size(), r.out.size());
-          EXPECT_EQ(std::memcmp(plain.out.data(), r.out.data(), plain.out.size() * sizeof(float)), 0)
-              << name << shape << ": O differs from sm90's";
-          EXPECT_EQ(std::memcmp(plain.lse.data(), r.lse.data(), plain.lse.size() * sizeof(float)), 0)
-              << name << shape << ": LSE differs from sm90's";
+          ASSERT_EQ(plain.lse.size(), r.lse.size());
+          const size_t HD = size_t(pb.H) * D;
+          int out_rows = 0, lse_rows = 0;  // rows that differ
+          for (int bt = 0; bt < pb.B * T; ++bt)
+            if (bt % T < rows)
+              out_rows += std::memcmp(&plain.out[bt * HD], &r.out[bt * HD], HD * sizeof(float)) != 0;
+          for (int bht = 0; bht < pb.B * pb.H * T; ++bht)
+            if (bht % T < rows) lse_rows += std::memcmp(&plain.lse[bht], &r.lse[bht], sizeof(float)) != 0;
+          EXPECT_EQ(out_rows, 0) << name << shape << ": O differs from sm90's";
+          EXPECT_EQ(lse_rows, 0) << name << shape << ": LSE differs from sm90's";
         };
         expect_same(ws, "sm90ws");
         expect_same(run("sm90ws", "0", "grid"), "sm90ws grid");
@@ -844,7 +853,14 @@ TEST(CudaFlashAttention, Sm90WsForwardIsBitwiseEqualToSm90) {
             ws1 = run("sm90ws", "0");
           }
           if (HasFatalFailure()) return;
-          expect_same(ws3, "sm90ws tile 1");
+          // Without a mask a short tile of one consumer's rows splits its key tiles between
+          // the three (tile_choice.h's sm90ws_splits_keys): other additions there, checked
+          // against the reference by FlashAttentionVsReference (T = 239, 1023, 1024).
+          // (With one key tile, T <= 128, consumer 0 runs it all: the same bits.)
+          const int m0_last = (T - 1) / 192 * 192;
+          const bool split =
+              cuda::attn::sm90ws_splits_keys(causal, 3, cuda::attn::sm90ws_busy_consumers(T, m0_last, 3)) && T > 128;
+          expect_same(ws3, "sm90ws tile 1", split ? m0_last : T);
           expect_same(ws1, "sm90ws one consumer");
         }
       }

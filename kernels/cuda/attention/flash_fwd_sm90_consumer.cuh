@@ -211,6 +211,43 @@ struct Sm90FwdConsumer {
     sm90::fence_accumulators(o[0]);
   }
 
+  // Partial outputs of the same rows over different key tiles (the three-consumer forward's
+  // split short tile, sm90ws_splits_keys): save_partial leaves this thread's O in o_dst and
+  // its row max and partial sums in stat_dst (float arrays, thread t of the warpgroup at
+  // stride 128: no bank conflicts), and add_partial, run by the thread of the same index
+  // in another warpgroup (the same fragment layout), folds them into its own with the
+  // softmax's rescale: O and the sums scaled by exp2((m − max of both)·c).
+  static constexpr int kPartialO = Tile::kDTiles * 4, kPartialStats = 4;
+  __device__ __forceinline__ void save_partial(float* o_dst, float* stat_dst, int t) const {
+#pragma unroll
+    for (int dt = 0; dt < Tile::kDTiles; ++dt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o_dst[(dt * 4 + i) * 128 + t] = o[0][dt][i];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      stat_dst[half * 128 + t] = row_max[0][half];
+      stat_dst[(2 + half) * 128 + t] = row_sum[0][half];
+    }
+  }
+  __device__ __forceinline__ void add_partial(const float* o_src, const float* stat_src, int t) {
+    float mine[2], theirs[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float m_other = stat_src[half * 128 + t];
+      const float mx = fmaxf(row_max[0][half], m_other);
+      const float m_scaled = mx == -INFINITY ? 0.f : mx * p.scale_log2;  // as softmax_row_max
+      mine[half] = fast_exp2(row_max[0][half] * p.scale_log2 - m_scaled);
+      theirs[half] = fast_exp2(m_other * p.scale_log2 - m_scaled);
+      row_max[0][half] = mx;
+      row_sum[0][half] = row_sum[0][half] * mine[half] + stat_src[(2 + half) * 128 + t] * theirs[half];
+    }
+#pragma unroll
+    for (int dt = 0; dt < Tile::kDTiles; ++dt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        o[0][dt][i] = o[0][dt][i] * mine[i / 2] + o_src[(dt * 4 + i) * 128 + t] * theirs[i / 2];
+  }
+
   // O / l → bf16 (B,T,H,D) and LSE → (B,H,T) by each thread's own global stores (the
   // D = 64 persistent kernels' epilogue; the others stage_output).
   __device__ __forceinline__ void store(int b, int h) {

@@ -238,6 +238,14 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   // against 389, 2K +1.5%, 4K +2%; 16K level without a mask and 0.5-0.7% behind under a
   // causal one.
   const int busy = sm90ws_busy_consumers(kSkips ? m_end : p.T, m0, kConsumers);
+  // Without a mask, a tile of one consumer's rows has its key tiles split between the
+  // consumers (tile_choice.h's sm90ws_splits_keys; consume_split below). Each K and V tile
+  // is still read by one consumer (the barriers' 128 · busy). The producer loads V one key
+  // tile behind K there: V of key tile nb goes into the ring stage whose previous V, nb − 3,
+  // only consumer nb mod 3's step nb releases, and K of nb + 1, if it waited behind that
+  // V, would reach the next consumer late.
+  constexpr bool kCanSplit = sm90ws_splits_keys(kCausal, kConsumers, 1);
+  const bool split = kCanSplit && sm90ws_splits_keys(kCausal, kConsumers, busy);
 
   if (tid == 0) {
     sm90::mbar_init(&q_full, 1);
@@ -259,25 +267,90 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
     };
     sm90::mbar_arrive_expect_tx(&q_full, Tile::kQBytes);
     load(sQ, &q_full, QR, h * D, m0);
+    // The release of a buffer's previous tile: the parity of key tile nb's use of it, flipped.
+    auto released = [](int nb) { return uint32_t((nb / S) & 1) ^ 1; };
+    auto load_v = [&](int nb, int skipping) {
+      const int s = nb % S;
+      sm90::mbar_wait(&v_empty[s], released(nb));
+      sm90::mbar_arrive_expect_tx(&v_full[s], Tile::kTileBytes);
+      load(sV + s * BN * D, &v_full[s], BN, (2 * p.H + h) * D, nb * BN);
+      arrive_for_skipping(&v_empty[s], skipping);
+    };
     for (int nb = 0; nb < n_blocks; ++nb) {
       const int s = nb % S;
-      const uint32_t parity = ((nb / S) & 1) ^ 1;  // the release of this buffer's previous tile
+      const uint32_t parity = released(nb);
       const int skipping = kSkips ? sm90ws_first_consumer_of(nb, BN, m0) : 0;
       sm90::mbar_wait(&k_empty[s], parity);
       sm90::mbar_arrive_expect_tx(&k_full[s], Tile::kTileBytes);
       load(sK + s * BN * D, &k_full[s], BN, (p.H + h) * D, nb * BN);
       arrive_for_skipping(&k_empty[s], skipping);
-      sm90::mbar_wait(&v_empty[s], parity);
-      sm90::mbar_arrive_expect_tx(&v_full[s], Tile::kTileBytes);
-      load(sV + s * BN * D, &v_full[s], BN, (2 * p.H + h) * D, nb * BN);
-      arrive_for_skipping(&v_empty[s], skipping);
+      if (!kCanSplit || !split) load_v(nb, skipping);
+      else if (nb > 0) load_v(nb - 1, 0);
     }
+    if (kCanSplit && split) load_v(n_blocks - 1, 0);
     return;
   }
 
   // ---- consumers
   sm90::setmaxnreg_inc<Tile::kConsumerRegs>();
   const int cw = consumer_index<kConsumers>(wg);  // rows 64·cw.. of the block
+  // The output through this consumer's rows of the Q tile, which its last QKᵀ has read
+  // (the other consumers read only theirs); the block's shared memory stays until the
+  // TMA has read them.
+  auto store_rows = [&](auto& c) {
+    bf16* stage = sQ + cw * 64 * kTmaBoxCols;
+    const bool issuer = tid % 128 == 0;
+    c.stage_output(smem_u32(stage), QR * kTmaBoxCols, b, h);
+    store_output_tma<D>(&o_map, stage, QR * kTmaBoxCols, cw, issuer, h, m0 + cw * 64, b);
+    if (issuer) sm90::bulk_wait_read<0>();
+  };
+  if constexpr (kCanSplit) {
+    // The split key tiles (above): consumer cw runs the tile's 64 rows over key tiles cw,
+    // cw + 3, ..., all of them in ring stage cw, the consumers taking their turns in key
+    // tile order (named barrier 1 + key tile mod 3). Consumers 1 and 2 then leave their
+    // partial O and row statistics in their stage's K and V buffers, which no later key
+    // tile uses, and consumer 0 merges them (Sm90FwdConsumer::add_partial) and stores.
+    if (split) {
+      static_assert(S == kConsumers, "consumer c's key tiles are those of ring stage c");
+      constexpr int kTurnThreads = 256, kMergeBarrier = kStoreBarrier + kConsumers;
+      Sm90FwdConsumer<Tile, kCausal, Tile::kSplitSoftmax> c(p, m0, /*rows of consumer*/ 0, warp % 4, lane, sQ);
+      const uint32_t k_base = smem_u32(sK + cw * BN * D), v_base = smem_u32(sV + cw * BN * D);
+      auto parity = [](int nb) { return uint32_t((nb / S) & 1); };
+      if (cw == kConsumers - 1) sm90::named_arrive(1, kTurnThreads);
+      auto step = [&](int nb, auto is_first) {
+        constexpr bool kFirst = decltype(is_first)::value;
+        sm90::mbar_wait(&k_full[cw], parity(nb));
+        if constexpr (!kFirst) sm90::mbar_wait(&v_full[cw], parity(nb - kConsumers));
+        sm90::named_sync(1 + cw, kTurnThreads);
+        auto after_qk = [&] {
+          if (nb + 1 < n_blocks) sm90::named_arrive(cw + 1 < kConsumers ? cw + 2 : 1, kTurnThreads);
+          sm90::mbar_arrive(&k_empty[cw]);
+        };
+        auto after_pv = [&] { sm90::mbar_arrive(&v_empty[cw]); };
+        c.template step_overlapped<kFirst>(nb, k_base, v_base, after_qk, after_pv);
+      };
+      if (cw < n_blocks) {
+        sm90::mbar_wait(&q_full, 0);
+        step(cw, std::true_type{});
+        int nb = cw + kConsumers;
+        for (; nb < n_blocks; nb += kConsumers) step(nb, std::false_type{});
+        sm90::mbar_wait(&v_full[cw], parity(nb - kConsumers));
+        c.finish_overlapped(v_base);
+      }
+      auto partial_o = [&](int w) { return reinterpret_cast<float*>(sK + w * BN * D); };
+      auto partial_stats = [&](int w) { return reinterpret_cast<float*>(sV + w * BN * D); };
+      static_assert(decltype(c)::kPartialO * 128 * sizeof(float) <= Tile::kTileBytes, "a partial O in a K buffer");
+      if (cw > 0) {
+        if (cw < n_blocks) c.save_partial(partial_o(cw), partial_stats(cw), tid % 128);
+        sm90::named_arrive(kMergeBarrier, 128 * kConsumers);
+        return;
+      }
+      sm90::named_sync(kMergeBarrier, 128 * kConsumers);
+      for (int w = 1; w < kConsumers && w < n_blocks; ++w) c.add_partial(partial_o(w), partial_stats(w), tid % 128);
+      store_rows(c);
+      return;
+    }
+  }
   if (cw >= busy) return;  // every row past T
   // The consumers' work, with kBusy of them taking turns: a compile-time count, so that the
   // full blocks run the loop they ran before (with the count known only at run time the
@@ -322,14 +395,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
     sm90::mbar_wait(&v_full[(mine - 1) % S], parity(mine - 1));
     c.finish_overlapped(v_base(mine - 1));
     sm90::mbar_arrive(&v_empty[(mine - 1) % S]);
-    // The output through this consumer's rows of the Q tile, which its last QKᵀ has read
-    // (the other consumers read only theirs); the block's shared memory stays until the
-    // TMA has read them.
-    bf16* stage = sQ + cw * 64 * kTmaBoxCols;
-    const bool issuer = tid % 128 == 0;
-    c.stage_output(smem_u32(stage), QR * kTmaBoxCols, b, h);
-    store_output_tma<D>(&o_map, stage, QR * kTmaBoxCols, cw, issuer, h, m0 + cw * 64, b);
-    if (issuer) sm90::bulk_wait_read<0>();
+    store_rows(c);
   };
   if (busy == kConsumers) {
     consume(std::integral_constant<int, kConsumers>{});

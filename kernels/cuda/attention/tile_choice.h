@@ -122,6 +122,14 @@ constexpr int sm90ws_tile_end(int m_block, int BM, int shift, int T) { return st
 // first: under a causal mask, blocks taller than their key tiles (three consumers).
 constexpr bool sm90ws_skips_key_tiles(bool causal, int BM, int BN) { return causal && BM > BN; }
 
+// Without a mask the short tile stays last (T = 1024 in 192-row blocks: rows 960-1023,
+// all 8 key tiles), and with the rows of one consumer alone it would keep that consumer
+// busy on its SM for every key tile while the others wait. There the three consumers split
+// the key tiles instead: consumer c runs the same 64 rows over key tiles c, c + 3, ...,
+// and the first merges the three partial outputs (the three-consumer grid kernel,
+// flash_fwd_sm90_ws.cu). busy: sm90ws_busy_consumers of the tile.
+constexpr bool sm90ws_splits_keys(bool causal, int consumers, int busy) { return !causal && consumers == 3 && busy == 1; }
+
 // Under a causal mask a block of more query rows than a key tile holds (three consumers,
 // 192 rows, against 128 keys) has key tiles that its first consumers see none of: consumer
 // c (rows m0 + 64c .. m0 + 64c + 63) sees the keys up to its last row, so it needs only
