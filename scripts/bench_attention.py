@@ -29,7 +29,7 @@ major (FLASHGPT_ATTENTION_BWD_HEAD_GROUP=all, the order before the L2-sized grou
 (FLASHGPT_ATTENTION_FWD_CONSUMERS=1) at every shape; auto takes it at D = 64 without a mask
 below T = 1024.
 "/persist" and "/fgrid" run the sm90ws forward's two-consumer tiles (and its three-consumer
-tile under a causal mask) persistent or a block per query tile
+tile) persistent or a block per query tile
 (FLASHGPT_ATTENTION_FWD_SCHEDULE); auto takes persistent at D = 128 up to T = 2048 under a
 causal mask and 4096 without one, and with a causal mask up to T = 8192 at D = 64 (up to T = 1024 its tile 0, not /c1's).
 --flashgpt may be given more than once, as LABEL=BINARY: every binary runs every path,

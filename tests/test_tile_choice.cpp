@@ -265,12 +265,20 @@ TEST(TileChoice, Sm90wsRunsPersistentAtShortSequences) {
   }
   EXPECT_FALSE(sm90ws_forward_persistent(unset, 1, 64, 16385, true));
   EXPECT_FALSE(sm90ws_forward_persistent(unset, 0, 64, 1024, false));
-  for (int T : {1024, 4096})
-    EXPECT_FALSE(sm90ws_forward_persistent(unset, sm90ws_forward_tile(-1, 64, T, false), 64, T, false)) << T;
+  // Without a mask three consumers below T = 1024 where the last query tile has more than
+  // one consumer's rows (T mod 192 = 0 or above 64; the grid splits a tile of one
+  // consumer's rows); one consumer below 320 a block per tile.
+  for (int T = 1; T <= 4096; ++T) {
+    const int tile = sm90ws_forward_tile(-1, 64, T, false);
+    const bool persistent = T >= 320 && T < 1024 && (T % 192 == 0 || T % 192 > 64);
+    ASSERT_EQ(sm90ws_forward_persistent(unset, tile, 64, T, false), persistent) << T;
+  }
+  for (int T : {320, 384, 512, 576, 768, 896, 960}) EXPECT_TRUE(sm90ws_forward_persistent(unset, 1, 64, T, false)) << T;
+  for (int T : {448, 640, 1023, 1024, 1152, 2048}) EXPECT_FALSE(sm90ws_forward_persistent(unset, 1, 64, T, false)) << T;
   EXPECT_FALSE(sm90ws_forward_persistent(unset, sm90ws_forward_tile(-1, 64, 65536, true), 64, 65536, true));
 }
 
-TEST(TileChoice, Sm90wsPersistentOnRequestForTwoConsumersAndCausalThree) {
+TEST(TileChoice, Sm90wsPersistentOnRequestForTwoAndThreeConsumers) {
   using cuda::attn::FwdSchedule;
   using cuda::attn::kSm90WsOneConsumer;
   using cuda::attn::sm90ws_forward_persistent;
@@ -281,7 +289,7 @@ TEST(TileChoice, Sm90wsPersistentOnRequestForTwoConsumersAndCausalThree) {
       EXPECT_TRUE(sm90ws_forward_persistent(on, 0, 64, T, causal));
       EXPECT_TRUE(sm90ws_forward_persistent(on, 0, 128, T, causal));
       EXPECT_FALSE(sm90ws_forward_persistent(on, 1, 128, T, causal));  // 176-key tiles: a block per tile
-      EXPECT_EQ(sm90ws_forward_persistent(on, 1, 64, T, causal), causal);  // three consumers: causal only
+      EXPECT_TRUE(sm90ws_forward_persistent(on, 1, 64, T, causal));  // three consumers
       EXPECT_FALSE(sm90ws_forward_persistent(on, kSm90WsOneConsumer, 64, T, causal));
       for (int D : {64, 128})
         for (int tile : {0, 1}) EXPECT_FALSE(sm90ws_forward_persistent(off, tile, D, T, causal));
@@ -449,22 +457,27 @@ TEST(TileChoice, GroupedTilesVisitEveryTileOnceGroupByGroupLongestFirst) {
 
 TEST(TileChoice, ForwardHeadGroupKnob) {
   using cuda::attn::forward_head_group;
-  for (const char* unset : {static_cast<const char*>(nullptr), "", "auto"}) {  // groups of 64, or all when fewer
-    EXPECT_EQ(forward_head_group(unset, 768), 64);
-    EXPECT_EQ(forward_head_group(unset, 12), 12);
+  for (const char* unset : {static_cast<const char*>(nullptr), "", "auto"}) {
+    // Under a causal mask groups of 64, or all when fewer; without one the rounds.
+    EXPECT_EQ(forward_head_group(unset, 768, true), 64);
+    EXPECT_EQ(forward_head_group(unset, 12, true), 12);
+    EXPECT_EQ(forward_head_group(unset, 768, false), 0);
+    EXPECT_EQ(forward_head_group(unset, 12, false), 0);
   }
-  EXPECT_EQ(forward_head_group("0", 768), 0);
-  EXPECT_EQ(forward_head_group("5", 768), 5);
-  EXPECT_EQ(forward_head_group("1000", 768), 768);  // no more than the pairs
-  EXPECT_EQ(forward_head_group("all", 768), 768);
+  for (bool causal : {true, false}) {  // a number asked for is taken with either mask
+    EXPECT_EQ(forward_head_group("0", 768, causal), 0);
+    EXPECT_EQ(forward_head_group("5", 768, causal), 5);
+    EXPECT_EQ(forward_head_group("1000", 768, causal), 768);  // no more than the pairs
+    EXPECT_EQ(forward_head_group("all", 768, causal), 768);
+  }
   for (const char* bad : {"-1", "x", "1.5", " 2", "2 ", "Auto"}) {
     SCOPED_TRACE(std::string("'") + bad + "'");
-    test::expect_input_error([&] { forward_head_group(bad, 768); }, {"FLASHGPT_ATTENTION_FWD_HEAD_GROUP", bad});
+    test::expect_input_error([&] { forward_head_group(bad, 768, true); }, {"FLASHGPT_ATTENTION_FWD_HEAD_GROUP", bad});
   }
 }
 
 // Which tiles have a persistent kernel: what the launch builds and the rule may ask for.
-TEST(TileChoice, Sm90wsPersistentKernelsAreTwoConsumersAndCausalThree) {
+TEST(TileChoice, Sm90wsPersistentKernelsAreTheTilesOf128Keys) {
   using cuda::attn::kSm90WsOneConsumer;
   using cuda::attn::sm90ws_block_n;
   using cuda::attn::sm90ws_consumers;
@@ -480,12 +493,10 @@ TEST(TileChoice, Sm90wsPersistentKernelsAreTwoConsumersAndCausalThree) {
   EXPECT_EQ(sm90ws_block_n(1, 128), 176);
   EXPECT_EQ(sm90ws_block_n(kSm90WsOneConsumer, 64), 128);
   EXPECT_EQ(sm90ws_block_n(kSm90WsOneConsumer, 128), 64);
-  for (bool causal : {true, false}) {
-    EXPECT_FALSE(sm90ws_has_persistent_kernel(1, 128, causal));
-    EXPECT_TRUE(sm90ws_has_persistent_kernel(2, 128, causal));
-    EXPECT_FALSE(sm90ws_has_persistent_kernel(2, 176, causal));
-    EXPECT_EQ(sm90ws_has_persistent_kernel(3, 128, causal), causal);
-  }
+  EXPECT_FALSE(sm90ws_has_persistent_kernel(1, 128));
+  EXPECT_TRUE(sm90ws_has_persistent_kernel(2, 128));
+  EXPECT_FALSE(sm90ws_has_persistent_kernel(2, 176));
+  EXPECT_TRUE(sm90ws_has_persistent_kernel(3, 128));
   // Only the three-consumer persistent kernel claims its tiles.
   using cuda::attn::sm90ws_claims_tiles;
   EXPECT_TRUE(sm90ws_claims_tiles(sm90ws_consumers(1, 64)));

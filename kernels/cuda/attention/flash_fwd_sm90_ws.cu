@@ -736,11 +736,11 @@ void launch_persistent(const FlashParams& p, int persistent_blocks, bool exact_b
 template <class Grid, class Persistent, bool kCausal>
 void launch_tile(const FlashParams& p, int persistent_blocks, bool exact_blocks, cudaStream_t stream) {
   static_assert(Grid::kConsumers == Persistent::kConsumers && Grid::kBlockN == Persistent::kBlockN, "one tile shape");
-  if constexpr (sm90ws_has_persistent_kernel(Persistent::kConsumers, Persistent::kBlockN, kCausal)) {
+  if constexpr (sm90ws_has_persistent_kernel(Persistent::kConsumers, Persistent::kBlockN)) {
     if (persistent_blocks > 0) return launch_persistent<Persistent, kCausal>(p, persistent_blocks, exact_blocks, stream);
   } else {
     FG_ASSERT(persistent_blocks == 0, "the sm90ws forward has no persistent kernel for ", Grid::kConsumers,
-              " consumers with ", Grid::kBlockN, "-key tiles", kCausal ? "" : " without a mask");
+              " consumers with ", Grid::kBlockN, "-key tiles");
   }
   launch_grid<Grid, kCausal>(p, stream);
 }

@@ -71,7 +71,7 @@ void launch_bwd_sm90(const FlashParams& p, int max_blocks, DqMode dq, cudaStream
 // rows a block, round robin); tile kSm90WsOneConsumer: one consumer, 64 query rows, two
 // blocks an SM. The caller picks the tile (tile_choice.h). persistent_blocks > 0 runs
 // the tile persistent (only tiles with a persistent kernel, tile_choice.h's
-// sm90ws_has_persistent_kernel: tile 0, and at D = 64 tile 1 under a causal mask)
+// sm90ws_has_persistent_kernel: tile 0, and at D = 64 tile 1)
 // on at most that many blocks, as many as balance its rounds best (the three-consumer
 // kernel with p.fwd_head_group > 0: all of them, its tiles claimed), or with exact_blocks
 // on exactly that many (no more than tiles).

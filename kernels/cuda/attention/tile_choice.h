@@ -77,18 +77,18 @@ inline int sm90ws_forward_tile(int requested, int D, int T, bool causal, FwdSche
 
 // The consumer warpgroups and the key-tile size of the sm90ws forward's `tile` at head dim
 // D (flash_fwd_sm90_ws.cu instantiates its tiles from these), and whether a tile has a
-// persistent kernel: the two-consumer tiles of 128 keys, and three consumers (tile 1 at
-// D = 64) under a causal mask only (without a mask: 6-9% behind the grid with 8 bytes
-// spilled, level without the spill in a version that cost the two-consumer tiles 1%;
-// BENCHMARKS.md, "Twenty-sixth session", calls 1 and 4). The 176-key tile (tile 1 at
+// persistent kernel: the tiles of 128 keys, two consumers and three (tile 1 at D = 64;
+// without a mask only since the sixty-third session: before, it spilled 8 bytes there, or
+// cost the two-consumer tiles 1% not to; BENCHMARKS.md, "Twenty-sixth session", calls 1
+// and 4, and "Sixty-third session"). The 176-key tile (tile 1 at
 // D = 128) runs a block per query tile: persistent, it spilled 8 bytes without a mask and
 // ran 1-3% behind tile 0 at 1K and 2K ("Thirty-third session", call 2).
 constexpr int sm90ws_consumers(int tile, int D) { return tile == kSm90WsOneConsumer ? 1 : tile == 1 && D == 64 ? 3 : 2; }
 constexpr int sm90ws_block_n(int tile, int D) {
   return D == 128 && tile == kSm90WsOneConsumer ? 64 : D == 128 && tile == 1 ? 176 : 128;
 }
-constexpr bool sm90ws_has_persistent_kernel(int consumers, int block_n, bool causal) {
-  return block_n <= 128 && (consumers == 2 || (consumers == 3 && causal));
+constexpr bool sm90ws_has_persistent_kernel(int consumers, int block_n) {
+  return block_n <= 128 && (consumers == 2 || consumers == 3);
 }
 // Whether the persistent kernel of `consumers` consumer warpgroups claims its query tiles
 // from a counter (FLASHGPT_ATTENTION_FWD_HEAD_GROUP, below): three consumers only; the
@@ -164,12 +164,23 @@ constexpr int sm90ws_next_turn(int nb, int BN, int turn_offset) { return std::ma
 // - D = 64, causal, three consumers: 7-10% ahead at 2K, 4-7% at 4K, 1% at 8K
 //   ("Twenty-sixth session", call 1) and, with its tiles claimed in groups of 64 pairs,
 //   2.6% at 16K; 2-7% behind at 65,536 ("Forty-first session", call 4). Up to 1K, see sm90ws_forward_tile.
+// - D = 64, no mask, three consumers (T from 320): persistent below T = 1024 where the
+//   sequence's last query tile has more than one consumer's rows (T mod 192 = 0 or above
+//   64); a last tile of one consumer's rows splits its key tiles in the grid kernel
+//   (sm90ws_splits_keys), which the persistent kernel does not. On an H100 at 192, 512 and
+//   1,536 (batch, head) pairs ("Sixty-third session", call 3): 4-18% ahead at 320 and 384,
+//   3-8% at 512, 4.5-8% at 768, -1 to +2.5% at 896; with a one-consumer last tile 1-5%
+//   behind at 448 and 640 and 2-4% at 1K, 2% at 2K (128 rows, call 2).
 inline bool sm90ws_forward_persistent(FwdSchedule schedule, int tile, int D, int T, bool causal) {
-  if (!sm90ws_has_persistent_kernel(sm90ws_consumers(tile, D), sm90ws_block_n(tile, D), causal) ||
+  if (!sm90ws_has_persistent_kernel(sm90ws_consumers(tile, D), sm90ws_block_n(tile, D)) ||
       schedule == FwdSchedule::grid)
     return false;
   if (schedule == FwdSchedule::persistent) return true;
-  return D == 128 ? T <= (causal ? 2048 : 4096) : causal && T <= 16384;
+  if (D == 128) return T <= (causal ? 2048 : 4096);
+  if (causal) return T <= 16384;
+  const int last_m0 = (T - 1) / 192 * 192;
+  return sm90ws_consumers(tile, D) == 3 && T < 1024 &&
+         !sm90ws_splits_keys(false, 3, sm90ws_busy_consumers(T, last_m0, 3));
 }
 
 // The persistent forward's rounds (flash_fwd_sm90_ws.cu, tile_of): with G blocks, round r
@@ -216,11 +227,13 @@ constexpr int grouped_tile(int k, int heads, int m_blocks, int group) {
 }
 // FLASHGPT_ATTENTION_FWD_HEAD_GROUP for the three-consumer persistent kernel (the only one
 // that claims): auto (or unset), 0 (the rounds), a positive number of pairs, or `all`
-// (every pair in one group). auto: groups of 64 pairs.
-inline int forward_head_group(const char* value, int64_t heads) {
+// (every pair in one group). auto: under a causal mask groups of 64 pairs; without one
+// the rounds, where every tile costs the same: 0-4% ahead of claims in groups of 64 at
+// T = 320-1K on an H100 (BENCHMARKS.md, "Sixty-third session", call 3).
+inline int forward_head_group(const char* value, int64_t heads, bool causal) {
   const std::string v = value && *value ? value : "auto";
   const int64_t pairs = std::max<int64_t>(heads, 1);
-  if (v == "auto") return int(std::min<int64_t>(64, pairs));
+  if (v == "auto") return causal ? int(std::min<int64_t>(64, pairs)) : 0;
   if (v == "0") return 0;
   if (v == "all") return int(pairs);
   const int64_t g =
