@@ -18,9 +18,11 @@
 //     runs while one's matmuls hold the tensor cores. A consumer's output (O / l, bf16)
 //     goes by stmatrix into a stage in shared memory and from there by one TMA store
 //     (store_output_tma), but in the D = 64 persistent kernels (their own global stores).
-// A block per query tile (the grid), or for the two-consumer 128-key tile and (causal) the
-// three-consumer one, one block an SM walking the tiles (the persistent kernel below;
-// auto's at short sequences, tile_choice.h).
+// A block per query tile (the grid), or for the two- and three-consumer 128-key tiles one
+// block an SM walking the tiles (the persistent kernel below; auto's at short sequences,
+// tile_choice.h). Without a mask the grid's three consumers split the key tiles of a
+// short last query tile of one consumer's rows between them (tile_choice.h's
+// sm90ws_splits_keys).
 // The arithmetic is the sm90 forward's (flash_fwd_sm90.cu); with 128-key tiles in the same
 // order too, at both head dims and with two or three consumers: the same bits
 // (CudaFlashAttention.Sm90WsForwardIsBitwiseEqualToSm90; a 192-row block's consumers run
