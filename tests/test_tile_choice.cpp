@@ -140,6 +140,9 @@ TEST(TileChoice, Sm90wsSplitsKeyTilesOnlyForOneConsumersRowsWithoutAMask) {
   EXPECT_FALSE(sm90ws_splits_keys(true, 3, 1));
   EXPECT_FALSE(sm90ws_splits_keys(false, 2, 1));
   EXPECT_FALSE(sm90ws_splits_keys(false, 1, 1));
+  // A sequence's last tile: T mod 192 from 1 to 64.
+  for (int T = 1; T <= 5000; ++T)
+    ASSERT_EQ(cuda::attn::sm90ws_splits_last_tile(T), T % 192 >= 1 && T % 192 <= 64) << T;
 }
 // Under a causal mask the three-consumer tiles put the sequence's short tile first: the
 // tiles number ceil(T / 192) as before, cover rows 0 .. T − 1 once each in order, start on

@@ -837,11 +837,7 @@ TEST(CudaFlashAttention, Sm90WsForwardIsBitwiseEqualToSm90) {
           // there, left out here and checked against the reference by
           // FlashAttentionVsReference (T = 239, 1023, 1024). (With one key tile, T <= 128,
           // consumer 0 runs it all: the same bits.)
-          const int m0_last = (T - 1) / 192 * 192;
-          const int grid_rows =
-              cuda::attn::sm90ws_splits_keys(causal, 3, cuda::attn::sm90ws_busy_consumers(T, m0_last, 3)) && T > 128
-                  ? m0_last
-                  : T;
+          const int grid_rows = !causal && cuda::attn::sm90ws_splits_last_tile(T) && T > 128 ? (T - 1) / 192 * 192 : T;
           const DeviceRun ws3 = run("sm90ws", "1");
           {
             expect_same(run("sm90ws", "1", "grid"), "sm90ws tile 1 grid", grid_rows);

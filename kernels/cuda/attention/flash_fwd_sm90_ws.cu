@@ -341,7 +341,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
       }
       auto partial_o = [&](int w) { return reinterpret_cast<float*>(sK + w * BN * D); };
       auto partial_stats = [&](int w) { return reinterpret_cast<float*>(sV + w * BN * D); };
-      static_assert(decltype(c)::kPartialO * 128 * sizeof(float) <= Tile::kTileBytes, "a partial O in a K buffer");
+      static_assert(decltype(c)::kPartialO * 128 * sizeof(float) <= Tile::kTileBytes &&
+                        decltype(c)::kPartialStats * 128 * sizeof(float) <= Tile::kTileBytes,
+                    "a partial O in a K buffer, its row statistics in a V buffer");
       if (cw > 0) {
         if (cw < n_blocks) c.save_partial(partial_o(cw), partial_stats(cw), tid % 128);
         sm90::named_arrive(kMergeBarrier, 128 * kConsumers);

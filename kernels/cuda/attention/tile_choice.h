@@ -129,6 +129,11 @@ constexpr bool sm90ws_skips_key_tiles(bool causal, int BM, int BN) { return caus
 // and the first merges the three partial outputs (the three-consumer grid kernel,
 // flash_fwd_sm90_ws.cu). busy: sm90ws_busy_consumers of the tile.
 constexpr bool sm90ws_splits_keys(bool causal, int consumers, int busy) { return !causal && consumers == 3 && busy == 1; }
+// Whether the three-consumer grid kernel splits the key tiles of a sequence's last query
+// tile without a mask: T mod 192 from 1 to 64 (T = 1024: rows 960-1023).
+constexpr bool sm90ws_splits_last_tile(int T) {
+  return sm90ws_splits_keys(false, 3, sm90ws_busy_consumers(T, (T - 1) / 192 * 192, 3));
+}
 
 // Under a causal mask a block of more query rows than a key tile holds (three consumers,
 // 192 rows, against 128 keys) has key tiles that its first consumers see none of: consumer
@@ -178,9 +183,7 @@ inline bool sm90ws_forward_persistent(FwdSchedule schedule, int tile, int D, int
   if (schedule == FwdSchedule::persistent) return true;
   if (D == 128) return T <= (causal ? 2048 : 4096);
   if (causal) return T <= 16384;
-  const int last_m0 = (T - 1) / 192 * 192;
-  return sm90ws_consumers(tile, D) == 3 && T < 1024 &&
-         !sm90ws_splits_keys(false, 3, sm90ws_busy_consumers(T, last_m0, 3));
+  return sm90ws_consumers(tile, D) == 3 && T < 1024 && !sm90ws_splits_last_tile(T);
 }
 
 // The persistent forward's rounds (flash_fwd_sm90_ws.cu, tile_of): with G blocks, round r
