@@ -248,6 +248,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   // V, would reach the next consumer late.
   constexpr bool kCanSplit = sm90ws_splits_keys(kCausal, kConsumers, 1);
   const bool split = kCanSplit && sm90ws_splits_keys(kCausal, kConsumers, busy);
+  // The phase of key tile nb's use of its K/V ring buffer (flipped: the release of the
+  // buffer's previous tile, which the producer waits for).
+  auto parity = [](int nb) { return uint32_t((nb / S) & 1); };
 
   if (tid == 0) {
     sm90::mbar_init(&q_full, 1);
@@ -269,27 +272,25 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
     };
     sm90::mbar_arrive_expect_tx(&q_full, Tile::kQBytes);
     load(sQ, &q_full, QR, h * D, m0);
-    // The release of a buffer's previous tile: the parity of key tile nb's use of it, flipped.
-    auto released = [](int nb) { return uint32_t((nb / S) & 1) ^ 1; };
     auto load_v = [&](int nb, int skipping) {
       const int s = nb % S;
-      sm90::mbar_wait(&v_empty[s], released(nb));
+      sm90::mbar_wait(&v_empty[s], parity(nb) ^ 1);
       sm90::mbar_arrive_expect_tx(&v_full[s], Tile::kTileBytes);
       load(sV + s * BN * D, &v_full[s], BN, (2 * p.H + h) * D, nb * BN);
       arrive_for_skipping(&v_empty[s], skipping);
     };
     for (int nb = 0; nb < n_blocks; ++nb) {
       const int s = nb % S;
-      const uint32_t parity = released(nb);
+      const uint32_t released = parity(nb) ^ 1;
       const int skipping = kSkips ? sm90ws_first_consumer_of(nb, BN, m0) : 0;
-      sm90::mbar_wait(&k_empty[s], parity);
+      sm90::mbar_wait(&k_empty[s], released);
       sm90::mbar_arrive_expect_tx(&k_full[s], Tile::kTileBytes);
       load(sK + s * BN * D, &k_full[s], BN, (p.H + h) * D, nb * BN);
       arrive_for_skipping(&k_empty[s], skipping);
-      if (!kCanSplit || !split) load_v(nb, skipping);
+      if (!split) load_v(nb, skipping);
       else if (nb > 0) load_v(nb - 1, 0);
     }
-    if (kCanSplit && split) load_v(n_blocks - 1, 0);
+    if (split) load_v(n_blocks - 1, 0);
     return;
   }
 
@@ -317,7 +318,6 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
       constexpr int kTurnThreads = 256, kMergeBarrier = kStoreBarrier + kConsumers;
       Sm90FwdConsumer<Tile, kCausal, Tile::kSplitSoftmax> c(p, m0, /*rows of consumer*/ 0, warp % 4, lane, sQ);
       const uint32_t k_base = smem_u32(sK + cw * BN * D), v_base = smem_u32(sV + cw * BN * D);
-      auto parity = [](int nb) { return uint32_t((nb / S) & 1); };
       if (cw == kConsumers - 1) sm90::named_arrive(1, kTurnThreads);
       auto step = [&](int nb, auto is_first) {
         constexpr bool kFirst = decltype(is_first)::value;
@@ -364,7 +364,6 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
     Sm90FwdConsumer<Tile, kCausal, Tile::kSplitSoftmax> c(p, m0, cw, warp % 4, lane, sQ);
     const int mine = kSkips ? sm90ws_consumer_key_tiles(m0, cw, BN, n_blocks) : n_blocks;  // this consumer's key tiles
     auto v_base = [&](int nb) { return smem_u32(sV + (nb % S) * BN * D); };
-    auto parity = [](int nb) { return uint32_t((nb / S) & 1); };
     sm90::mbar_wait(&q_full, 0);
     // Ping-pong: consumer cw issues its matmuls after named barrier 1 + cw and, once its
     // QKᵀ is done, lets the next go (barrier 1 + (cw + 1) mod kBusy: 2 − cw with two; with
