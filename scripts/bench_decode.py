@@ -26,12 +26,23 @@ faster, BENCHMARKS.md), a launch that does nothing, and the bulk kernel's readin
 (its grid, splits and shared-memory stages with no arithmetic and no merge): what its way
 of reading costs, apart from what it computes.
 
+--layers N (default 1: the protocol above) times a decode step's N layers instead, on both
+sides (`flashgpt bench decode --layers N`): N caches per shape, each its own random k and v
+(q shared), the L2 flushed once, then the N calls back to back between the events, ms =
+elapsed / N, so that the fixed cost of the events and a launch (~3 us, the empty launch)
+is shared as in a real step, while every call still reads a cold cache. The number of
+layers of a shape is flashgpt's (its JSON row's "layers": N, or fewer where N layers' K and
+V would pass 8 GiB), the `layers` column. SDPA's N calls are enqueued behind a hold of
+100 us a call (torch.cuda._sleep), so that PyTorch's dispatch is not timed (flashgpt holds
+its stream 200 us before every timed region).
+
 --kernels registers,bulk128,bulk256,tile16,tile32 also times those decode kernels
 (FLASHGPT_DECODE_KERNEL, FLASHGPT_DECODE_THREADS; tileN: the bulk kernel's tile of N KB,
 FLASHGPT_DECODE_TILE_KB) in the same run, each against the same SDPA figure; the main table
 is the default choice.
 
   python3 scripts/bench_decode.py --flashgpt build/flashgpt [--iters 10] [--warmup 3] [--kernels LIST] [--flush read|write]
+                                  [--layers N]
 """
 import argparse
 import json
@@ -46,6 +57,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 FLUSH = torch.zeros(512 << 20, dtype=torch.uint8, device="cuda") if torch.cuda.is_available() else None
 FLUSH_MODE = "read"  # main() sets it from --flush
+HOLD_CYCLES_PER_CALL = 100 * 2000  # --layers > 1: 100 us a call at about the H100/H200's clock (2 GHz)
 
 
 def flush_l2(i):
@@ -56,10 +68,12 @@ def flush_l2(i):
         FLUSH.view(torch.int32).sum()
 
 
-def timed_ms(fn, warmup, iters):
+def timed_ms(fn, warmup, iters, hold_cycles=0):
     times = []
     for i in range(warmup + iters):
         flush_l2(i)  # evict the cache from L2
+        if hold_cycles:
+            torch.cuda._sleep(hold_cycles)  # the GPU is still busy while fn's kernels are enqueued
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         fn()
@@ -93,26 +107,33 @@ BACKENDS = [("default", None), ("flash", SDPBackend.FLASH_ATTENTION),
 
 
 def bench_sdpa(s, warmup, iters):
-    """{backend name: ms} for the SDPA backends that accept the shape."""
-    B, H, T, D = s["B"], s["H"], s["T"], s["D"]
+    """{backend name: ms} for the SDPA backends that accept the shape: the time of one call,
+    timed as flashgpt's row was (its "layers", --layers: that many calls a timed region,
+    each on its own k and v, elapsed / layers)."""
+    B, H, T, D, layers = s["B"], s["H"], s["T"], s["D"], s.get("layers", 1)
     q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(B, H, T, D, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn(B, H, T, D, device="cuda", dtype=torch.bfloat16)
+    kv = [(torch.randn(B, H, T, D, device="cuda", dtype=torch.bfloat16),
+           torch.randn(B, H, T, D, device="cuda", dtype=torch.bfloat16)) for _ in range(layers)]
+    hold = HOLD_CYCLES_PER_CALL * layers if layers > 1 else 0
+
+    def fn():
+        for k, v in kv:
+            F.scaled_dot_product_attention(q, k, v)  # one query: nothing to mask
+
     out = {}
     with torch.no_grad():
         for name, backend in BACKENDS:
-            fn = lambda: F.scaled_dot_product_attention(q, k, v)  # one query: nothing to mask
             try:
                 if backend is None:
                     fn()
-                    out[name] = timed_ms(fn, warmup, iters)
+                    out[name] = timed_ms(fn, warmup, iters, hold) / layers
                 else:
                     with sdpa_kernel([backend]):
                         fn()
-                        out[name] = timed_ms(fn, warmup, iters)
+                        out[name] = timed_ms(fn, warmup, iters, hold) / layers
             except RuntimeError as e:
                 print(f"  SDPA {name} refused {(B, H, T, D)}: {str(e).splitlines()[0][:120]}", file=sys.stderr)
-    del q, k, v
+    del q, kv
     torch.cuda.empty_cache()
     return out
 
@@ -128,10 +149,10 @@ def stream_cells(s, copy):
 
 
 def run_flashgpt(args, env, required=True, floor=False):
-    """flashgpt bench decode --suite --json [--floor] with extra environment: one dict per
-    shape (None when a kernel that is not required cannot run here, e.g. bulk off Hopper)."""
+    """flashgpt bench decode --suite --json [--floor] [--layers N] with extra environment: one
+    dict per shape (None when a kernel that is not required cannot run here, e.g. bulk off Hopper)."""
     cmd = [args.flashgpt, "bench", "decode", "--suite", "--json", "--iters", str(args.iters), "--warmup", str(args.warmup),
-           "--flush", args.flush] + (["--floor"] if floor else [])
+           "--flush", args.flush] + (["--floor"] if floor else []) + (["--layers", str(args.layers)] if args.layers > 1 else [])
     print("$", *[f"{k}={v}" for k, v in env.items()], *cmd, flush=True)
     res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env})
     if res.returncode != 0:
@@ -162,7 +183,11 @@ def main():
     ap.add_argument("--kernels", default="", help="comma list of registers, bulk128, bulk256, tile16, tile32 to compare")
     ap.add_argument("--flush", choices=["read", "write"], default="read",
                     help="evict the L2 before each timed call by reading (default) or writing 512 MiB")
+    ap.add_argument("--layers", type=int, default=1,
+                    help="time N calls back to back, each on its own layer's cache, as elapsed / N (a decode step)")
     args = ap.parse_args()
+    if args.layers < 1:
+        ap.error("--layers must be at least 1")
     global FLUSH_MODE
     FLUSH_MODE = args.flush
 
@@ -182,12 +207,16 @@ def main():
             variants[name] = rows
     copy = copy_bandwidth_tbs()
     read = read_bandwidth_tbs()
+    when = "each call" if args.layers == 1 else (
+        f"each run of {args.layers} layers' calls (fewer where their K and V would pass 8 GiB: the layers column), "
+        f"back to back, each on its own k and v; ms = the run's time / layers")
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; bf16 KV cache, one query per sequence; "
           f"device copy bandwidth {copy:.2f} TB/s (read + write), read bandwidth {read:.2f} TB/s (a 2 GiB sum); "
-          f"median of {args.iters}, L2 flushed (by a {args.flush} of 512 MiB) before each call")
+          f"median of {args.iters}, L2 flushed (by a {args.flush} of 512 MiB) before {when}")
+    layers_head = "" if args.layers == 1 else f" | {'layers':>6}"
     print(f"{'B':>3} {'H':>3} {'D':>4} {'T':>7} | {'ours ms':>8} {'TB/s':>6} {'%copy':>6} {'%read':>6} {'splits':>6} | "
           f"{'SDPA best':>9} {'backend':>9} {'TB/s':>6} | {'speedup':>7} {'kernel':>14} | "
-          f"{'plain read':>9} {'%copy':>6} {'empty':>7} | {'reading alone':>13} {'%copy':>6}")
+          f"{'plain read':>9} {'%copy':>6} {'empty':>7} | {'reading alone':>13} {'%copy':>6}" + layers_head)
     worst_share_16k, floor_at_worst = float("inf"), float("nan")
     sdpa_ms = []
     for s in ours:
@@ -203,7 +232,8 @@ def main():
         print(f"{s['B']:>3} {s['H']:>3} {s['D']:>4} {s['T']:>7} | {s['ms']:8.4f} {s['tbs']:6.2f} {100 * share:5.1f}% "
               f"{100 * s['tbs'] / read:5.1f}% {s['splits']:>6} | {best_ms:9.4f} {best_name:>9} {tbs:6.2f} | "
               f"{speedup:6.2f}x {s.get('kernel', '-'):>14} | {s['read_ms']:9.4f} {100 * floor_share:5.1f}% "
-              f"{s['empty_ms']:7.4f} | {stream_cells(s, copy)}", flush=True)
+              f"{s['empty_ms']:7.4f} | {stream_cells(s, copy)}" +
+              ("" if args.layers == 1 else f" | {s.get('layers', 1):>6}"), flush=True)
     print(goal_summary(ours, sdpa_ms))
     print(f"lowest share of the copy bandwidth from T=16K on: {100 * worst_share_16k:.1f}% "
           f"(a plain read of the same bytes: {100 * floor_at_worst:.1f}%)")

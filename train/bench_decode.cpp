@@ -15,9 +15,22 @@
 // no arithmetic, no merge), which tells the cost of the kernel's way of reading from that
 // of its arithmetic and merge. Each is also given as a share of the device copy bandwidth
 // ((read + written) bytes / time of a 1 GiB cudaMemcpy, median of 10).
+// --layers N (default 1: the protocol above) times a decode step's N layers instead: a
+// step runs each layer's call on that layer's own cache, back to back on one stream, and a
+// single call's time includes ~3 µs of fixed cost (the empty launch) that N calls share.
+// N caches of the shape (each its own random K and V; q, the output and the workspace are
+// shared, as the model's layers share the workspace); the L2 flushed once, then between
+// the events the N calls on caches 0..N-1 in order; the time reported is elapsed / N. Each
+// cache is read once a timed region, after the flush, so every call still reads a cold
+// cache (a model runs other kernels between them; here none do; the hold before the start
+// event lets the host enqueue the N calls ahead of the GPU). A shape gets only as many
+// layers as fit in 8 GiB of K and V, at least one (a cache that big has a negligible fixed
+// cost): the layers printed. --floor's references are timed the same way (N launches, on
+// the N caches); the copy bandwidth is still the 1 GiB copy's.
 #include "train/bench_decode.h"
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -43,11 +56,13 @@ struct DecodeBenchOptions {
   std::string flush = "read";  // how the L2 is flushed before a timed call: read | write
   int splits = 0;               // splits per (b, h); 0: the kernel's own plan
   bool floor = false;           // also time an empty launch, a plain read and the bulk kernel's reading alone
+  int layers = 1;               // calls a timed region, each on its own layer's cache
   int warmup = 3, iters = 10;
 };
 
 #ifdef FLASHGPT_WITH_CUDA
 constexpr size_t kFlushBytes = size_t(512) << 20;  // far above the L2 of any current GPU (H100/H200: 50 MB)
+constexpr double kLayersBudget = double(size_t(8) << 30);  // --layers: K and V bytes of a shape's layers, at most
 
 using bench::DeviceMem;
 using bench::fill_random_bf16;
@@ -55,67 +70,83 @@ using bench::fill_random_bf16;
 void bench_one(int B, int H, int T, int D, const DecodeBenchOptions& opt, cudaStream_t stream, void* flush,
                double copy) {
   const int64_t cache = int64_t(B) * H * T * D;
-  DeviceMem qkv(size_t(B) * 3 * H * D * 2), k(size_t(cache) * 2), v(size_t(cache) * 2), out(size_t(B) * H * D * 2);
+  const double bytes = 2.0 * double(cache) * 2.0;
+  const int layers = int(std::clamp(std::floor(kLayersBudget / bytes), 1.0, double(opt.layers)));
+  // The layers' caches end to end in k and in v; q and the output are shared.
+  const size_t cache_bytes = size_t(cache) * 2;
+  DeviceMem qkv(size_t(B) * 3 * H * D * 2), k(cache_bytes * layers), v(cache_bytes * layers), out(size_t(B) * H * D * 2);
+  auto k_of = [&](int l) { return static_cast<char*>(k.ptr) + cache_bytes * l; };
+  auto v_of = [&](int l) { return static_cast<char*>(v.ptr) + cache_bytes * l; };
   fill_random_bf16(qkv.ptr, size_t(B) * 3 * H * D);
-  fill_random_bf16(k.ptr, size_t(cache));
-  fill_random_bf16(v.ptr, size_t(cache));
   AttentionDecode a;
   a.qkv = Tensor(qkv.ptr, DType::bf16, Device::cuda, {B, 3 * H * D});
   a.out = Tensor(out.ptr, DType::bf16, Device::cuda, {B, H * D});
-  a.k_cache = Tensor(k.ptr, DType::bf16, Device::cuda, {B, H, T, D});
-  a.v_cache = Tensor(v.ptr, DType::bf16, Device::cuda, {B, H, T, D});
   a.B = B, a.H = H, a.D = D, a.T = T;
-  const size_t ws_bytes = cuda::flash_decode_workspace_bytes(a, opt.splits);
+  std::vector<AttentionDecode> layer(layers, a);
+  for (int l = 0; l < layers; ++l) {
+    fill_random_bf16(k_of(l), size_t(cache), size_t(l) * 1000003);  // every layer's data its own
+    fill_random_bf16(v_of(l), size_t(cache), size_t(l) * 1000003);
+    layer[l].k_cache = Tensor(k_of(l), DType::bf16, Device::cuda, {B, H, T, D});
+    layer[l].v_cache = Tensor(v_of(l), DType::bf16, Device::cuda, {B, H, T, D});
+  }
+  // One workspace for every layer, as in the model: the calls are stream-ordered, of the
+  // same layout, and each leaves it valid for the next (flash_attention.h).
+  const size_t ws_bytes = cuda::flash_decode_workspace_bytes(layer[0], opt.splits);
   DeviceMem ws(ws_bytes);
   if (ws_bytes) CUDA_CHECK(cudaMemset(ws.ptr, 0, ws_bytes));  // the split counters start at 0
   int call = 0;
-  auto decode = [&] { cuda::flash_decode(a, ws.ptr, ws_bytes, stream, opt.splits); };
-  auto evict = [&] {  // the cache out of L2
+  auto evict = [&] {  // the caches out of L2
     if (opt.flush == "write")
       CUDA_CHECK(cudaMemsetAsync(flush, call++ & 0xff, kFlushBytes, stream));
     else
       bench::read_through_l2(flush, kFlushBytes, stream);
   };
-  const double med = bench::median_ms(decode, opt.warmup, opt.iters, stream, evict);
-  const double bytes = 2.0 * double(cache) * 2.0;
+  // The time of one call: fn(l) for every layer l after one L2 flush, elapsed / layers.
+  auto timed = [&](auto&& fn) {
+    auto all_layers = [&] { for (int l = 0; l < layers; ++l) fn(l); };
+    return double(bench::median_ms(all_layers, opt.warmup, opt.iters, stream, evict)) / layers;
+  };
+  const double med = timed([&](int l) { cuda::flash_decode(layer[l], ws.ptr, ws_bytes, stream, opt.splits); });
   const double tbs = bytes / (med * 1e-3) / 1e12;
-  const int splits = cuda::flash_decode_splits(a, opt.splits);
+  const int splits = cuda::flash_decode_splits(layer[0], opt.splits);
   const std::string kernel = cuda::flash_decode_kernel(D);
   // --floor: an empty launch; the fastest plain read of K and V; the bulk kernel's reading
   // alone, with its splits and threads (-1: not timed, no sm_90a code)
   double empty_ms = 0, read_ms = 0, stream_ms = -1;
   if (opt.floor) {
-    auto timed = [&](auto&& fn) { return double(bench::median_ms(fn, opt.warmup, opt.iters, stream, evict)); };
-    empty_ms = timed([&] { bench::launch_empty(stream); });
-    read_ms = timed([&] { bench::read_pair(k.ptr, v.ptr, size_t(cache) * 2, 2, stream); });
+    empty_ms = timed([&](int) { bench::launch_empty(stream); });
+    read_ms = timed([&](int l) { bench::read_pair(k_of(l), v_of(l), cache_bytes, 2, stream); });
     for (int per_sm : {4, 8})
-      read_ms = std::min(read_ms, timed([&] { bench::read_pair(k.ptr, v.ptr, size_t(cache) * 2, per_sm, stream); }));
+      read_ms = std::min(read_ms, timed([&](int l) { bench::read_pair(k_of(l), v_of(l), cache_bytes, per_sm, stream); }));
     // The kernel's name: bulk<stages>x<tile KB>KB/<threads> (flash_decode_kernel).
     const size_t slash = kernel.find('/');
     const int threads = slash == std::string::npos ? 0 : std::atoi(kernel.c_str() + slash + 1);
-    auto read_chunks = [&] {
-      return bench::stream_chunks(k.ptr, v.ptr, int64_t(B) * H, int64_t(T) * D * 2, D * 2, T, splits, threads, stream);
+    auto read_chunks = [&](int l) {
+      return bench::stream_chunks(k_of(l), v_of(l), int64_t(B) * H, int64_t(T) * D * 2, D * 2, T, splits, threads, stream);
     };
-    if (kernel.find("x16KB/") != std::string::npos && read_chunks()) stream_ms = timed(read_chunks);
+    if (kernel.find("x16KB/") != std::string::npos && read_chunks(0)) stream_ms = timed(read_chunks);
   }
   auto copy_share = [&](double ms) { return 100.0 * bytes / (ms * 1e-3) / 1e12 / copy; };  // % of the copy bandwidth
+  const std::string layers_note = opt.layers > 1 ? ", " + std::to_string(layers) + " layers" : "";
   if (opt.json) {
     std::printf("{\"B\": %d, \"H\": %d, \"T\": %d, \"D\": %d, \"ms\": %.5f, \"bytes\": %.0f, \"tbs\": %.4f, \"splits\": %d, "
                 "\"kernel\": \"%s\"",
                 B, H, T, D, med, bytes, tbs, splits, kernel.c_str());
+    if (opt.layers > 1) std::printf(", \"layers\": %d", layers);
     if (opt.floor)
       std::printf(", \"copy_tbs\": %.4f, \"empty_ms\": %.5f, \"read_ms\": %.5f, \"stream_ms\": %.5f", copy, empty_ms,
                   read_ms, stream_ms);
     std::printf("}\n");
   } else if (opt.floor) {
-    std::printf("B=%-3d H=%-3d T=%-8d D=%-4d %9.4f ms  KV read %7.3f TB/s %6.1f%% of copy (%d splits, %s) | empty launch "
-                "%7.4f ms, plain read %9.4f ms %6.1f%% of copy",
-                B, H, T, D, med, tbs, copy_share(med), splits, kernel.c_str(), empty_ms, read_ms, copy_share(read_ms));
+    std::printf("B=%-3d H=%-3d T=%-8d D=%-4d %9.4f ms  KV read %7.3f TB/s %6.1f%% of copy (%d splits, %s%s) | empty "
+                "launch %7.4f ms, plain read %9.4f ms %6.1f%% of copy",
+                B, H, T, D, med, tbs, copy_share(med), splits, kernel.c_str(), layers_note.c_str(), empty_ms, read_ms,
+                copy_share(read_ms));
     if (stream_ms >= 0) std::printf(", bulk reading alone %9.4f ms %6.1f%% of copy", stream_ms, copy_share(stream_ms));
     std::printf("\n");
   } else {
-    std::printf("B=%-3d H=%-3d T=%-8d D=%-4d %9.4f ms  KV read %7.3f TB/s  (%d splits, %s)\n", B, H, T, D, med, tbs, splits,
-                kernel.c_str());
+    std::printf("B=%-3d H=%-3d T=%-8d D=%-4d %9.4f ms  KV read %7.3f TB/s  (%d splits, %s%s)\n", B, H, T, D, med, tbs,
+                splits, kernel.c_str(), layers_note.c_str());
   }
   std::fflush(stdout);
 }
@@ -133,8 +164,12 @@ void run_decode_bench(const DecodeBenchOptions& opt) {
     copy = bench::copy_tbs(dst.ptr, src.ptr, kCopyBytes, 3, 10, stream);
   }
   if (!opt.json) {
+    const std::string when = opt.layers == 1 ? "each call"
+        : "each run of N layers' calls, back to back, each on its own K and V (N = " + std::to_string(opt.layers) +
+          ", fewer where their K and V would pass 8 GiB: the layers shown); ms = the run's time / N";
     std::printf("flash decode on %s, bf16 KV cache; bytes = K + V = 2*B*H*T*D*2, L2 flushed (by a %s of 512 MiB) "
-                "before each call; median of %d after %d warm-up\n", gpu.c_str(), opt.flush.c_str(), opt.iters, opt.warmup);
+                "before %s; median of %d after %d warm-up\n", gpu.c_str(), opt.flush.c_str(), when.c_str(), opt.iters,
+                opt.warmup);
     if (opt.floor) std::printf("device copy bandwidth %.3f TB/s (read + written, a 1 GiB copy)\n", copy);
   }
   struct Shape { int H, D; };
@@ -173,6 +208,11 @@ void add_bench_decode_command(CLI::App& bench) {
   cmd->add_flag("--floor", opt->floor,
                 "also time an empty launch, the fastest plain read of the same bytes and the bulk kernel's reading alone, "
                 "as shares of the copy bandwidth");
+  cmd->add_option("--layers", opt->layers,
+                  "time N calls back to back, each on its own layer's cache (a decode step's N layers), as elapsed / N; "
+                  "only as many layers as fit in 8 GiB of K and V")
+      ->capture_default_str()
+      ->check(CLI::Range(1, INT_MAX));
   cmd->add_option("--warmup", opt->warmup, "warm-up runs")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--iters", opt->iters, "timed runs (median)")->capture_default_str()->check(CLI::Range(1, INT_MAX));
   cmd->callback([opt] {
