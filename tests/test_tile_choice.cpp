@@ -177,6 +177,26 @@ TEST(TileChoice, Sm90wsPersistentSplitGivesEachKeyTileToTheConsumerWhoseTurnItIs
     }
   }
 }
+// In a split tile the producer loads every V once, after its K, in key-tile order (a
+// ring stage's V tiles in the order of their phases), V of key tile j >= 3 only once K of
+// j + 3 is loaded or the tile's K are all loaded, and V of 0-2 right after their K.
+TEST(TileChoice, Sm90wsSplitTileLoadsEachVOnceAfterItsK) {
+  using namespace cuda::attn;
+  for (int n = 1; n <= 40; ++n) {
+    std::vector<std::pair<int, int>> loads;  // (V's key tile, the K loaded before it; n: after the last)
+    for (int nb = 0; nb < n; ++nb)
+      if (sm90ws_split_v_at(nb) >= 0) loads.push_back({sm90ws_split_v_at(nb), nb});
+    for (int j = sm90ws_split_v_tail(n); j < n; ++j) loads.push_back({j, n});
+    ASSERT_EQ(loads.size(), size_t(n)) << "n=" << n;
+    for (int j = 0; j < n; ++j) {
+      ASSERT_EQ(loads[size_t(j)].first, j) << "n=" << n << ": V out of order";
+      const int after = loads[size_t(j)].second;
+      ASSERT_GE(after, j) << "n=" << n << ": V of " << j << " before its K";
+      if (j < 3) ASSERT_EQ(after, j) << "n=" << n;
+      else ASSERT_EQ(after, std::min(j + 3, n)) << "n=" << n;
+    }
+  }
+}
 // Under a causal mask the three-consumer tiles put the sequence's short tile first: the
 // tiles number ceil(T / 192) as before, cover rows 0 .. T − 1 once each in order, start on
 // 64-row slabs, and only the first may hold fewer than three slabs (the last ends at T).

@@ -254,10 +254,10 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   const int busy = sm90ws_busy_consumers(kSkips ? m_end : p.T, m0, kConsumers);
   // Without a mask, a tile of one consumer's rows has its key tiles split between the
   // consumers (tile_choice.h's sm90ws_splits_keys; consume_split below). Each K and V tile
-  // is still read by one consumer (the barriers' 128 · busy). The producer loads V one key
-  // tile behind K there: V of key tile nb goes into the ring stage whose previous V, nb − 3,
-  // only consumer nb mod 3's step nb releases, and K of nb + 1, if it waited behind that
-  // V, would reach the next consumer late.
+  // is still read by one consumer (the barriers' 128 · busy). The producer loads V behind K
+  // there (sm90ws_split_v_at): V of key tile nb goes into the ring stage whose previous V,
+  // nb − 3, only consumer nb mod 3's step nb releases, and a K queued behind it would reach
+  // the next consumer late.
   constexpr bool kCanSplit = sm90ws_splits_keys(kCausal, kConsumers, 1);
   const bool split = kCanSplit && sm90ws_splits_keys(kCausal, kConsumers, busy);
   // The phase of key tile nb's use of its K/V ring buffer (flipped: the release of the
@@ -300,9 +300,10 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
       load(sK + s * BN * D, &k_full[s], BN, (p.H + h) * D, nb * BN);
       arrive_for_skipping(&k_empty[s], skipping);
       if (!split) load_v(nb, skipping);
-      else if (nb > 0) load_v(nb - 1, 0);
+      else if (sm90ws_split_v_at(nb) >= 0) load_v(sm90ws_split_v_at(nb), 0);
     }
-    if (split) load_v(n_blocks - 1, 0);
+    if (split)
+      for (int nb = sm90ws_split_v_tail(n_blocks); nb < n_blocks; ++nb) load_v(nb, 0);
     return;
   }
 
@@ -493,7 +494,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // when the tile began (they run on across tiles: a tile of n key tiles takes 3n turns, a
   // split one n; tile_choice.h's sm90ws_split_first and the helpers after it), and its K
   // and V tiles are that consumer's alone (the producer arrives for the other two, and
-  // loads V one key tile behind K, as the grid kernel's producer does). Each consumer's 64
+  // loads V behind K, as the grid kernel's producer does). Each consumer's 64
   // Q rows are the tile's rows. The consumer of key tile 0 (key-tile set 0) folds the
   // partials of sets 1 and 2 into its own, in that order: the grid kernel's arithmetic, the
   // same bits. Two named barriers order the partials' buffers: the others write theirs
@@ -605,10 +606,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
                                 cd.h * D + c * kTmaBoxCols, first_row(cd.m_block) + (split ? 0 : w * 64), cd.b);
           }
         }
-        if (!split) load_v(kv, nb, skipping);
-        else if (nb > 0) load_v(kv - 1, nb - 1, skipping);
+        const int v_at = split ? sm90ws_split_v_at(nb) : nb;  // the key tile whose V is loaded now, if any
+        if (v_at >= 0) load_v(kv - nb + v_at, v_at, skipping);
       }
-      if (split) load_v(kv - 1, cd.n_blocks - 1, kConsumers - 1);
+      if (split)
+        for (int nb = sm90ws_split_v_tail(cd.n_blocks); nb < cd.n_blocks; ++nb)
+          load_v(kv - cd.n_blocks + nb, nb, kConsumers - 1);
     }
     return;
   }

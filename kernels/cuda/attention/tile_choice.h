@@ -150,6 +150,16 @@ constexpr int sm90ws_split_first(int c, int rot) { return (c - rot + 3) % 3; }
 constexpr int sm90ws_split_end(int first, int n_blocks) { return first + (n_blocks - 1 - first) / 3 * 3 + 1; }
 constexpr int sm90ws_turns_after(int rot, int n_blocks, bool split) { return split ? (rot + n_blocks) % 3 : rot; }
 constexpr int sm90ws_final_turn(int rot, int n_blocks, bool split) { return (rot + (split ? n_blocks : 3) - 1) % 3; }
+// In a split tile (three ring stages) a consumer's key tiles share one stage, and V of key
+// tile j waits for the P·V of j − 3, which that consumer issues with its QKᵀ of j: a K that
+// the producer queued behind that V would reach the next consumer late. So after K of key
+// tile nb the producer loads V of sm90ws_split_v_at(nb) (-1: none): V of nb itself for the
+// first three (their stages' previous V is an earlier tile's, released early), then V of
+// nb − 3 from nb = 6 (free about when K of nb is: once the QKᵀ of nb − 3 is done), and
+// after the tile's last K the rest, from sm90ws_split_v_tail. (Until the sixty-fourth
+// session, V of nb − 1 after K of nb.)
+constexpr int sm90ws_split_v_at(int nb) { return nb < 3 ? nb : nb >= 6 ? nb - 3 : -1; }
+constexpr int sm90ws_split_v_tail(int n_blocks) { return n_blocks - 3 > 3 ? n_blocks - 3 : 3; }
 
 // Under a causal mask a block of more query rows than a key tile holds (three consumers,
 // 192 rows, against 128 keys) has key tiles that its first consumers see none of: consumer
