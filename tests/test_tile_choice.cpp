@@ -144,39 +144,6 @@ TEST(TileChoice, Sm90wsSplitsKeyTilesOnlyForOneConsumersRowsWithoutAMask) {
   for (int T = 1; T <= 5000; ++T)
     ASSERT_EQ(cuda::attn::sm90ws_splits_last_tile(T), T % 192 >= 1 && T % 192 <= 64) << T;
 }
-// The persistent kernel splits that tile where each of the three consumers gets a key tile
-// (T > 256). Its turns run on across tiles: in a split tile key tile nb is the turn of
-// consumer (rot + nb) mod 3, so each key tile is one consumer's, in key-tile order, each
-// consumer's are first, first + 3, ... below its end, and after the tile the turn is the
-// next consumer's after the one that ran the last key tile, which is the tile's final turn.
-TEST(TileChoice, Sm90wsPersistentSplitGivesEachKeyTileToTheConsumerWhoseTurnItIs) {
-  using namespace cuda::attn;
-  for (int T = 1; T <= 5000; ++T)
-    ASSERT_EQ(sm90ws_persistent_splits_last_tile(T), sm90ws_splits_last_tile(T) && (T + 127) / 128 >= 3) << T;
-  EXPECT_TRUE(sm90ws_persistent_splits_last_tile(1024));
-  EXPECT_TRUE(sm90ws_persistent_splits_last_tile(448));
-  EXPECT_FALSE(sm90ws_persistent_splits_last_tile(239));  // two key tiles: the tile runs unsplit
-  for (int rot = 0; rot < 3; ++rot) {
-    EXPECT_EQ(sm90ws_turns_after(rot, 8, false), rot);     // 24 turns
-    EXPECT_EQ(sm90ws_final_turn(rot, 8, false), (rot + 2) % 3);
-    for (int n = 3; n <= 40; ++n) {
-      std::vector<int> owner(size_t(n), -1);
-      for (int c = 0; c < 3; ++c) {
-        const int first = sm90ws_split_first(c, rot), end = sm90ws_split_end(first, n);
-        ASSERT_LT(first, end) << "consumer " << c << " has no key tile, n=" << n;
-        ASSERT_LE(end, n);
-        ASSERT_GT(end + 3, n) << "consumer " << c << " leaves a key tile out, n=" << n;
-        for (int nb = first; nb < end; nb += 3) {
-          ASSERT_EQ(owner[size_t(nb)], -1) << "key tile " << nb << " twice, n=" << n;
-          owner[size_t(nb)] = c;
-        }
-      }
-      for (int nb = 0; nb < n; ++nb) ASSERT_EQ(owner[size_t(nb)], (rot + nb) % 3) << "rot=" << rot << " n=" << n;
-      ASSERT_EQ(sm90ws_final_turn(rot, n, true), owner[size_t(n - 1)]);
-      ASSERT_EQ(sm90ws_turns_after(rot, n, true), (owner[size_t(n - 1)] + 1) % 3);
-    }
-  }
-}
 // In a split tile the producer loads every V once, after its K, in key-tile order (a
 // ring stage's V tiles in the order of their phases), V of key tile j >= 3 only once K of
 // j + 3 is loaded or the tile's K are all loaded, and V of 0-2 right after their K.

@@ -125,22 +125,10 @@ struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
 // three-consumer one spilled 28 bytes (BENCHMARKS.md, "Thirty-fifth session", call 2).
 template <class Tile>
 constexpr bool persistent_stages_output() { return Tile::kHeadDim == 128; }
-// Without a mask the three-consumer persistent kernel splits a short last tile's key tiles
-// as the grid kernel does (tile_choice.h's sm90ws_persistent_splits_last_tile); consumers
-// 1 and 2 of the split leave their partial O and row statistics (Sm90FwdConsumer::
-// save_partial: kDTiles·4 + 4 floats a thread) in buffers of their own after the rings,
-// which keep running into the next tile meanwhile.
-template <class Tile, bool kCausal>
-constexpr bool persistent_splits() { return sm90ws_splits_keys(kCausal, Tile::kConsumers, 1); }
-template <class Tile, bool kCausal>
-constexpr size_t persistent_partial_floats() {  // one split partial's, for a warpgroup
-  return persistent_splits<Tile, kCausal>() ? size_t(Tile::kDTiles * 4 + 4) * 128 : 0;
-}
-template <class Tile, bool kCausal>
+template <class Tile>
 constexpr size_t persistent_smem_bytes() {
   return Tile::kSmemBytes +
-         (persistent_stages_output<Tile>() ? size_t(Tile::kConsumers) * 64 * Tile::kHeadDim * sizeof(bf16) : 0) +
-         size_t(Tile::kConsumers - 1) * persistent_partial_floats<Tile, kCausal>() * sizeof(float);
+         (persistent_stages_output<Tile>() ? size_t(Tile::kConsumers) * 64 * Tile::kHeadDim * sizeof(bf16) : 0);
 }
 
 #if FLASHGPT_HAS_WGMMA
@@ -257,7 +245,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   // is still read by one consumer (the barriers' 128 · busy). The producer loads V behind K
   // there (sm90ws_split_v_at): V of key tile nb goes into the ring stage whose previous V,
   // nb − 3, only consumer nb mod 3's step nb releases, and a K queued behind it would reach
-  // the next consumer late.
+  // the next consumer late. (V of nb − 1 after K of nb, as until the sixty-fourth session,
+  // ran 0.5-1.5% slower at T = 832-4K: BENCHMARKS.md, "Sixty-fourth session", call 2.)
   constexpr bool kCanSplit = sm90ws_splits_keys(kCausal, kConsumers, 1);
   const bool split = kCanSplit && sm90ws_splits_keys(kCausal, kConsumers, busy);
   // The phase of key tile nb's use of its K/V ring buffer (flipped: the release of the
@@ -469,15 +458,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   bf16* sK = sQ + QB * QR * D;               // [S][D/64][BN][64]
   bf16* sV = sK + S * BN * D;                // [S][D/64][BN][64]
   bf16* sO = sV + S * BN * D;                // [kConsumers][D/64][64][64]: the output stages, if any
-  // [kConsumers − 1][kDTiles·4 + 4][128]: a split tile's partials of key-tile sets 1 and 2, if any
-  float* sP = reinterpret_cast<float*>(sO + (persistent_stages_output<Tile>() ? kConsumers * 64 * D : 0));
   __shared__ alignas(8) uint64_t q_full[QB][kConsumers], q_empty[QB][kConsumers], k_full[S], k_empty[S], v_full[S],
       v_empty[S];
   // Claimed tiles (below): the index of the tile after the one whose Q is in buffer qb
   // (-1: none), for consumer w, written by the producer before that Q's q_full arrival and
   // read by the consumer after its wait.
   __shared__ int tile_after[QB][kConsumers];
-  static_assert(persistent_smem_bytes<Tile, kCausal>() + sizeof(q_full) * 2 + sizeof(k_full) * 4 + 1024 <= 228 * 1024,
+  static_assert(persistent_smem_bytes<Tile>() + sizeof(q_full) * 2 + sizeof(k_full) * 4 + 1024 <= 228 * 1024,
                 "the shared memory");
   constexpr int kConsumerThreads = 128 * kConsumers;
   constexpr uint32_t kQPartBytes = 64u * D * sizeof(bf16);
@@ -487,26 +474,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // causal, 4.7% at 512. With D = 128's staged epilogue (shared memory, a TMA store) under
   // the QKᵀ the forward ran 0-3% slower (BENCHMARKS.md, "Thirty-ninth session", calls 2-3).
   constexpr bool kAcross = !persistent_stages_output<Tile>();
-  // Without a mask, three consumers: a sequence's short last tile (one consumer's rows, T >
-  // 256) has its key tiles split between the consumers, as in the grid kernel (tile_choice.h's
-  // sm90ws_persistent_splits_last_tile; above 256 each consumer gets one key tile at least).
-  // Key tile nb is the turn of consumer (rot + nb) mod 3, rot being where the turns stood
-  // when the tile began (they run on across tiles: a tile of n key tiles takes 3n turns, a
-  // split one n; tile_choice.h's sm90ws_split_first and the helpers after it), and its K
-  // and V tiles are that consumer's alone (the producer arrives for the other two, and
-  // loads V behind K, as the grid kernel's producer does). Each consumer's 64
-  // Q rows are the tile's rows. The consumer of key tile 0 (key-tile set 0) folds the
-  // partials of sets 1 and 2 into its own, in that order: the grid kernel's arithmetic, the
-  // same bits. Two named barriers order the partials' buffers: the others write theirs
-  // once that consumer has reached the tile's epilogue (so it has read the previous split
-  // tile's), and it reads them once they are written. A split tile's epilogue runs after
-  // its last P·V, before the next tile's first QKᵀ (not under it, as other tiles' do).
-  constexpr bool kSplits = persistent_splits<Tile, kCausal>();
-  static_assert(!kSplits || (kAcross && !kSkips && S == kConsumers), "a split tile's consumer keeps its ring stage");
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp / 4;
   const int m_blocks = (p.T + BM - 1) / BM, tiles = m_blocks * p.H * p.B;
-  const bool split_last = kSplits && sm90ws_persistent_splits_last_tile(p.T);  // each head's last tile (m_block 0 of the order)
   // The block's local-th tile, or -1 past its last: round `local` of gridDim.x tiles,
   // taken in turn forwards and backwards, so that under a causal mask (each head's tiles
   // heaviest first) a block that takes a long tile in one round takes a short one in the
@@ -574,19 +544,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     for (int local = 0, k = claimed ? int(blockIdx.x) : tile_of(0); k >= 0;
          k = claimed ? tile_after[local % QB][0] : tile_of(local + 1), ++local) {
       const Coords cd = coords(tile_at(k));
-      const bool split = split_last && cd.m_block == m_blocks - 1;
-      // V of key tile nb into ring position kv_at, once the buffer's previous V is released.
-      auto load_v = [&](int kv_at, int nb, int skipping) {
-        const int s = kv_at % S;
-        sm90::mbar_wait(&v_empty[s], ((kv_at / S) & 1) ^ 1);
-        sm90::mbar_arrive_expect_tx(&v_full[s], Tile::kTileBytes);
-        load_kv(sV + s * BN * D, &v_full[s], (2 * p.H + cd.h) * D, nb * BN, cd.b);
-        arrive_for_skipping(&v_empty[s], skipping);
-      };
       for (int nb = 0; nb < cd.n_blocks; ++nb, ++kv) {
         const int s = kv % S;
         const uint32_t parity = ((kv / S) & 1) ^ 1;  // the release of this buffer's previous tile
-        const int skipping = kSkips ? sm90ws_first_consumer_of(nb, BN, first_row(cd.m_block)) : split ? kConsumers - 1 : 0;
+        const int skipping = kSkips ? sm90ws_first_consumer_of(nb, BN, first_row(cd.m_block)) : 0;
         sm90::mbar_wait(&k_empty[s], parity);
         sm90::mbar_arrive_expect_tx(&k_full[s], Tile::kTileBytes);
         load_kv(sK + s * BN * D, &k_full[s], (p.H + cd.h) * D, nb * BN, cd.b);
@@ -603,15 +564,14 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #pragma unroll
             for (int c = 0; c < D / kTmaBoxCols; ++c)
               sm90::tma_load_3d(q_dst + (c * QR + w * 64) * kTmaBoxCols, &q_map, &q_full[qb][w],
-                                cd.h * D + c * kTmaBoxCols, first_row(cd.m_block) + (split ? 0 : w * 64), cd.b);
+                                cd.h * D + c * kTmaBoxCols, first_row(cd.m_block) + w * 64, cd.b);
           }
         }
-        const int v_at = split ? sm90ws_split_v_at(nb) : nb;  // the key tile whose V is loaded now, if any
-        if (v_at >= 0) load_v(kv - nb + v_at, v_at, skipping);
+        sm90::mbar_wait(&v_empty[s], parity);
+        sm90::mbar_arrive_expect_tx(&v_full[s], Tile::kTileBytes);
+        load_kv(sV + s * BN * D, &v_full[s], (2 * p.H + cd.h) * D, nb * BN, cd.b);
+        arrive_for_skipping(&v_empty[s], skipping);
       }
-      if (split)
-        for (int nb = sm90ws_split_v_tail(cd.n_blocks); nb < cd.n_blocks; ++nb)
-          load_v(kv - cd.n_blocks + nb, nb, kConsumers - 1);
     }
     return;
   }
@@ -622,34 +582,22 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   auto v_base = [&](int kv) { return smem_u32(sV + (kv % S) * BN * D); };
   auto parity = [](int kv) { return uint32_t((kv / S) & 1); };
   // Turns as in the grid kernel, run on across the block's tiles (every consumer takes
-  // as many steps a tile, but in a split one); the consumer of the block's last step
-  // skips its hand-over.
+  // as many steps a tile); the last consumer skips only its very last hand-over.
   constexpr int kTurnThreads = 256;
   if (cw == kConsumers - 1) sm90::named_arrive(1, kTurnThreads);
-  // This tile's state (kv0: the ring position of its first K/V tile; this consumer's key
-  // tiles first_nb, first_nb + stride, .. below mine), set by next_tile; claimed, last_tile and t_after (the next tile's index) by wait_q. kSplits:
-  // split (the tile's key tiles split), rot (whose turn key tile 0 is) and final_cw (the
-  // consumer of the tile's last step).
+  // This tile's state (kv0: the ring position of its first K/V tile; mine: this consumer's
+  // key tiles), set by next_tile; claimed, last_tile and t_after (the next tile's index)
+  // by wait_q.
   int local = -1, t = -1, kv0 = 0, n_blocks = 0, m0 = 0, mine = 0, turn_offset = 0, qb = 0, t_after = -1;
-  int first_nb = 0, stride = 1, rot = 0, final_cw = kConsumers - 1;
-  bool last_tile = false, split = false;
+  bool last_tile = false;
   auto next_tile = [&] {
     kv0 += n_blocks;
-    if constexpr (kSplits) rot = sm90ws_turns_after(rot, n_blocks, split);
     t = claimed ? tile_at(++local == 0 ? int(blockIdx.x) : t_after) : tile_of(++local);
     if (t < 0) return false;
     if (!claimed) last_tile = tile_of(local + 1) < 0;
     const Coords cd = coords(t);
     n_blocks = cd.n_blocks, m0 = first_row(cd.m_block);
     mine = kSkips ? sm90ws_consumer_key_tiles(m0, cw, BN, n_blocks) : n_blocks;
-    if constexpr (kSplits) {
-      split = split_last && cd.m_block == m_blocks - 1;
-      stride = split ? kConsumers : 1;
-      first_nb = split ? sm90ws_split_first(cw, rot) : 0;
-      if (split) mine = sm90ws_split_end(first_nb, n_blocks);
-      final_cw = sm90ws_final_turn(rot, n_blocks, split);
-      if (split) m0 -= 64 * cw;  // the tile's first 64 rows are every consumer's (Sm90FwdConsumer's m0 + 64·cw)
-    }
     turn_offset = sm90ws_turn_offset(BN, m0);  // kSkips: key tile nb + 1's first turn
     qb = local % QB;
     return true;
@@ -657,7 +605,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // Once key tile nb's S is done: the next consumer's turn, and K (and, after this
   // consumer's last, Q) released.
   auto hand_off = [&](int nb) {
-    if (cw != final_cw || nb + 1 < n_blocks || !last_tile)
+    if (cw != kConsumers - 1 || nb + 1 < n_blocks || !last_tile)
       sm90::named_arrive(cw + 1 < kConsumers          ? cw + 2
                          : kSkips && nb + 1 < n_blocks ? sm90ws_next_turn(nb, BN, turn_offset)
                                                        : 1,
@@ -670,7 +618,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   auto wait_turn = [&](int nb) {
     const int kv = kv0 + nb;
     sm90::mbar_wait(&k_full[kv % S], parity(kv));
-    if (nb > first_nb) sm90::mbar_wait(&v_full[(kv - stride) % S], parity(kv - stride));
+    if (nb > 0) sm90::mbar_wait(&v_full[(kv - 1) % S], parity(kv - 1));
     sm90::named_sync(1 + cw, kTurnThreads);
   };
   auto wait_q = [&] {
@@ -684,33 +632,14 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const int kv = kv0 + nb, s = kv % S;
     wait_turn(nb);
     auto after_qk = [&] { hand_off(nb); release_k(nb, s); };
-    auto after_pv = [&] { sm90::mbar_arrive(&v_empty[(kv - stride) % S]); };  // V of the previous key tile read
-    c.template step_overlapped<kFirst>(nb, smem_u32(sK + s * BN * D), v_base(kFirst ? kv : kv - stride), after_qk,
+    auto after_pv = [&] { sm90::mbar_arrive(&v_empty[(kv - 1) % S]); };  // V of the previous key tile read
+    c.template step_overlapped<kFirst>(nb, smem_u32(sK + s * BN * D), v_base(kFirst ? kv : kv - 1), after_qk,
                                        after_pv);
   };
-  // A split tile's partial of key-tile set w (1, 2): O, then the row statistics.
-  auto partial_o = [&](int w) { return sP + (w - 1) * persistent_partial_floats<Tile, kCausal>(); };
-  auto partial_stats = [&](int w) { return partial_o(w) + Tile::kDTiles * 4 * 128; };
-  constexpr int kPartialsFree = kStoreBarrier + kConsumers, kPartialsWritten = kPartialsFree + 1;
-  // The finished tile's output; split_tile: it was split, and this consumer ran key-tile set `set`.
-  auto epilogue = [&](const Coords& cd, bool split_tile, int set) {
+  auto epilogue = [&](const Coords& cd) {
     // A short first tile's consumers past its rows ran rows of the next tile: no store.
     if constexpr (kSkips)
       if (first_row(cd.m_block) + 64 * cw >= row_end(cd.m_block)) return;
-    if constexpr (kSplits) {
-      static_assert(decltype(c)::kPartialO + decltype(c)::kPartialStats == Tile::kDTiles * 4 + 4, "a partial's floats");
-      if (split_tile && set > 0) {
-        sm90::named_sync(kPartialsFree, kConsumerThreads);
-        c.save_partial(partial_o(set), partial_stats(set), tid % 128);
-        sm90::named_arrive(kPartialsWritten, kConsumerThreads);
-        return;
-      }
-      if (split_tile) {
-        sm90::named_arrive(kPartialsFree, kConsumerThreads);
-        sm90::named_sync(kPartialsWritten, kConsumerThreads);
-        for (int w = 1; w < kConsumers; ++w) c.add_partial(partial_o(w), partial_stats(w), tid % 128);
-      }
-    }
     if constexpr (persistent_stages_output<Tile>()) {
       // The output through the consumer's stage, once the TMA has read its previous tile's.
       bf16* stage = sO + cw * 64 * D;
@@ -724,39 +653,35 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     }
   };
   wait_q();
-  step(first_nb, std::true_type{});
+  step(0, std::true_type{});
   for (;;) {
-    for (int nb = first_nb + stride; nb < mine; nb += stride) step(nb, std::false_type{});
+    for (int nb = 1; nb < mine; ++nb) step(nb, std::false_type{});
     const int last = kv0 + mine - 1;
     const Coords done = coords(t);
-    const bool done_split = split;
-    const int done_set = first_nb;
     sm90::mbar_wait(&v_full[last % S], parity(last));
     if (!next_tile()) {
       c.finish_overlapped(v_base(last));
       sm90::mbar_arrive(&v_empty[last % S]);
-      epilogue(done, done_split, done_set);
+      epilogue(done);
       break;
     }
-    // (A split tile's epilogue, its partials saved or merged, does not go under the next
-    // QKᵀ: there, beside that QKᵀ's scores, the three-consumer kernel spilled 168 bytes.)
-    if (kAcross && !(kSplits && done_split)) {
+    if constexpr (kAcross) {
       // The finished tile's last P·V with the next tile's first QKᵀ, its epilogue under the
       // QKᵀ (Sm90FwdConsumer::step_across).
       wait_q();
-      wait_turn(first_nb);
-      const int s = (kv0 + first_nb) % S;
+      wait_turn(0);
+      const int s = kv0 % S;
       c.step_across(
           v_base(last), m0, sQ + qb * QR * D, smem_u32(sK + s * BN * D),
-          [&] { sm90::mbar_arrive(&v_empty[last % S]); hand_off(first_nb); },
-          [&] { epilogue(done, false, 0); }, [&] { release_k(first_nb, s); });
+          [&] { sm90::mbar_arrive(&v_empty[last % S]); hand_off(0); }, [&] { epilogue(done); },
+          [&] { release_k(0, s); });
     } else {
       c.finish_overlapped(v_base(last));
       sm90::mbar_arrive(&v_empty[last % S]);
-      epilogue(done, done_split, done_set);
+      epilogue(done);
       c.begin_tile(m0, sQ + qb * QR * D);
       wait_q();
-      step(first_nb, std::true_type{});
+      step(0, std::true_type{});
     }
   }
   // The shared memory stays until the TMA has read the last stage.
@@ -788,7 +713,7 @@ void launch_persistent(const FlashParams& p, int persistent_blocks, bool exact_b
   // (The launcher has checked the knob on this call already, whichever kernel runs.)
   const bool list = forward_tail_list(std::getenv("FLASHGPT_ATTENTION_FWD_TAIL")) && p.fwd_head_group == 0;
   auto pk = flash_fwd_sm90_ws_persistent_kernel<Tile, kCausal>;
-  static const bool pk_opted_in = opt_in_dynamic_smem(pk, persistent_smem_bytes<Tile, kCausal>());  // once
+  static const bool pk_opted_in = opt_in_dynamic_smem(pk, persistent_smem_bytes<Tile>());  // once
   (void)pk_opted_in;
   const CUtensorMap map = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, Tile::kBlockN, "qkv");
   const CUtensorMap q_map = bf16_rows_tensor_map(p.qkv, p.qkv_row_stride, p.T, p.B, 64, "qkv");
@@ -806,8 +731,7 @@ void launch_persistent(const FlashParams& p, int persistent_blocks, bool exact_b
     last_key = key;
   }
   FG_ASSERT(last.blocks <= tiles, "the persistent forward's schedule has more blocks than tiles");
-  pk<<<unsigned(last.blocks), Tile::kThreads, persistent_smem_bytes<Tile, kCausal>(), stream>>>(map, q_map, o_map, p,
-                                                                                                 last.tail);
+  pk<<<unsigned(last.blocks), Tile::kThreads, persistent_smem_bytes<Tile>(), stream>>>(map, q_map, o_map, p, last.tail);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -134,22 +134,6 @@ constexpr bool sm90ws_splits_keys(bool causal, int consumers, int busy) { return
 constexpr bool sm90ws_splits_last_tile(int T) {
   return sm90ws_splits_keys(false, 3, sm90ws_busy_consumers(T, (T - 1) / 192 * 192, 3));
 }
-// Whether the three-consumer persistent kernel splits that tile too: where its key tiles
-// give each consumer one at least (T > 256), so that all three take their turns in it (the
-// kernel passes the turn in key-tile order, flash_fwd_sm90_ws.cu). Below, it runs the tile
-// as any other (two consumers on rows past T).
-constexpr bool sm90ws_persistent_splits_last_tile(int T) { return sm90ws_splits_last_tile(T) && T > 256; }
-// Its turns (flash_fwd_sm90_ws.cu): they run on across a block's tiles, consumer 0, 1, 2,
-// 0, ..., a step each; a tile of n key tiles takes 3n, every consumer all n. In a split
-// tile key tile nb is the turn of consumer (rot + nb) mod 3, rot being the consumer whose
-// turn it was as the tile began, so consumer c runs key tiles sm90ws_split_first(c, rot),
-// + 3, ... below sm90ws_split_end (one past its last), the tile takes n turns, and the
-// turns stand at sm90ws_turns_after once it is done. sm90ws_final_turn: the consumer of a
-// tile's last step (in the block's last tile it hands the turn to no one).
-constexpr int sm90ws_split_first(int c, int rot) { return (c - rot + 3) % 3; }
-constexpr int sm90ws_split_end(int first, int n_blocks) { return first + (n_blocks - 1 - first) / 3 * 3 + 1; }
-constexpr int sm90ws_turns_after(int rot, int n_blocks, bool split) { return split ? (rot + n_blocks) % 3 : rot; }
-constexpr int sm90ws_final_turn(int rot, int n_blocks, bool split) { return (rot + (split ? n_blocks : 3) - 1) % 3; }
 // In a split tile (three ring stages) a consumer's key tiles share one stage, and V of key
 // tile j waits for the P·V of j − 3, which that consumer issues with its QKᵀ of j: a K that
 // the producer queued behind that V would reach the next consumer late. So after K of key
