@@ -289,7 +289,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
       load(sK + s * BN * D, &k_full[s], BN, (p.H + h) * D, nb * BN);
       arrive_for_skipping(&k_empty[s], skipping);
       if (!split) load_v(nb, skipping);
-      else if (sm90ws_split_v_at(nb) >= 0) load_v(sm90ws_split_v_at(nb), 0);
+      else if (const int v_at = sm90ws_split_v_at(nb); v_at >= 0) load_v(v_at, 0);
     }
     if (split)
       for (int nb = sm90ws_split_v_tail(n_blocks); nb < n_blocks; ++nb) load_v(nb, 0);
