@@ -481,21 +481,27 @@ TEST(TileChoice, GroupedTilesVisitEveryTileOnceGroupByGroupLongestFirst) {
 TEST(TileChoice, ForwardHeadGroupKnob) {
   using cuda::attn::forward_head_group;
   for (const char* unset : {static_cast<const char*>(nullptr), "", "auto"}) {
-    // Under a causal mask groups of 64, or all when fewer; without one the rounds.
-    EXPECT_EQ(forward_head_group(unset, 768, true), 64);
-    EXPECT_EQ(forward_head_group(unset, 12, true), 12);
-    EXPECT_EQ(forward_head_group(unset, 768, false), 0);
-    EXPECT_EQ(forward_head_group(unset, 12, false), 0);
+    // Under a causal mask from T = 2048 groups of 64, or all when fewer; up to 1K and
+    // without a mask the rounds.
+    EXPECT_EQ(forward_head_group(unset, 768, true, 2048), 64);
+    EXPECT_EQ(forward_head_group(unset, 12, true, 16384), 12);
+    EXPECT_EQ(forward_head_group(unset, 768, true, 1024), 0);
+    EXPECT_EQ(forward_head_group(unset, 192, true, 512), 0);
+    EXPECT_EQ(forward_head_group(unset, 768, true, 1025), 64);
+    EXPECT_EQ(forward_head_group(unset, 768, false, 4096), 0);
+    EXPECT_EQ(forward_head_group(unset, 12, false, 1024), 0);
   }
-  for (bool causal : {true, false}) {  // a number asked for is taken with either mask
-    EXPECT_EQ(forward_head_group("0", 768, causal), 0);
-    EXPECT_EQ(forward_head_group("5", 768, causal), 5);
-    EXPECT_EQ(forward_head_group("1000", 768, causal), 768);  // no more than the pairs
-    EXPECT_EQ(forward_head_group("all", 768, causal), 768);
-  }
+  for (bool causal : {true, false})  // a number asked for is taken with either mask, at any length
+    for (int T : {1024, 4096}) {
+      EXPECT_EQ(forward_head_group("0", 768, causal, T), 0);
+      EXPECT_EQ(forward_head_group("5", 768, causal, T), 5);
+      EXPECT_EQ(forward_head_group("1000", 768, causal, T), 768);  // no more than the pairs
+      EXPECT_EQ(forward_head_group("all", 768, causal, T), 768);
+    }
   for (const char* bad : {"-1", "x", "1.5", " 2", "2 ", "Auto"}) {
     SCOPED_TRACE(std::string("'") + bad + "'");
-    test::expect_input_error([&] { forward_head_group(bad, 768, true); }, {"FLASHGPT_ATTENTION_FWD_HEAD_GROUP", bad});
+    test::expect_input_error([&] { forward_head_group(bad, 768, true, 2048); },
+                             {"FLASHGPT_ATTENTION_FWD_HEAD_GROUP", bad});
   }
 }
 

@@ -243,7 +243,8 @@ void flash_attention_forward(const AttentionForward& a, cudaStream_t stream) {
       // they apply).
       (void)attn::forward_tail_list(std::getenv("FLASHGPT_ATTENTION_FWD_TAIL"));
       const int64_t pairs = int64_t(a.B) * a.H;
-      const int head_group = attn::forward_head_group(std::getenv("FLASHGPT_ATTENTION_FWD_HEAD_GROUP"), pairs, a.causal);
+      const int head_group =
+          attn::forward_head_group(std::getenv("FLASHGPT_ATTENTION_FWD_HEAD_GROUP"), pairs, a.causal, a.T);
       const int ws_tile = one_consumer_forward() ? attn::kSm90WsOneConsumer
                                                  : attn::sm90ws_forward_tile(fwd_tile, a.D, a.T, a.causal, schedule,
                                                                              pairs, device_sm_count());

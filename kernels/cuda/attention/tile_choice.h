@@ -240,13 +240,18 @@ constexpr int grouped_tile(int k, int heads, int m_blocks, int group) {
 }
 // FLASHGPT_ATTENTION_FWD_HEAD_GROUP for the three-consumer persistent kernel (the only one
 // that claims): auto (or unset), 0 (the rounds), a positive number of pairs, or `all`
-// (every pair in one group). auto: under a causal mask groups of 64 pairs; without one
-// the rounds, where every tile costs the same: 0-4% ahead of claims in groups of 64 at
-// T = 320-1K on an H100 (BENCHMARKS.md, "Sixty-third session", call 3).
-inline int forward_head_group(const char* value, int64_t heads, bool causal) {
+// (every pair in one group). auto: under a causal mask from T = 2048 groups of 64 pairs
+// (on an H200 0.4-5.5% faster than the rounds at 2K-16K, "Forty-first session"; on an
+// H100 3.7% at 16K, 0.7-2.1% slower at 2K and 4K, "Sixty-fourth session", call 9);
+// elsewhere the rounds: without a mask, where every tile costs the same, 0-4% ahead of
+// groups of 64 at T = 320-1K on an H100 ("Sixty-third session", call 3), and under a
+// causal mask up to 1K 1.7% ahead at 128 x 12 x 512 and 2-6% at 1K (16 x 12 5.9-6.4%,
+// 16 x 32 2.7-3.1%, GPT-2's 64 x 12 1.9%) on an H100 ("Sixty-fourth session", calls 8
+// and 9; not measured on an H200).
+inline int forward_head_group(const char* value, int64_t heads, bool causal, int T) {
   const std::string v = value && *value ? value : "auto";
   const int64_t pairs = std::max<int64_t>(heads, 1);
-  if (v == "auto") return causal ? int(std::min<int64_t>(64, pairs)) : 0;
+  if (v == "auto") return causal && T > 1024 ? int(std::min<int64_t>(64, pairs)) : 0;
   if (v == "0") return 0;
   if (v == "all") return int(pairs);
   const int64_t g =
