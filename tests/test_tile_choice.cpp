@@ -127,7 +127,6 @@ TEST(TileChoice, Sm90wsGridStartsOnlyTheConsumersWithRows) {
       }
 }
 
-
 // Without a mask the three-consumer grid kernel splits the key tiles of a query tile with
 // one consumer's rows between its three consumers; never under a causal mask (the short
 // tile comes first there and needs one key tile) or with another consumer count.
@@ -178,6 +177,13 @@ TEST(TileChoice, Sm90wsShortQueryTileComesFirst) {
   EXPECT_EQ(sm90ws_tile_end(0, 192, 128, 1024), 64);
   EXPECT_EQ(sm90ws_busy_consumers(sm90ws_tile_end(0, 192, 128, 1024), 0, 3), 1);
   EXPECT_EQ(sm90ws_tile_end(5, 192, 128, 1024), 1024);
+  // The kernels' view (sm90ws_first_row, sm90ws_row_end): shifted where they skip key tiles,
+  // else m_block · BM up to T.
+  EXPECT_EQ(cuda::attn::sm90ws_first_row(true, 1, 192, 1024), 64);
+  EXPECT_EQ(cuda::attn::sm90ws_row_end(true, 0, 192, 1024), 64);
+  EXPECT_EQ(cuda::attn::sm90ws_first_row(false, 5, 192, 1024), 960);
+  EXPECT_EQ(cuda::attn::sm90ws_row_end(false, 5, 192, 1024), 1024);
+  EXPECT_EQ(cuda::attn::sm90ws_row_end(false, 2, 128, 1024), 384);
   for (int T = 1; T <= 5000; ++T) {
     const int shift = sm90ws_lead_shift(T, 192), tiles = (T + 191) / 192;
     ASSERT_EQ(shift % 64, 0);

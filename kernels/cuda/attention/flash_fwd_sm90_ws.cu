@@ -225,11 +225,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   // K/V "empty" barriers in its place. There the sequence's short query tile comes first
   // (sm90ws_lead_shift).
   constexpr bool kSkips = skips_key_tiles<Tile, kCausal>();
-  // (The other kernels keep m_block · BM, and their code as it was: written with the
-  // shift for every kernel, the two-consumer ones measured 1-1.5% slower at D = 64;
-  // BENCHMARKS.md, "Sixty-second session", call 5.)
-  const int m0 = kSkips ? sm90ws_tile_m0(m_block, BM, sm90ws_lead_shift(p.T, BM)) : m_block * BM;
-  const int m_end = kSkips ? sm90ws_tile_end(m_block, BM, sm90ws_lead_shift(p.T, BM), p.T) : min(p.T, m0 + BM);
+  const int m0 = sm90ws_first_row(kSkips, m_block, BM, p.T), m_end = sm90ws_row_end(kSkips, m_block, BM, p.T);
   const int n_end = kCausal ? m_end : p.T;
   const int n_blocks = (n_end + BN - 1) / BN;
   // The consumers with rows in the tile (tile_choice.h): all but in a sequence's short
@@ -499,16 +495,17 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const bool claimed = kClaims && p.fwd_head_group > 0;
   auto tile_at = [&](int k) { return k < 0 || !claimed ? k : grouped_tile(k, p.B * p.H, m_blocks, p.fwd_head_group); };
   struct Coords { int m_block, h, b, n_blocks; };
-  // A tile's first row, and with kSkips its end: there the short tile first, as in the grid
-  // kernel (the other kernels' code as it was, as there).
+  // A tile's first row and its end: with kSkips the short tile first, as in the grid kernel.
+  // (first_row as one call of sm90ws_first_row moved instructions in the two-consumer causal
+  // kernel's PTX; so the branch at compile time.)
   auto first_row = [&](int m_block) {
-    if constexpr (kSkips) return sm90ws_tile_m0(m_block, BM, sm90ws_lead_shift(p.T, BM));
+    if constexpr (kSkips) return sm90ws_first_row(true, m_block, BM, p.T);
     return m_block * BM;
   };
-  auto row_end = [&](int m_block) { return sm90ws_tile_end(m_block, BM, sm90ws_lead_shift(p.T, BM), p.T); };
+  auto row_end = [&](int m_block) { return sm90ws_row_end(kSkips, m_block, BM, p.T); };
   auto coords = [&](int t) {
     const int bh = t / m_blocks, m_block = m_blocks - 1 - (t - bh * m_blocks);
-    const int n_end = !kCausal ? p.T : kSkips ? row_end(m_block) : min(p.T, m_block * BM + BM);
+    const int n_end = kCausal ? row_end(m_block) : p.T;
     return Coords{m_block, bh % p.H, bh / p.H, (n_end + BN - 1) / BN};
   };
 

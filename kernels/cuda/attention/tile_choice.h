@@ -121,6 +121,16 @@ constexpr int sm90ws_tile_end(int m_block, int BM, int shift, int T) { return st
 // consumers see none of (sm90ws_consumer_key_tiles, below) and so put the short tile
 // first: under a causal mask, blocks taller than their key tiles (three consumers).
 constexpr bool sm90ws_skips_key_tiles(bool causal, int BM, int BN) { return causal && BM > BN; }
+// Query tile m_block's first row and its end (one past its last row) in the sm90ws forward
+// kernels and the persistent schedule's model: with `skips` (the above) the short tile
+// first, else m_block·BM on (written apart: the shift for every kernel made the
+// two-consumer ones 1-1.5% slower, BENCHMARKS.md "Sixty-second session", call 5).
+constexpr int sm90ws_first_row(bool skips, int m_block, int BM, int T) {
+  return skips ? sm90ws_tile_m0(m_block, BM, sm90ws_lead_shift(T, BM)) : m_block * BM;
+}
+constexpr int sm90ws_row_end(bool skips, int m_block, int BM, int T) {
+  return skips ? sm90ws_tile_end(m_block, BM, sm90ws_lead_shift(T, BM), T) : std::min(m_block * BM + BM, T);
+}
 
 // Without a mask the short tile stays last (T = 1024 in 192-row blocks: rows 960-1023,
 // all 8 key tiles), and with the rows of one consumer alone it would keep that consumer
@@ -203,8 +213,7 @@ inline bool sm90ws_forward_persistent(FwdSchedule schedule, int tile, int D, int
 // its diagonal):
 inline int64_t persistent_forward_tile_cost(int64_t t, int64_t m_blocks, int T, int BM, int BN, bool causal) {
   const int m_block = int(m_blocks - 1 - t % m_blocks);
-  const int shift = sm90ws_skips_key_tiles(causal, BM, BN) ? sm90ws_lead_shift(T, BM) : 0;
-  const int64_t n_end = causal ? sm90ws_tile_end(m_block, BM, shift, T) : T;
+  const int64_t n_end = causal ? sm90ws_row_end(sm90ws_skips_key_tiles(causal, BM, BN), m_block, BM, T) : T;
   return (n_end + BN - 1) / BN;
 }
 // The list's price of a tile (persistent_forward_schedule), in half key tiles: its key
