@@ -36,8 +36,8 @@ V would pass 8 GiB), the `layers` column. SDPA's N calls are enqueued behind a h
 100 us a call (torch.cuda._sleep), so that PyTorch's dispatch is not timed (flashgpt holds
 its stream 200 us before every timed region).
 
---kernels registers,bulk128,bulk256,tile16,tile32 also times those decode kernels
-(FLASHGPT_DECODE_KERNEL, FLASHGPT_DECODE_THREADS; tileN: the bulk kernel's tile of N KB,
+--kernels registers,mma,bulk128,bulk256,tile16,tile32 also times those decode kernels
+(FLASHGPT_DECODE_KERNEL, FLASHGPT_DECODE_THREADS; mma: the tensor-core kernel; tileN: the bulk kernel's tile of N KB,
 FLASHGPT_DECODE_TILE_KB) in the same run, each against the same SDPA figure; the main table
 is the default choice.
 
@@ -194,14 +194,14 @@ def main():
     ours = run_flashgpt(args, {}, floor=True)
     variants = {}
     for name in filter(None, args.kernels.split(",")):
-        if name == "registers":
-            env = {"FLASHGPT_DECODE_KERNEL": "registers"}
+        if name in ("registers", "mma"):
+            env = {"FLASHGPT_DECODE_KERNEL": name}
         elif name.startswith("tile"):  # the bulk kernel's tile, its default threads
             env = {"FLASHGPT_DECODE_KERNEL": "bulk", "FLASHGPT_DECODE_TILE_KB": name[len("tile"):]}
         elif name.startswith("bulk"):  # bulk<threads>
             env = {"FLASHGPT_DECODE_KERNEL": "bulk", "FLASHGPT_DECODE_THREADS": name[len("bulk"):]}
         else:
-            sys.exit(f"--kernels: unknown kernel '{name}' (registers, bulk128, bulk256, tile16, tile32)")
+            sys.exit(f"--kernels: unknown kernel '{name}' (registers, mma, bulk128, bulk256, tile16, tile32)")
         rows = run_flashgpt(args, env, required=False)
         if rows is not None:
             variants[name] = rows

@@ -33,7 +33,7 @@ struct DecodeCase {
   int B, H, T, D;
   DType dtype;         // of the GPU run: bf16 or f32
   int splits;          // 0: the launcher's choice
-  const char* kernel;  // FLASHGPT_DECODE_KERNEL: registers or bulk (Hopper only)
+  const char* kernel;  // FLASHGPT_DECODE_KERNEL: registers, bulk or mma (Hopper only; mma: bf16, fp32 runs bulk)
   const char* threads;  // FLASHGPT_DECODE_THREADS of the bulk kernel; nullptr: its default
   const char* tile = nullptr;  // FLASHGPT_DECODE_TILE_KB of the bulk kernel; nullptr: its default (16)
 };
@@ -101,7 +101,8 @@ class FlashDecodeVsReference : public ::testing::TestWithParam<DecodeCase> {};
 TEST_P(FlashDecodeVsReference, OutputAndLse) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
   const DecodeCase c = GetParam();
-  if (std::string(c.kernel) == "bulk" && !is_hopper()) GTEST_SKIP() << "the bulk-copy decode kernel needs a Hopper GPU";
+  if (std::string(c.kernel) != "registers" && !is_hopper())
+    GTEST_SKIP() << "the bulk-copy and tensor-core decode kernels need a Hopper GPU";
   ScopedEnv kernel("FLASHGPT_DECODE_KERNEL", c.kernel), threads("FLASHGPT_DECODE_THREADS", c.threads),
       tile("FLASHGPT_DECODE_TILE_KB", c.tile);
   const int B = c.B, H = c.H, T = c.T, D = c.D, Tmax = c.T + 3;
@@ -178,7 +179,7 @@ TEST_P(FlashDecodeVsReference, OutputAndLse) {
 
 std::vector<DecodeCase> cases() {
   std::vector<DecodeCase> v;
-  for (const char* kernel : {"registers", "bulk"}) {
+  for (const char* kernel : {"registers", "bulk", "mma"}) {
     for (int T : {1, 17, 4097, 65537})
       for (int D : {64, 128})
         for (int B : {1, 16}) v.push_back({B, 3, T, D, DType::bf16, 0, kernel, nullptr});

@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include "kernels/cuda/attention/decode_plan.h"
 #include "kernels/cuda/attention/flash_attention.h"
 #include "kernels/cuda/attention/flash_params.h"
@@ -187,34 +188,26 @@ __device__ __forceinline__ void start_split(const DecodeParams<T>& p, int h, int
   for (int i = 0; i < E; ++i) q[i] = to_f(qp.v[i]) * p.scale_log2, acc[i] = 0.f;
 }
 
-// The end of every split's block: merges the block's groups (group 0 always saw a key:
-// t1 > t0), writes the split's partial O and log2-sum-exp (or, with one split, the
-// output), and the last split of (b, h) to finish combines them all.
-template <class Tr, class T = typename Tr::Elem>
-__device__ void finish_split(const DecodeParams<T>& p, float m, float l, const float (&acc)[Tr::kElems], int split,
-                             int h, int b) {
-  constexpr int E = Tr::kElems, kD = Tr::kHeadDim, kThreads = Tr::kThreads;
-  const int g = threadIdx.x / Tr::kGroup, lane = threadIdx.x % Tr::kGroup;
-  __shared__ float sm_m[Tr::kGroups], sm_l[Tr::kGroups];
-  __shared__ float sm_acc[Tr::kGroups][kD];
-  if (lane == 0) {
-    sm_m[g] = m;
-    sm_l[g] = l;
-  }
-#pragma unroll
-  for (int i = 0; i < E; ++i) sm_acc[g][lane * E + i] = acc[i];
-  __syncthreads();
+// The end of every split's block, once each of its kGroups groups has put its max m
+// (log2 domain), sum l and unnormalised O in shared memory (and the block has synced):
+// merges the groups (group 0 always saw a key: t1 > t0), writes the split's partial O and
+// log2-sum-exp (or, with one split, the output), and the last split of (b, h) to finish
+// combines them all.
+template <class Tr, int kGroups, class T = typename Tr::Elem>
+__device__ void merge_groups(const DecodeParams<T>& p, const float (&sm_m)[kGroups], const float (&sm_l)[kGroups],
+                             const float (&sm_acc)[kGroups][Tr::kHeadDim], int split, int h, int b) {
+  constexpr int kD = Tr::kHeadDim, kThreads = Tr::kThreads;
   float M = -INFINITY;
 #pragma unroll
-  for (int i = 0; i < Tr::kGroups; ++i) M = fmaxf(M, sm_m[i]);
+  for (int i = 0; i < kGroups; ++i) M = fmaxf(M, sm_m[i]);
   float L = 0.f;
 #pragma unroll
-  for (int i = 0; i < Tr::kGroups; ++i) L += sm_l[i] * exp2f(sm_m[i] - M);
+  for (int i = 0; i < kGroups; ++i) L += sm_l[i] * exp2f(sm_m[i] - M);
   const int64_t bh = int64_t(b) * p.H + h;
   for (int d = threadIdx.x; d < kD; d += kThreads) {
     float o = 0.f;
 #pragma unroll
-    for (int i = 0; i < Tr::kGroups; ++i) o += sm_acc[i][d] * exp2f(sm_m[i] - M);
+    for (int i = 0; i < kGroups; ++i) o += sm_acc[i][d] * exp2f(sm_m[i] - M);
     if (p.splits == 1) p.out[bh * kD + d] = from_f<T>(o / L);
     else p.o_part[(bh * p.splits + split) * kD + d] = o / L;
   }
@@ -240,6 +233,25 @@ __device__ void finish_split(const DecodeParams<T>& p, float m, float l, const f
   if (!last) return;
   combine_splits<Tr>(p, bh);
   if (threadIdx.x == 0) p.done[bh] = 0;  // ready for the next call
+}
+
+// The end of a split's block in the register and bulk kernels: each thread group's state
+// (its lanes' slices of O) into shared memory, then merge_groups.
+template <class Tr, class T = typename Tr::Elem>
+__device__ void finish_split(const DecodeParams<T>& p, float m, float l, const float (&acc)[Tr::kElems], int split,
+                             int h, int b) {
+  constexpr int E = Tr::kElems, kD = Tr::kHeadDim;
+  const int g = threadIdx.x / Tr::kGroup, lane = threadIdx.x % Tr::kGroup;
+  __shared__ float sm_m[Tr::kGroups], sm_l[Tr::kGroups];
+  __shared__ float sm_acc[Tr::kGroups][kD];
+  if (lane == 0) {
+    sm_m[g] = m;
+    sm_l[g] = l;
+  }
+#pragma unroll
+  for (int i = 0; i < E; ++i) sm_acc[g][lane * E + i] = acc[i];
+  __syncthreads();
+  merge_groups<Tr>(p, sm_m, sm_l, sm_acc, split, h, b);
 }
 
 template <class Tr, class T = typename Tr::Elem>
@@ -342,23 +354,167 @@ __global__ void __launch_bounds__(Tr::kThreads, bulk_min_blocks(Tr::kThreads, kS
 #endif
 }
 
+// The bulk kernel's split with the arithmetic on the tensor cores (bf16, Hopper): the
+// same 16 KB tiles in two stages, loaded by TMA through tensor maps of the caches (rows
+// of 64 elements, 128-byte swizzle, so that ldmatrix meets all 32 banks; the maps end at
+// the T keys attended, so rows past them arrive as zeros), and each of the 4 warps takes
+// a quarter of a tile's keys. Scores: mma.sync m16n8k16 with q in every row of A's top
+// half (rows 8-15 zero) and 8 keys of K as B; a lane then holds the scores of keys
+// 2·(lane % 4) and +1 of each group of 8, as every lane with the same lane % 4. The online
+// softmax is the warp's (a quad's max), P goes to bf16 as A (the flash forward's
+// C-to-A fragment reuse) and O += P·V takes V as B by ldmatrix.trans; O's 8 columns of an
+// n-tile sit in the quad, two a lane. A tile costs a lane 16 ldmatrix and 32 mma where the
+// bulk kernel spends about 300 scalar instructions a thread (conversions, FMAs, shuffles).
+template <class Tr, int kStages>
+__global__ void __launch_bounds__(Tr::kThreads) decode_mma_kernel(const __grid_constant__ CUtensorMap k_map,
+                                                                  const __grid_constant__ CUtensorMap v_map,
+                                                                  const DecodeParams<bf16> p) {
+#if FLASHGPT_HAS_WGMMA
+  constexpr int kD = Tr::kHeadDim, kTile = Tr::kTile, kWarps = Tr::kThreads / kWarpSize;
+  constexpr int kWarpKeys = kTile / kWarps, kKeyGroups = kWarpKeys / 8, kSteps = kD / 16, kNTiles = kD / 8;
+  constexpr int kBoxElems = kTile * 64, kStageElems = (kD / 64) * kBoxElems;  // a tensor's tile: D / 64 boxes
+  static_assert(kWarpKeys % 16 == 0 && kD % 64 == 0, "a warp takes whole k16 steps of keys");
+  extern __shared__ unsigned char smem_raw[];
+  bf16* const ks = reinterpret_cast<bf16*>(smem_raw + ((1024u - (attn::smem_u32(smem_raw) & 1023u)) & 1023u));
+  bf16* const vs = ks + kStages * kStageElems;
+  __shared__ __align__(8) uint64_t full[kStages];
+  __shared__ float sm_m[kWarps], sm_l[kWarps];
+  __shared__ float sm_acc[kWarps][kD];
+  const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, quad = lane % 4;
+  const int64_t t0 = int64_t(split) * p.chunk, t1 = min(t0 + p.chunk, int64_t(p.keys));
+  const int bh = b * p.H + h;
+  const int tiles = int((t1 - t0 + kTile - 1) / kTile);
+
+  const uint64_t policy = sm90::createpolicy_evict_first();  // read once, as in the bulk kernel
+  auto issue = [&](int i) {
+    const int s = i % kStages, first = int(t0) + i * kTile;
+    sm90::mbar_arrive_expect_tx(&full[s], 2u * kStageElems * sizeof(bf16));
+#pragma unroll
+    for (int box = 0; box < kD / 64; ++box) {
+      sm90::tma_load_3d(ks + s * kStageElems + box * kBoxElems, &k_map, &full[s], box * 64, first, bh, policy);
+      sm90::tma_load_3d(vs + s * kStageElems + box * kBoxElems, &v_map, &full[s], box * 64, first, bh, policy);
+    }
+  };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) sm90::mbar_init(&full[s], 1);
+    sm90::fence_mbar_init();
+    for (int i = 0; i < min(kStages, tiles); ++i) issue(i);
+  }
+  __syncthreads();
+
+  // q as the A fragment of each k-step: a[0] = q[16kk + 2·quad ..], a[2] = q[16kk + 8 + 2·quad ..] (row
+  // lane / 4 of the top half); a[1] = a[3] = 0 (rows 8-15).
+  uint32_t qa[kSteps][4];
+  const bf16* const qp = p.qkv + int64_t(b) * 3 * p.H * kD + h * kD;
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) {
+    qa[kk][0] = *reinterpret_cast<const uint32_t*>(qp + 16 * kk + 2 * quad);
+    qa[kk][2] = *reinterpret_cast<const uint32_t*>(qp + 16 * kk + 8 + 2 * quad);
+    qa[kk][1] = qa[kk][3] = 0u;
+  }
+  float m = -INFINITY, l = 0.f;  // the warp's running max of raw scores; this lane's share of Σ p
+  float o[kNTiles][4] = {};      // O's n-tile j: o[j][0..1] = columns 8j + 2·quad, +1 (rows 8-15: 0)
+  const int row0 = warp * kWarpKeys;  // the warp's first key within a tile
+
+  for (int i = 0; i < tiles; ++i) {
+    const int s = i % kStages;
+    sm90::mbar_wait_spin(&full[s], uint32_t(i / kStages) & 1u);
+    const bf16* const kt = ks + s * kStageElems;
+    const bf16* const vt = vs + s * kStageElems;
+    float sc[kKeyGroups][4] = {};  // scores of key group g: sc[g][0..1] keys 8g + 2·quad, +1
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk)
+#pragma unroll
+      for (int g = 0; g < kKeyGroups; g += 2) {
+        uint32_t kb[4];
+        attn::load_b_pair<64>(kb, kt + (kk / 4) * kBoxElems, row0 + 8 * g, kk % 4, lane);
+        attn::mma_16816(sc[g], qa[kk], kb[0], kb[1]);
+        attn::mma_16816(sc[g + 1], qa[kk], kb[2], kb[3]);
+      }
+    uint32_t vb[kWarpKeys / 16][kNTiles / 2][4];  // V as B: k16 step c, n-tiles 2j and 2j + 1
+#pragma unroll
+    for (int c = 0; c < kWarpKeys / 16; ++c)
+#pragma unroll
+      for (int j = 0; j < kNTiles / 2; ++j)
+        attn::load_b_pair_trans<64>(vb[c][j], vt + (j / 4) * kBoxElems, row0 + 16 * c, (16 * j) % 64, lane);
+    __syncthreads();  // the stage is free
+    if (threadIdx.x == 0 && i + kStages < tiles) issue(i + kStages);
+
+    const int64_t first = t0 + int64_t(i) * kTile + row0;  // the key of the warp's row 0
+    if (first + kWarpKeys > t1) {
+#pragma unroll
+      for (int g = 0; g < kKeyGroups; ++g)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          if (first + 8 * g + 2 * quad + e >= t1) sc[g][e] = -INFINITY;
+    }
+    float mx = m;
+#pragma unroll
+    for (int g = 0; g < kKeyGroups; ++g) mx = fmaxf(mx, fmaxf(sc[g][0], sc[g][1]));
+    mx = attn::quad_max(mx);   // the same in every quad: each holds the warp's keys
+    if (mx == -INFINITY) continue;  // no key for this warp yet (avoid −inf − (−inf) = NaN)
+    const float corr = exp2f((m - mx) * p.scale_log2), mx_scaled = mx * p.scale_log2;  // corr = 0 at the first key
+    l *= corr;
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) o[j][0] *= corr, o[j][1] *= corr;
+    uint32_t pa[kWarpKeys / 16][4];
+#pragma unroll
+    for (int g = 0; g < kKeyGroups; ++g) {
+      const float p0 = exp2f(fmaf(sc[g][0], p.scale_log2, -mx_scaled));  // 0 for a masked key
+      const float p1 = exp2f(fmaf(sc[g][1], p.scale_log2, -mx_scaled));
+      l += p0 + p1;
+      pa[g / 2][(g % 2) * 2] = attn::pack_bf16(p0, p1);
+      pa[g / 2][(g % 2) * 2 + 1] = 0u;
+    }
+#pragma unroll
+    for (int c = 0; c < kWarpKeys / 16; ++c)
+#pragma unroll
+      for (int j = 0; j < kNTiles / 2; ++j) {
+        attn::mma_16816(o[2 * j], pa[c], vb[c][j][0], vb[c][j][1]);
+        attn::mma_16816(o[2 * j + 1], pa[c], vb[c][j][2], vb[c][j][3]);
+      }
+    m = mx;
+  }
+
+  l = attn::quad_sum(l);
+  if (lane == 0) {
+    sm_m[warp] = m * p.scale_log2;  // log2 domain, as merge_groups takes it (−inf: no key)
+    sm_l[warp] = l;
+  }
+  if (lane < 4) {
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) sm_acc[warp][8 * j + 2 * quad] = o[j][0], sm_acc[warp][8 * j + 2 * quad + 1] = o[j][1];
+  }
+  __syncthreads();
+  merge_groups<Tr>(p, sm_m, sm_l, sm_acc, split, h, b);
+#else
+  static_assert(Tr::kHeadDim % Tr::kElems == 0, "never launched: the dispatcher checks that sm_90a code was built");
+#endif
+}
+
 // One kernel variant: decode_kernel (loads into registers, 128 threads) or, kBulk,
 // decode_bulk_kernel with kThreads threads a block and tiles of kBulkKB KB (Hopper builds
 // only). A tile is 8 KB of K in the register kernel and 16 or 32 KB in the bulk kernel:
 // threads × keys per group × 16 bytes, whatever the element type and head dim.
-template <class T, int kD, bool kBulk, int kThreads, int kBulkKB = 16>
+template <class T, int kD, bool kBulk, int kThreads, int kBulkKB = 16, bool kMma = false, int kMmaStages = 2>
 struct Variant {
+  static_assert(!kMma || (kBulk && kThreads == 128 && kBulkKB == 16 && std::is_same_v<T, bf16>),
+                "the tensor-core kernel: bf16, 128 threads, two stages of 16 KB");
+  static constexpr bool kTensorCores = kMma;
   static constexpr int kTileBytes = kBulk ? kBulkKB * 1024 : kRegisterTileBytes;
-  static constexpr int kStages = bulk_stages(kTileBytes);  // (bulk only)
+  static constexpr int kStages = kMma ? kMmaStages : bulk_stages(kTileBytes);  // (bulk only)
   using Tr = Traits<T, kD, kThreads, kTileBytes / 16 / kThreads>;
   static_assert(Tr::kTile * kD * int(sizeof(T)) == kTileBytes, "a tile is kTileBytes of K");
-  static constexpr size_t kSmemBytes = kBulk ? size_t(kStages) * 2 * kTileBytes : 0;
+  // (the tensor-core kernel also the slack that aligns its tiles to 1024 bytes, the swizzle's)
+  static constexpr size_t kSmemBytes = kBulk ? size_t(kStages) * 2 * kTileBytes + (kMma ? 1024 : 0) : 0;
   // Keys per block at most: the register kernel's chunks were measured no faster when
   // longer (BENCHMARKS.md); a bulk block reads its chunk in one stream, so longer chunks
   // mostly save blocks (decode_max_chunk lowers it where they measured slower).
   static constexpr int64_t kMaxChunk = kBulk ? 16384 : 2048;
   static constexpr auto kernel() {
-    if constexpr (kBulk) return decode_bulk_kernel<Tr, kStages>;
+    if constexpr (kMma) return decode_mma_kernel<Tr, kStages>;
+    else if constexpr (kBulk) return decode_bulk_kernel<Tr, kStages>;
     else return decode_kernel<Tr>;
   }
   // Blocks resident on the whole GPU. One process drives one GPU (docs/ARCHITECTURE.md):
@@ -390,17 +546,23 @@ struct Variant {
 // D = 128, wherever the Hopper kernels are built. threads = 0: the register kernel.
 struct VariantChoice {
   int threads, tile_kb;
+  bool tensor_cores = false;  // the tensor-core kernel (bf16 caches; fp32 ones take the bulk kernel)
+  int stages = 2;
 };
 VariantChoice choose_variant(int D) {
   static const bool hopper = attn::sm90_kernels_built();
   const char* env = std::getenv("FLASHGPT_DECODE_KERNEL");
   const std::string want = env && *env ? env : "auto";
   if (want == "registers") return {0, 8};
-  if (want != "bulk" && want != "auto")
-    fail_input("FLASHGPT_DECODE_KERNEL must be auto, registers or bulk, got '", want, "'");
+  if (want != "bulk" && want != "auto" && want != "mma")
+    fail_input("FLASHGPT_DECODE_KERNEL must be auto, registers, bulk or mma, got '", want, "'");
   if (!hopper) {
     if (want == "auto") return {0, 8};
-    fail_input("FLASHGPT_DECODE_KERNEL=bulk needs a Hopper GPU and a build with the 90a architecture");
+    fail_input("FLASHGPT_DECODE_KERNEL=", want, " needs a Hopper GPU and a build with the 90a architecture");
+  }
+  if (want == "mma") {
+    const char* st = std::getenv("FLASHGPT_DECODE_STAGES");
+    return {128, 16, true, st && *st ? std::atoi(st) : 2};
   }
   const char* t = std::getenv("FLASHGPT_DECODE_THREADS");
   const int threads = t && *t ? std::atoi(t) : D == 128 ? 256 : 128;
@@ -413,6 +575,10 @@ template <class T, int kD, class F>
 auto with_variant(F&& f) {
   const VariantChoice v = choose_variant(kD);
   if (v.threads == 0) return f(Variant<T, kD, /*kBulk=*/false, 128>{});
+  if constexpr (std::is_same_v<T, bf16>)
+    if (v.tensor_cores)
+      return v.stages == 3 ? f(Variant<T, kD, /*kBulk=*/true, 128, 16, /*kMma=*/true, 3>{})
+                           : f(Variant<T, kD, /*kBulk=*/true, 128, 16, /*kMma=*/true>{});
   if (v.tile_kb == 32)
     return v.threads == 128 ? f(Variant<T, kD, /*kBulk=*/true, 128, 32>{}) : f(Variant<T, kD, /*kBulk=*/true, 256, 32>{});
   return v.threads == 128 ? f(Variant<T, kD, /*kBulk=*/true, 128>{}) : f(Variant<T, kD, /*kBulk=*/true, 256>{});
@@ -497,6 +663,7 @@ size_t flash_decode_workspace_bytes(const AttentionDecode& a, int splits) {
 std::string flash_decode_kernel(int D) {
   const VariantChoice v = choose_variant(D);
   if (!v.threads) return "registers";
+  if (v.tensor_cores) return "mma2x16KB/128";
   return "bulk" + std::to_string(bulk_stages(v.tile_kb * 1024)) + "x" + std::to_string(v.tile_kb) + "KB/" +
          std::to_string(v.threads);
 }
@@ -542,7 +709,18 @@ void flash_decode(const AttentionDecode& a, void* workspace, size_t workspace_by
         p.done = reinterpret_cast<unsigned*>(p.lse_part + parts);
       }
       const auto kernel = V::kernel();
-      kernel<<<dim3(unsigned(plan.splits), unsigned(a.H), unsigned(a.B)), V::Tr::kThreads, V::kSmemBytes, stream>>>(p);
+      const dim3 grid(unsigned(plan.splits), unsigned(a.H), unsigned(a.B));
+      if constexpr (V::kTensorCores) {
+        // The caches as (D, T, B·H) tensors of rows Tmax apart a (b, h): keys past T come as zeros.
+        const uint64_t dims[3] = {uint64_t(kD), uint64_t(a.T), uint64_t(a.B) * uint64_t(a.H)};
+        const uint64_t strides[2] = {uint64_t(kD) * sizeof(T), uint64_t(p.Tmax) * kD * sizeof(T)};
+        const uint32_t box[3] = {64, uint32_t(V::Tr::kTile), 1};
+        const CUtensorMap k_map = attn::tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.k, dims, strides, box, "K cache");
+        const CUtensorMap v_map = attn::tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.v, dims, strides, box, "V cache");
+        kernel<<<grid, V::Tr::kThreads, V::kSmemBytes, stream>>>(k_map, v_map, p);
+      } else {
+        kernel<<<grid, V::Tr::kThreads, V::kSmemBytes, stream>>>(p);
+      }
     });
     CUDA_CHECK_LAUNCH();
   });
