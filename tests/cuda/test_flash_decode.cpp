@@ -171,7 +171,7 @@ TEST_P(FlashDecodeVsReference, OutputAndLse) {
   }
   ::testing::Test::RecordProperty("splits", std::to_string(cuda::flash_decode_splits(a, c.splits)));
   const std::vector<double> got_out = OpCase::download(*gpu, o.t), got_lse = OpCase::download(*gpu, l.t);
-  const std::string what = case_name({c, 0}) + " (" + cuda::flash_decode_kernel(D) + ", " +
+  const std::string what = case_name({c, 0}) + " (" + cuda::flash_decode_kernel(D, c.dtype) + ", " +
                            std::to_string(cuda::flash_decode_splits(a, c.splits)) + " splits)";
   expect_rule(got_out, naive_out, out[0], D, unit_roundoff(c.dtype), what + " out");
   expect_rule(got_lse, lse[1], lse[0], H, unit_roundoff(DType::f32), what + " lse");

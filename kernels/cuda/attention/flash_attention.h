@@ -27,10 +27,10 @@ size_t flash_attention_workspace_bytes(int B, int T, int H, int D);
 // splits > 0 forces about that many splits (tests, tuning); 0 chooses.
 size_t flash_decode_workspace_bytes(const AttentionDecode& a, int splits = 0);
 int flash_decode_splits(const AttentionDecode& a, int splits = 0);
-// The kernel a call at head dim D would run now: "registers" or
-// "bulk<stages>x<tile>KB/<threads>" (FLASHGPT_DECODE_KERNEL, FLASHGPT_DECODE_THREADS,
+// The kernel a call at head dim D on a cache of dtype would run now: "registers" or
+// "bulk|mma<stages>x<tile>KB/<threads>" (FLASHGPT_DECODE_KERNEL, FLASHGPT_DECODE_THREADS,
 // FLASHGPT_DECODE_TILE_KB).
-std::string flash_decode_kernel(int D);
+std::string flash_decode_kernel(int D, DType dtype = DType::bf16);
 void flash_decode(const AttentionDecode& a, void* workspace, size_t workspace_bytes, cudaStream_t stream,
                   int splits = 0);
 // Copies k and v of a.n new tokens into the caches at positions [a.pos, a.pos + a.n).

@@ -7,7 +7,7 @@
 //
 //   read      block (s, h, b) reads keys [s·chunk, (s+1)·chunk) in tiles of K (and as
 //             much V): 16 KB (or, on request, 32 KB: decode_bulk_tile_kb) in the
-//             bulk kernel, 8 KB in the register kernel. Two kernels (choose_variant):
+//             bulk kernel, 8 KB in the register kernel. Three kernels (choose_variant):
 //             decode_bulk_kernel (Hopper, the default there): thread 0 streams the
 //             chunk through shared-memory stages (two of 16 KB tiles or one of 32 KB)
 //             with bulk copies (cp.async.bulk, one per tile of K and of V, completing
@@ -17,7 +17,10 @@
 //             16-byte load per key and tensor, kUnroll keys in flight; occupancy hides
 //             the latency. (A cp.async ring of shared-memory tiles was measured slower:
 //             3.45–3.99 TB/s against 3.67–4.29 at T = 256K, BENCHMARKS.md.)
-//   compute   a key's D values are taken by a group of D/8 (bf16) or D/4 (fp32) threads,
+//             decode_mma_kernel (Hopper, bf16): the bulk kernel's tiles and stages, loaded
+//             by TMA with the 128-byte swizzle, and the arithmetic on the tensor cores
+//             (mma.sync: scores with q padded to 16 rows, P·V); see the kernel.
+//   compute   (register and bulk kernels) a key's D values are taken by a group of D/8 (bf16) or D/4 (fp32) threads,
 //             one 16-byte pack each, and a block's groups take consecutive keys (a warp
 //             reads contiguous memory). Per group: scores by a shuffle reduction within
 //             the group, online softmax (running max m and sum l, in the log2 domain: q
@@ -365,6 +368,7 @@ __global__ void __launch_bounds__(Tr::kThreads, bulk_min_blocks(Tr::kThreads, kS
 // C-to-A fragment reuse) and O += P·V takes V as B by ldmatrix.trans; O's 8 columns of an
 // n-tile sit in the quad, two a lane. A tile costs a lane 16 ldmatrix and 32 mma where the
 // bulk kernel spends about 300 scalar instructions a thread (conversions, FMAs, shuffles).
+// (Its TMA loads carry no L2 evict-first hint, unlike the bulk kernel's copies.)
 template <class Tr, int kStages>
 __global__ void __launch_bounds__(Tr::kThreads) decode_mma_kernel(const __grid_constant__ CUtensorMap k_map,
                                                                   const __grid_constant__ CUtensorMap v_map,
@@ -386,14 +390,13 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_mma_kernel(const __grid_c
   const int bh = b * p.H + h;
   const int tiles = int((t1 - t0 + kTile - 1) / kTile);
 
-  const uint64_t policy = sm90::createpolicy_evict_first();  // read once, as in the bulk kernel
   auto issue = [&](int i) {
     const int s = i % kStages, first = int(t0) + i * kTile;
     sm90::mbar_arrive_expect_tx(&full[s], 2u * kStageElems * sizeof(bf16));
 #pragma unroll
     for (int box = 0; box < kD / 64; ++box) {
-      sm90::tma_load_3d(ks + s * kStageElems + box * kBoxElems, &k_map, &full[s], box * 64, first, bh, policy);
-      sm90::tma_load_3d(vs + s * kStageElems + box * kBoxElems, &v_map, &full[s], box * 64, first, bh, policy);
+      sm90::tma_load_3d(ks + s * kStageElems + box * kBoxElems, &k_map, &full[s], box * 64, first, bh);
+      sm90::tma_load_3d(vs + s * kStageElems + box * kBoxElems, &v_map, &full[s], box * 64, first, bh);
     }
   };
   if (threadIdx.x == 0) {
@@ -497,13 +500,13 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_mma_kernel(const __grid_c
 // decode_bulk_kernel with kThreads threads a block and tiles of kBulkKB KB (Hopper builds
 // only). A tile is 8 KB of K in the register kernel and 16 or 32 KB in the bulk kernel:
 // threads × keys per group × 16 bytes, whatever the element type and head dim.
-template <class T, int kD, bool kBulk, int kThreads, int kBulkKB = 16, bool kMma = false, int kMmaStages = 2>
+template <class T, int kD, bool kBulk, int kThreads, int kBulkKB = 16, bool kMma = false>
 struct Variant {
   static_assert(!kMma || (kBulk && kThreads == 128 && kBulkKB == 16 && std::is_same_v<T, bf16>),
                 "the tensor-core kernel: bf16, 128 threads, two stages of 16 KB");
   static constexpr bool kTensorCores = kMma;
   static constexpr int kTileBytes = kBulk ? kBulkKB * 1024 : kRegisterTileBytes;
-  static constexpr int kStages = kMma ? kMmaStages : bulk_stages(kTileBytes);  // (bulk only)
+  static constexpr int kStages = bulk_stages(kTileBytes);  // (bulk and tensor-core kernels)
   using Tr = Traits<T, kD, kThreads, kTileBytes / 16 / kThreads>;
   static_assert(Tr::kTile * kD * int(sizeof(T)) == kTileBytes, "a tile is kTileBytes of K");
   // (the tensor-core kernel also the slack that aligns its tiles to 1024 bytes, the swizzle's)
@@ -512,6 +515,12 @@ struct Variant {
   // longer (BENCHMARKS.md); a bulk block reads its chunk in one stream, so longer chunks
   // mostly save blocks (decode_max_chunk lowers it where they measured slower).
   static constexpr int64_t kMaxChunk = kBulk ? 16384 : 2048;
+  // "registers", or bulk|mma<stages>x<tile KB>KB/<threads>
+  static std::string name() {
+    if (!kBulk) return "registers";
+    return std::string(kMma ? "mma" : "bulk") + std::to_string(kStages) + "x" + std::to_string(kBulkKB) + "KB/" +
+           std::to_string(kThreads);
+  }
   static constexpr auto kernel() {
     if constexpr (kMma) return decode_mma_kernel<Tr, kStages>;
     else if constexpr (kBulk) return decode_bulk_kernel<Tr, kStages>;
@@ -535,9 +544,14 @@ struct Variant {
   }
 };
 
-// The variant of a call: FLASHGPT_DECODE_KERNEL = auto | registers | bulk, for bulk
+// The variant of a call: FLASHGPT_DECODE_KERNEL = auto | registers | bulk | mma, for bulk
 // FLASHGPT_DECODE_THREADS = 128 | 256 (threads a block) and FLASHGPT_DECODE_TILE_KB = 16 |
-// 32 (the tile, decode_bulk_tile_kb). Measured on an H200 (BENCHMARKS.md,
+// 32 (the tile, decode_bulk_tile_kb); mma, the tensor-core kernel, takes bf16 caches (fp32
+// ones run the bulk kernel of 128 threads). On an H100 mma was 1-3.5% faster than the bulk
+// kernel at D = 64 a call and level or ahead at 17 of the suite's 18 D = 64 shapes with 12
+// layers back to back, while at D = 128 it was level or up to 3% slower from 8K keys
+// (BENCHMARKS.md, "Sixty-fifth session", call 2). It is not auto's yet: the GPU suite has
+// not run with it as the default. Measured on an H200 (BENCHMARKS.md,
 // "Decoding", sixth session; the 36 shapes of the suite): the bulk kernel beat the
 // register one on 28 (the register kernel stays 2-6% ahead at B = 1 with 16K-32K keys at
 // D = 64 and 1K-8K at D = 128, and at B = 16 with 1K-2K keys at D = 64); 256 threads beat
@@ -547,7 +561,6 @@ struct Variant {
 struct VariantChoice {
   int threads, tile_kb;
   bool tensor_cores = false;  // the tensor-core kernel (bf16 caches; fp32 ones take the bulk kernel)
-  int stages = 2;
 };
 VariantChoice choose_variant(int D) {
   static const bool hopper = attn::sm90_kernels_built();
@@ -560,10 +573,7 @@ VariantChoice choose_variant(int D) {
     if (want == "auto") return {0, 8};
     fail_input("FLASHGPT_DECODE_KERNEL=", want, " needs a Hopper GPU and a build with the 90a architecture");
   }
-  if (want == "mma") {
-    const char* st = std::getenv("FLASHGPT_DECODE_STAGES");
-    return {128, 16, true, st && *st ? std::atoi(st) : 2};
-  }
+  if (want == "mma") return {128, 16, true};
   const char* t = std::getenv("FLASHGPT_DECODE_THREADS");
   const int threads = t && *t ? std::atoi(t) : D == 128 ? 256 : 128;
   if (threads != 128 && threads != 256) fail_input("FLASHGPT_DECODE_THREADS must be 128 or 256, got '", t, "'");
@@ -576,9 +586,7 @@ auto with_variant(F&& f) {
   const VariantChoice v = choose_variant(kD);
   if (v.threads == 0) return f(Variant<T, kD, /*kBulk=*/false, 128>{});
   if constexpr (std::is_same_v<T, bf16>)
-    if (v.tensor_cores)
-      return v.stages == 3 ? f(Variant<T, kD, /*kBulk=*/true, 128, 16, /*kMma=*/true, 3>{})
-                           : f(Variant<T, kD, /*kBulk=*/true, 128, 16, /*kMma=*/true>{});
+    if (v.tensor_cores) return f(Variant<T, kD, /*kBulk=*/true, 128, 16, /*kMma=*/true>{});
   if (v.tile_kb == 32)
     return v.threads == 128 ? f(Variant<T, kD, /*kBulk=*/true, 128, 32>{}) : f(Variant<T, kD, /*kBulk=*/true, 256, 32>{});
   return v.threads == 128 ? f(Variant<T, kD, /*kBulk=*/true, 128>{}) : f(Variant<T, kD, /*kBulk=*/true, 256>{});
@@ -660,12 +668,9 @@ size_t flash_decode_workspace_bytes(const AttentionDecode& a, int splits) {
   return 0;  // not reached
 }
 
-std::string flash_decode_kernel(int D) {
-  const VariantChoice v = choose_variant(D);
-  if (!v.threads) return "registers";
-  if (v.tensor_cores) return "mma2x16KB/128";
-  return "bulk" + std::to_string(bulk_stages(v.tile_kb * 1024)) + "x" + std::to_string(v.tile_kb) + "KB/" +
-         std::to_string(v.threads);
+std::string flash_decode_kernel(int D, DType dtype) {
+  FG_DECODE_DISPATCH(dtype, D, { return with_variant<T, kD>([](auto v) { return decltype(v)::name(); }); });
+  return "";  // not reached
 }
 
 int flash_decode_splits(const AttentionDecode& a, int splits) {
