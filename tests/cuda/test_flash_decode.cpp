@@ -10,9 +10,10 @@
 // a key read past the end or an element never written fails. Lengths are awkward on
 // purpose (1, 17, 4097, 65537, 1048583), the cache capacity exceeds T, and forced split
 // counts exercise uneven chunks and the single-split path at long T. Every case runs on
-// both kernels (FLASHGPT_DECODE_KERNEL): loads into registers, and bulk copies through
-// shared memory (Hopper only), the latter also at both block sizes and both tiles (16 KB
-// in two stages, 32 KB in one: FLASHGPT_DECODE_TILE_KB).
+// each kernel (FLASHGPT_DECODE_KERNEL): loads into registers, bulk copies through shared
+// memory (Hopper only), the bulk kernel also at both block sizes and both tiles (16 KB in
+// two stages, 32 KB in one: FLASHGPT_DECODE_TILE_KB), and the tensor-core kernel (Hopper
+// only; bf16: its fp32 cases run the bulk kernel).
 #include <gtest/gtest.h>
 #include <cuda_runtime.h>
 #include <cmath>
