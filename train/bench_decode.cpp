@@ -118,7 +118,7 @@ void bench_one(int B, int H, int T, int D, const DecodeBenchOptions& opt, cudaSt
     read_ms = timed([&](int l) { bench::read_pair(k_of(l), v_of(l), cache_bytes, 2, stream); });
     for (int per_sm : {4, 8})
       read_ms = std::min(read_ms, timed([&](int l) { bench::read_pair(k_of(l), v_of(l), cache_bytes, per_sm, stream); }));
-    // The kernel's name: bulk<stages>x<tile KB>KB/<threads> (flash_decode_kernel).
+    // The kernel's name: bulk|mma<stages>x<tile KB>KB/<threads> (flash_decode_kernel): the same tiles and threads.
     const size_t slash = kernel.find('/');
     const int threads = slash == std::string::npos ? 0 : std::atoi(kernel.c_str() + slash + 1);
     auto read_chunks = [&](int l) {

@@ -547,7 +547,7 @@ struct Variant {
 // The variant of a call: FLASHGPT_DECODE_KERNEL = auto | registers | bulk | mma, for bulk
 // FLASHGPT_DECODE_THREADS = 128 | 256 (threads a block) and FLASHGPT_DECODE_TILE_KB = 16 |
 // 32 (the tile, decode_bulk_tile_kb); mma, the tensor-core kernel, takes bf16 caches (fp32
-// ones run the bulk kernel of 128 threads). On an H100 mma was 1-3.5% faster than the bulk
+// ones run the bulk kernel of 128 threads). On an H100 mma was 0.7-3.5% faster than the bulk
 // kernel at D = 64 a call and level or ahead at 17 of the suite's 18 D = 64 shapes with 12
 // layers back to back, while at D = 128 it was level or up to 3% slower from 8K keys
 // (BENCHMARKS.md, "Sixty-fifth session", call 2). It is not auto's yet: the GPU suite has
