@@ -368,15 +368,15 @@ __global__ void __launch_bounds__(Tr::kThreads, bulk_min_blocks(Tr::kThreads, kS
 // C-to-A fragment reuse) and O += P·V takes V as B by ldmatrix.trans; O's 8 columns of an
 // n-tile sit in the quad, two a lane. A tile costs a lane 16 ldmatrix and 32 mma where the
 // bulk kernel spends about 300 scalar instructions a thread (conversions, FMAs, shuffles).
-// (Its TMA loads carry no L2 evict-first hint, unlike the bulk kernel's copies.)
 template <class Tr, int kStages>
-__global__ void __launch_bounds__(Tr::kThreads) decode_mma_kernel(const __grid_constant__ CUtensorMap k_map,
+__global__ void __launch_bounds__(Tr::kThreads, 3) decode_mma_kernel(const __grid_constant__ CUtensorMap k_map,
                                                                   const __grid_constant__ CUtensorMap v_map,
                                                                   const DecodeParams<bf16> p) {
 #if FLASHGPT_HAS_WGMMA
   constexpr int kD = Tr::kHeadDim, kTile = Tr::kTile, kWarps = Tr::kThreads / kWarpSize;
   constexpr int kWarpKeys = kTile / kWarps, kKeyGroups = kWarpKeys / 8, kSteps = kD / 16, kNTiles = kD / 8;
   constexpr int kBoxElems = kTile * 64, kStageElems = (kD / 64) * kBoxElems;  // a tensor's tile: D / 64 boxes
+  constexpr bool kHoldK = kD == 64;  // K's fragments held across the stage's release (below)
   static_assert(kWarpKeys % 16 == 0 && kD % 64 == 0, "a warp takes whole k16 steps of keys");
   extern __shared__ unsigned char smem_raw[];
   bf16* const ks = reinterpret_cast<bf16*>(smem_raw + ((1024u - (attn::smem_u32(smem_raw) & 1023u)) & 1023u));
@@ -390,23 +390,7 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_mma_kernel(const __grid_c
   const int bh = b * p.H + h;
   const int tiles = int((t1 - t0 + kTile - 1) / kTile);
 
-  auto issue = [&](int i) {
-    const int s = i % kStages, first = int(t0) + i * kTile;
-    sm90::mbar_arrive_expect_tx(&full[s], 2u * kStageElems * sizeof(bf16));
-#pragma unroll
-    for (int box = 0; box < kD / 64; ++box) {
-      sm90::tma_load_3d(ks + s * kStageElems + box * kBoxElems, &k_map, &full[s], box * 64, first, bh);
-      sm90::tma_load_3d(vs + s * kStageElems + box * kBoxElems, &v_map, &full[s], box * 64, first, bh);
-    }
-  };
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) sm90::mbar_init(&full[s], 1);
-    sm90::fence_mbar_init();
-    for (int i = 0; i < min(kStages, tiles); ++i) issue(i);
-  }
-  __syncthreads();
-
-  // q as the A fragment of each k-step: a[0] = q[16kk + 2·quad ..], a[2] = q[16kk + 8 + 2·quad ..] (row
+  // q (first, so that its load is not queued behind the tiles') as the A fragment of each k-step: a[0] = q[16kk + 2·quad ..], a[2] = q[16kk + 8 + 2·quad ..] (row
   // lane / 4 of the top half); a[1] = a[3] = 0 (rows 8-15).
   uint32_t qa[kSteps][4];
   const bf16* const qp = p.qkv + int64_t(b) * 3 * p.H * kD + h * kD;
@@ -416,6 +400,23 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_mma_kernel(const __grid_c
     qa[kk][2] = *reinterpret_cast<const uint32_t*>(qp + 16 * kk + 8 + 2 * quad);
     qa[kk][1] = qa[kk][3] = 0u;
   }
+  const uint64_t policy = sm90::createpolicy_evict_first();  // read once, as in the bulk kernel
+  auto issue = [&](int i) {
+    const int s = i % kStages, first = int(t0) + i * kTile;
+    sm90::mbar_arrive_expect_tx(&full[s], 2u * kStageElems * sizeof(bf16));
+#pragma unroll
+    for (int box = 0; box < kD / 64; ++box) {
+      sm90::tma_load_3d(ks + s * kStageElems + box * kBoxElems, &k_map, &full[s], box * 64, first, bh, policy);
+      sm90::tma_load_3d(vs + s * kStageElems + box * kBoxElems, &v_map, &full[s], box * 64, first, bh, policy);
+    }
+  };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) sm90::mbar_init(&full[s], 1);
+    sm90::fence_mbar_init();
+    for (int i = 0; i < min(kStages, tiles); ++i) issue(i);
+  }
+  __syncthreads();
+
   float m = -INFINITY, l = 0.f;  // the warp's running max of raw scores; this lane's share of Σ p
   float o[kNTiles][4] = {};      // O's n-tile j: o[j][0..1] = columns 8j + 2·quad, +1 (rows 8-15: 0)
   const int row0 = warp * kWarpKeys;  // the warp's first key within a tile
@@ -425,15 +426,21 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_mma_kernel(const __grid_c
     sm90::mbar_wait_spin(&full[s], uint32_t(i / kStages) & 1u);
     const bf16* const kt = ks + s * kStageElems;
     const bf16* const vt = vs + s * kStageElems;
+    // The warp's K and V fragments into registers, so that the stage can be refilled before
+    // the arithmetic; at D = 128 K's would not fit beside the rest (ptxas spilled), so the
+    // scores' mma take them as they come.
     float sc[kKeyGroups][4] = {};  // scores of key group g: sc[g][0..1] keys 8g + 2·quad, +1
+    uint32_t kb[kSteps][kKeyGroups / 2][4];  // K as B: k-step kk, key groups 2g and 2g + 1
+    auto scores = [&](int kk, int g, const uint32_t (&b)[4]) {  // key groups 2g and 2g + 1, k-step kk
+      attn::mma_16816(sc[2 * g], qa[kk], b[0], b[1]);
+      attn::mma_16816(sc[2 * g + 1], qa[kk], b[2], b[3]);
+    };
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk)
 #pragma unroll
-      for (int g = 0; g < kKeyGroups; g += 2) {
-        uint32_t kb[4];
-        attn::load_b_pair<64>(kb, kt + (kk / 4) * kBoxElems, row0 + 8 * g, kk % 4, lane);
-        attn::mma_16816(sc[g], qa[kk], kb[0], kb[1]);
-        attn::mma_16816(sc[g + 1], qa[kk], kb[2], kb[3]);
+      for (int g = 0; g < kKeyGroups / 2; ++g) {
+        attn::load_b_pair<64>(kb[kk][g], kt + (kk / 4) * kBoxElems, row0 + 16 * g, kk % 4, lane);
+        if constexpr (!kHoldK) scores(kk, g, kb[kk][g]);
       }
     uint32_t vb[kWarpKeys / 16][kNTiles / 2][4];  // V as B: k16 step c, n-tiles 2j and 2j + 1
 #pragma unroll
@@ -443,6 +450,12 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_mma_kernel(const __grid_c
         attn::load_b_pair_trans<64>(vb[c][j], vt + (j / 4) * kBoxElems, row0 + 16 * c, (16 * j) % 64, lane);
     __syncthreads();  // the stage is free
     if (threadIdx.x == 0 && i + kStages < tiles) issue(i + kStages);
+    if constexpr (kHoldK) {
+#pragma unroll
+      for (int kk = 0; kk < kSteps; ++kk)
+#pragma unroll
+        for (int g = 0; g < kKeyGroups / 2; ++g) scores(kk, g, kb[kk][g]);
+    }
 
     const int64_t first = t0 + int64_t(i) * kTile + row0;  // the key of the warp's row 0
     if (first + kWarpKeys > t1) {
@@ -546,18 +559,17 @@ struct Variant {
 
 // The variant of a call: FLASHGPT_DECODE_KERNEL = auto | registers | bulk | mma, for bulk
 // FLASHGPT_DECODE_THREADS = 128 | 256 (threads a block) and FLASHGPT_DECODE_TILE_KB = 16 |
-// 32 (the tile, decode_bulk_tile_kb); mma, the tensor-core kernel, takes bf16 caches (fp32
-// ones run the bulk kernel of 128 threads). On an H100 mma was 0.7-3.5% faster than the bulk
-// kernel at D = 64 a call and level or ahead at 17 of the suite's 18 D = 64 shapes with 12
-// layers back to back, while at D = 128 it was level or up to 3% slower from 8K keys
-// (BENCHMARKS.md, "Sixty-fifth session", call 2). It is not auto's yet: the GPU suite has
-// not run with it as the default. Measured on an H200 (BENCHMARKS.md,
+// 32 (the tile, decode_bulk_tile_kb). auto at D = 64 is the tensor-core kernel (bf16 caches;
+// fp32 ones the bulk kernel of 128 threads): on an H100 1-3.5% faster than the bulk kernel
+// at D = 64 a call, level or ahead at 16 of the suite's 18 D = 64 shapes with 12 layers
+// back to back, where at D = 128 it was level or up to 3% slower from 8K keys
+// (BENCHMARKS.md, "Sixty-fifth session", call 2). Measured on an H200 (BENCHMARKS.md,
 // "Decoding", sixth session; the 36 shapes of the suite): the bulk kernel beat the
 // register one on 28 (the register kernel stays 2-6% ahead at B = 1 with 16K-32K keys at
 // D = 64 and 1K-8K at D = 128, and at B = 16 with 1K-2K keys at D = 64); 256 threads beat
 // 128 at D = 128 with B = 16 (0.97-1.01x of SDPA against 0.89-0.98x) but not at D = 64;
-// 2 stages of 8 KB against 4 was a wash. So auto is bulk, 128 threads at D = 64 and 256 at
-// D = 128, wherever the Hopper kernels are built. threads = 0: the register kernel.
+// 2 stages of 8 KB against 4 was a wash. So auto at D = 128 is bulk with 256 threads
+// wherever the Hopper kernels are built. threads = 0: the register kernel.
 struct VariantChoice {
   int threads, tile_kb;
   bool tensor_cores = false;  // the tensor-core kernel (bf16 caches; fp32 ones take the bulk kernel)
@@ -573,7 +585,7 @@ VariantChoice choose_variant(int D) {
     if (want == "auto") return {0, 8};
     fail_input("FLASHGPT_DECODE_KERNEL=", want, " needs a Hopper GPU and a build with the 90a architecture");
   }
-  if (want == "mma") return {128, 16, true};
+  if (want == "mma" || (want == "auto" && D == 64)) return {128, 16, true};
   const char* t = std::getenv("FLASHGPT_DECODE_THREADS");
   const int threads = t && *t ? std::atoi(t) : D == 128 ? 256 : 128;
   if (threads != 128 && threads != 256) fail_input("FLASHGPT_DECODE_THREADS must be 128 or 256, got '", t, "'");

@@ -80,6 +80,17 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, u
       : "memory");
 }
 
+// The same, the lines it brings into the L2 under the cache policy `policy`
+// (createpolicy_evict_first): the decode's reading of a cache once.
+__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1, int c2,
+                                            uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%3, "
+      "%4, %5}], [%2], %6;\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "l"(policy)
+      : "memory");
+}
+
 // Bulk copy (no tensor map): `bytes` contiguous bytes (a multiple of 16, both addresses
 // 16-byte aligned) from global memory to shared memory at dst; completion is counted on
 // bar. The lines it brings into the L2 take the cache policy `policy`
