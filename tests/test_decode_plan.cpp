@@ -95,5 +95,42 @@ TEST(DecodePlan, TheMergePriceAppliesOnlyWhenThePairsCoverTheSms) {
   EXPECT_EQ(plan_decode(16, 12, 1024, 64, kMaxChunk, 3 * kSms, /*sms=*/16 * 12, 0).splits, 1);
 }
 
+// The tensor-core kernel's merge in a thread-block cluster (max_cluster = 8): wherever 8
+// chunks of at most 16K keys cover the cache, at most 8 splits, and a plan of 2 to 8
+// splits is a cluster; past 128K keys the model's plan as before, merged through L2. At
+// batch 16 the model's split counts are 8 or fewer up to 128K keys anyway.
+TEST(DecodePlan, TheClusterMergeCapsTheSplitsWhereItCoversTheCache) {
+  const int64_t lengths[] = {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144};
+  const int want[2][9] = {{8, 8, 8, 8, 8, 8, 8, 8, 33}, {1, 1, 1, 2, 2, 2, 4, 8, 35}};  // B = 1, 16 (D = 64)
+  for (int b = 0; b < 2; ++b)
+    for (int i = 0; i < 9; ++i) {
+      const DecodePlan p = plan_decode(b ? 16 : 1, 12, lengths[i], 128, kMaxChunk, 3 * kSms, kSms, 0, 8);
+      const std::string at = "B=" + std::to_string(b ? 16 : 1) + " T=" + std::to_string(lengths[i]);
+      EXPECT_EQ(p.splits, want[b][i]) << at;
+      EXPECT_EQ(p.cluster, p.splits > 1 && p.splits <= 8) << at;
+      EXPECT_GE(p.chunk * p.splits, lengths[i]) << at;
+      EXPECT_EQ(p.chunk % 128, 0) << at;
+    }
+  // Forced splits: a cluster up to 8.
+  EXPECT_TRUE(plan_decode(1, 12, 4097, 128, kMaxChunk, 3 * kSms, kSms, 3, 8).cluster);
+  EXPECT_TRUE(plan_decode(1, 12, 4097, 128, kMaxChunk, 3 * kSms, kSms, 8, 8).cluster);
+  EXPECT_FALSE(plan_decode(1, 12, 4097, 128, kMaxChunk, 3 * kSms, kSms, 9, 8).cluster);
+  EXPECT_FALSE(plan_decode(1, 12, 4097, 128, kMaxChunk, 3 * kSms, kSms, 1, 8).cluster);
+  // Without it (the other kernels, or FLASHGPT_DECODE_CLUSTER=0): the plans of
+  // TheSuiteShapesAsMeasured, never a cluster.
+  const DecodePlan off = plan_decode(1, 12, 16384, 128, kMaxChunk, 3 * kSms, kSms, 0, 0);
+  EXPECT_EQ(off.splits, 32);
+  EXPECT_FALSE(off.cluster);
+  EXPECT_FALSE(plan_decode(1, 12, 4097, 128, kMaxChunk, 3 * kSms, kSms, 3, 0).cluster);
+}
+
+TEST(DecodePlan, TheClusterMergeIsOnUnlessAskedOff) {
+  EXPECT_TRUE(cuda::decode_cluster_merge(nullptr));
+  EXPECT_TRUE(cuda::decode_cluster_merge(""));
+  EXPECT_TRUE(cuda::decode_cluster_merge("1"));
+  EXPECT_FALSE(cuda::decode_cluster_merge("0"));
+  for (const char* bad : {"yes", "2", "off", " 1"}) EXPECT_THROW(cuda::decode_cluster_merge(bad), InputError) << bad;
+}
+
 }  // namespace
 }  // namespace flashgpt

@@ -13,7 +13,9 @@
 // each kernel (FLASHGPT_DECODE_KERNEL): loads into registers, bulk copies through shared
 // memory (Hopper only), the bulk kernel also at both block sizes and both tiles (16 KB in
 // two stages, 32 KB in one: FLASHGPT_DECODE_TILE_KB), and the tensor-core kernel (Hopper
-// only; bf16: its fp32 cases run the bulk kernel).
+// only; bf16: its fp32 cases run the bulk kernel), whose plans of 2 to 8 splits merge in a
+// thread-block cluster (forced 3, 7 and 8, and its own plans up to 128K keys) and the
+// others through L2 (9 forced, and 1,048,583 keys).
 #include <gtest/gtest.h>
 #include <cuda_runtime.h>
 #include <cmath>
@@ -187,7 +189,9 @@ std::vector<DecodeCase> cases() {
     for (int D : {64, 128}) v.push_back({1, 2, 1048583, D, DType::bf16, 0, kernel, nullptr});  // > 1M keys
     for (int D : {64, 128})
       for (int T : {17, 4097}) v.push_back({2, 3, T, D, DType::f32, 0, kernel, nullptr});
-    for (int splits : {1, 3, 7}) v.push_back({2, 3, 4097, 64, DType::bf16, splits, kernel, nullptr});
+    // (mma: 3, 7 and 8 splits are a cluster merged in it, 9 the most the merge through L2
+    // takes at the smallest count it has)
+    for (int splits : {1, 3, 7, 8, 9}) v.push_back({2, 3, 4097, 64, DType::bf16, splits, kernel, nullptr});
     v.push_back({1, 2, 65537, 128, DType::f32, 1, kernel, nullptr});  // one block per head over 65537 keys
   }
   // The bulk kernel at both block sizes and both tiles (the default runs above): a partial
@@ -208,9 +212,11 @@ INSTANTIATE_TEST_SUITE_P(Cuda, FlashDecodeVsReference, ::testing::ValuesIn(cases
 // on an H200: 4 splits at 512 keys, 3 at 513) they move into bytes the last call filled
 // with partials; the op must zero them again, or no block sees itself last and the output
 // is never written. The second call must give exactly what the launcher gives on a fresh
-// workspace.
+// workspace. (The merge through the workspace at every split count: the tensor-core
+// kernel, auto's at D = 64 on a Hopper, would merge up to 8 splits in a cluster, with none.)
 TEST(CudaDecodeWorkspace, SplitCountFallingAsTheCacheGrows) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
+  ScopedEnv merge("FLASHGPT_DECODE_CLUSTER", "0");
   const int B = 8, H = 12, D = 64, Tmax = 4096;
   DeviceContext ctx(0);
   auto gpu = make_cuda_ops(ctx);
@@ -256,9 +262,10 @@ TEST(CudaDecodeWorkspace, SplitCountFallingAsTheCacheGrows) {
 // protocol: it killed both mutants of the sixty-first session's tagged merge (an epoch
 // that never changed, a merge that did not wait for the tags). A relaxed count in place of
 // the acq_rel one passed it on an H100 (BENCHMARKS.md, "Sixty-first session"): a missing
-// fence does not show there.
+// fence does not show there. (The merge through the workspace, as above.)
 TEST(CudaDecodeWorkspace, EachCallMergesItsOwnPartials) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
+  ScopedEnv merge("FLASHGPT_DECODE_CLUSTER", "0");
   const int B = 1, H = 12, D = 64, T = 16384;
   DeviceContext ctx(0);
   auto gpu = make_cuda_ops(ctx);

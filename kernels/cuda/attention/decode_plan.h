@@ -9,9 +9,14 @@
 namespace flashgpt::cuda {
 
 struct DecodePlan {
-  int64_t chunk;  // keys per block
-  int splits;     // blocks per (b, h)
+  int64_t chunk;         // keys per block
+  int splits;            // blocks per (b, h)
+  bool cluster = false;  // the splits of a (b, h) are one thread-block cluster, merged in it
 };
+
+// The most splits of a (b, h) that one thread-block cluster may hold (the portable cluster
+// size) for the tensor-core kernel's merge in distributed shared memory.
+constexpr int kDecodeMaxClusterSplits = 8;
 
 // Splits per (b, h) the plan considers (the longest chunks win anyway).
 constexpr int64_t kDecodeMaxSplits = 4096;
@@ -34,26 +39,42 @@ constexpr int64_t kDecodeMergeTiles = 24;
 // from 8K on 6% (0.0967 against 0.1030). Any price between 16 and 32 tiles gives those
 // choices; 24. The bulk kernel's tiles grew from 8 to 16 KB in the twenty-third session;
 // the same 24 (and two-tile start-up) gave the split counts measured with them there.
+//
+// max_cluster > 0: the kernel can merge up to that many splits inside a thread-block
+// cluster, where each block stores its partial into the first block's shared memory and
+// a cluster barrier publishes them, instead of the count and the partials' round trips
+// through L2 (flash_decode.cu, merge_in_cluster). Then, wherever chunks of at most
+// max_chunk keys can cover T in max_cluster splits, the plan takes no more splits than
+// that, and its splits (2 or more) are a cluster. Measured on an H100 at B = 1, H = 12,
+// 16K keys, 12 layers (BENCHMARKS.md, "Sixty-sixth session", call 2): the merge through
+// L2 cost 1.7 us a call (a kernel that skipped it took 20.5 against 22.2 us), and 8
+// splits read as fast as the model's 32 (22.0 against 22.2 us).
 inline DecodePlan plan_decode(int64_t B, int64_t H, int64_t T, int64_t tile, int64_t max_chunk, int64_t resident,
-                              int64_t sms, int want_splits) {
+                              int64_t sms, int want_splits, int max_cluster = 0) {
   auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  auto in_cluster = [&](int64_t splits) { return splits > 1 && splits <= max_cluster; };
   if (want_splits > 0) {
     const int64_t chunk = std::max<int64_t>(1, ceil_div(T, want_splits));
-    return {chunk, int(ceil_div(T, chunk))};
+    const int64_t splits = ceil_div(T, chunk);
+    return {chunk, int(splits), in_cluster(splits)};
   }
   resident = std::max<int64_t>(1, resident);
   // Every whole-tile chunk up to max_chunk (at most max_chunk / tile of them: cheap
   // enough for every decode step), longest first, so that ties keep fewer splits; no more
   // than kDecodeMaxSplits splits unless even max_chunk needs more.
   int64_t best_chunk = 0, best_cost = INT64_MAX;
-  for (int64_t chunk = std::min(ceil_div(T, tile) * tile, max_chunk / tile * tile); chunk >= tile; chunk -= tile) {
+  const int64_t longest = std::min(ceil_div(T, tile) * tile, max_chunk / tile * tile);
+  const bool capped = max_cluster > 0 && ceil_div(T, longest) <= max_cluster;  // a cluster can cover T
+  for (int64_t chunk = longest; chunk >= tile; chunk -= tile) {
     const int64_t splits = ceil_div(T, chunk);
     if (splits > kDecodeMaxSplits && best_chunk) break;  // shorter chunks only add splits
+    if (capped && splits > max_cluster) break;
     const int64_t merge = splits > 1 && B * H >= sms ? kDecodeMergeTiles * tile : 0;
     const int64_t cost = ceil_div(B * H * splits, resident) * (chunk + 2 * tile) + merge;
     if (cost < best_cost) best_cost = cost, best_chunk = chunk;
   }
-  return {best_chunk, int(ceil_div(T, best_chunk))};
+  const int64_t splits = ceil_div(T, best_chunk);
+  return {best_chunk, int(splits), in_cluster(splits)};
 }
 
 // The longest chunk (keys) the plan may give a block of the kernel whose own limit is
@@ -82,6 +103,16 @@ inline int decode_bulk_tile_kb(const char* requested) {
   const std::string v = requested && *requested ? requested : "16";
   if (v != "16" && v != "32") fail_input("FLASHGPT_DECODE_TILE_KB must be 16 or 32, got '", v, "'");
   return v == "32" ? 32 : 16;
+}
+
+// Whether the tensor-core decode kernel merges up to kDecodeMaxClusterSplits splits in a
+// thread-block cluster (plan_decode's max_cluster): `requested` is FLASHGPT_DECODE_CLUSTER,
+// 1 (the default: null or empty) or 0 (the merge through L2 at every split count, to
+// compare); anything else is an InputError.
+inline bool decode_cluster_merge(const char* requested) {
+  const std::string v = requested && *requested ? requested : "1";
+  if (v != "0" && v != "1") fail_input("FLASHGPT_DECODE_CLUSTER must be 0 or 1, got '", v, "'");
+  return v == "1";
 }
 
 }  // namespace flashgpt::cuda

@@ -19,11 +19,12 @@ size_t flash_attention_workspace_bytes(int B, int T, int H, int D);
 // FlashDecoding (flash_decode.cu): one query per sequence against a KV cache, bf16 or
 // fp32, head dim 64 or 128. a.out (B, H·D) and a.lse (B, H) fp32 (if defined) are
 // overwritten. The cache is split along the sequence over thread blocks; `workspace`
-// (flash_decode_workspace_bytes(a) bytes, may be 0) holds the per-split partials and the
-// split counters, placed after the partials: zero it after allocating it, and again
-// whenever the split count, B·H or D changes (the counters move, into bytes another
-// layout filled with partials; the split count can fall as a cache grows). Every call
-// leaves it valid for the next call of the same layout.
+// (flash_decode_workspace_bytes(a) bytes; 0 for one split, or where the splits merge in a
+// thread-block cluster) holds the per-split partials and the split counters, placed after
+// the partials: zero it after allocating it, and again whenever the split count, B·H or
+// D changes (the counters move, into bytes another layout filled with partials; the split
+// count can fall as a cache grows). Every call leaves it valid for the next call of the
+// same layout.
 // splits > 0 forces about that many splits (tests, tuning); 0 chooses.
 size_t flash_decode_workspace_bytes(const AttentionDecode& a, int splits = 0);
 int flash_decode_splits(const AttentionDecode& a, int splits = 0);

@@ -144,6 +144,48 @@ __device__ void combine_splits(const DecodeParams<T>& p, int64_t bh) {
   if (col == 0 && p.lse) p.lse[bh] = (M + log2f(W)) * kLn2;
 }
 
+// The splits of (b, h) as one thread-block cluster, split s its block of rank s
+// (plan_decode's `cluster`; the tensor-core kernel only): each block stores its O / L and
+// log2-sum-exp into the first block's shared memory, the cluster barrier (release, then
+// acquire) publishes them, and the first block merges them in split order with the same
+// rescaling as combine_splits. No count and no round trip through L2: measured 1.7 us a
+// call at B = 1 with 16K keys on an H100 (plan_decode). Every block arrived at the
+// cluster barrier at its start, so the first wait here also tells a block that the first
+// block runs before it stores into its shared memory.
+template <class Tr, int kGroups, class T = typename Tr::Elem>
+__device__ void merge_in_cluster(const DecodeParams<T>& p, const float (&sm_m)[kGroups],
+                                 const float (&sm_acc)[kGroups][Tr::kHeadDim], float M, float L, int split, int64_t bh) {
+#if FLASHGPT_HAS_WGMMA
+  constexpr int kD = Tr::kHeadDim, kThreads = Tr::kThreads, kMax = kDecodeMaxClusterSplits;
+  __shared__ float cl_lse[kMax];
+  __shared__ float cl_o[kMax][kD];
+  sm90::cluster_wait();  // every block of the cluster runs
+  for (int d = threadIdx.x; d < kD; d += kThreads) {
+    float o = 0.f;
+#pragma unroll
+    for (int i = 0; i < kGroups; ++i) o += sm_acc[i][d] * exp2f(sm_m[i] - M);
+    sm90::store_in_block(&cl_o[split][d], 0, o / L);
+  }
+  if (threadIdx.x == 0) sm90::store_in_block(&cl_lse[split], 0, M + log2f(L));
+  sm90::cluster_arrive();
+  sm90::cluster_wait();
+  if (split != 0) return;
+  const int S = p.splits;
+  float Mx = -INFINITY;
+  for (int s = 0; s < S; ++s) Mx = fmaxf(Mx, cl_lse[s]);
+  for (int d = threadIdx.x; d < kD; d += kThreads) {
+    float W = 0.f, o = 0.f;
+    for (int s = 0; s < S; ++s) {
+      const float w = exp2f(cl_lse[s] - Mx);
+      W += w;
+      o += w * cl_o[s][d];
+    }
+    p.out[bh * kD + d] = from_f<T>(o / W);
+    if (d == 0 && p.lse) p.lse[bh] = (Mx + log2f(W)) * kLn2;
+  }
+#endif
+}
+
 // One group's step over kUnroll keys (their K and V packs in registers; keys from t1 on
 // are masked): scores, online-softmax update, O += p·V.
 template <class Tr, class T = typename Tr::Elem>
@@ -195,10 +237,11 @@ __device__ __forceinline__ void start_split(const DecodeParams<T>& p, int h, int
 // (log2 domain), sum l and unnormalised O in shared memory (and the block has synced):
 // merges the groups (group 0 always saw a key: t1 > t0), writes the split's partial O and
 // log2-sum-exp (or, with one split, the output), and the last split of (b, h) to finish
-// combines them all.
-template <class Tr, int kGroups, class T = typename Tr::Elem>
+// combines them all (or, in_cluster, merge_in_cluster: only where kInCluster compiled it).
+template <class Tr, int kGroups, bool kInCluster = false, class T = typename Tr::Elem>
 __device__ void merge_groups(const DecodeParams<T>& p, const float (&sm_m)[kGroups], const float (&sm_l)[kGroups],
-                             const float (&sm_acc)[kGroups][Tr::kHeadDim], int split, int h, int b) {
+                             const float (&sm_acc)[kGroups][Tr::kHeadDim], int split, int h, int b,
+                             bool in_cluster = false) {
   constexpr int kD = Tr::kHeadDim, kThreads = Tr::kThreads;
   float M = -INFINITY;
 #pragma unroll
@@ -207,6 +250,9 @@ __device__ void merge_groups(const DecodeParams<T>& p, const float (&sm_m)[kGrou
 #pragma unroll
   for (int i = 0; i < kGroups; ++i) L += sm_l[i] * exp2f(sm_m[i] - M);
   const int64_t bh = int64_t(b) * p.H + h;
+  if constexpr (kInCluster) {
+    if (in_cluster) return merge_in_cluster<Tr>(p, sm_m, sm_acc, M, L, split, bh);
+  }
   for (int d = threadIdx.x; d < kD; d += kThreads) {
     float o = 0.f;
 #pragma unroll
@@ -368,10 +414,12 @@ __global__ void __launch_bounds__(Tr::kThreads, bulk_min_blocks(Tr::kThreads, kS
 // C-to-A fragment reuse) and O += P·V takes V as B by ldmatrix.trans; O's 8 columns of an
 // n-tile sit in the quad, two a lane. A tile costs a lane 16 ldmatrix and 32 mma where the
 // bulk kernel spends about 300 scalar instructions a thread (conversions, FMAs, shuffles).
+// `cluster`: the launch made the splits of each (b, h) one thread-block cluster (a plan of
+// 2 to kDecodeMaxClusterSplits splits), merged by merge_in_cluster.
 template <class Tr, int kStages>
 __global__ void __launch_bounds__(Tr::kThreads, 3) decode_mma_kernel(const __grid_constant__ CUtensorMap k_map,
                                                                   const __grid_constant__ CUtensorMap v_map,
-                                                                  const DecodeParams<bf16> p) {
+                                                                  const DecodeParams<bf16> p, const bool cluster) {
 #if FLASHGPT_HAS_WGMMA
   constexpr int kD = Tr::kHeadDim, kTile = Tr::kTile, kWarps = Tr::kThreads / kWarpSize;
   constexpr int kWarpKeys = kTile / kWarps, kKeyGroups = kWarpKeys / 8, kSteps = kD / 16, kNTiles = kD / 8;
@@ -390,8 +438,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 3) decode_mma_kernel(const __gri
   const int bh = b * p.H + h;
   const int tiles = int((t1 - t0 + kTile - 1) / kTile);
 
-  // q (first, so that its load is not queued behind the tiles') as the A fragment of each k-step: a[0] = q[16kk + 2·quad ..], a[2] = q[16kk + 8 + 2·quad ..] (row
-  // lane / 4 of the top half); a[1] = a[3] = 0 (rows 8-15).
+  // q as the A fragment of each k-step (loaded first, so that it does not queue behind the
+  // tiles): a[0] = q[16kk + 2·quad ..], a[2] = q[16kk + 8 + 2·quad ..] (row lane / 4 of the
+  // top half); a[1] = a[3] = 0 (rows 8-15).
   uint32_t qa[kSteps][4];
   const bf16* const qp = p.qkv + int64_t(b) * 3 * p.H * kD + h * kD;
 #pragma unroll
@@ -416,6 +465,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 3) decode_mma_kernel(const __gri
     for (int i = 0; i < min(kStages, tiles); ++i) issue(i);
   }
   __syncthreads();
+  if (cluster) sm90::cluster_arrive_relaxed();  // this block runs: the others may store into it (merge_in_cluster)
 
   float m = -INFINITY, l = 0.f;  // the warp's running max of raw scores; this lane's share of Σ p
   float o[kNTiles][4] = {};      // O's n-tile j: o[j][0..1] = columns 8j + 2·quad, +1 (rows 8-15: 0)
@@ -503,7 +553,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 3) decode_mma_kernel(const __gri
     for (int j = 0; j < kNTiles; ++j) sm_acc[warp][8 * j + 2 * quad] = o[j][0], sm_acc[warp][8 * j + 2 * quad + 1] = o[j][1];
   }
   __syncthreads();
-  merge_groups<Tr>(p, sm_m, sm_l, sm_acc, split, h, b);
+  merge_groups<Tr, kWarps, /*kInCluster=*/true>(p, sm_m, sm_l, sm_acc, split, h, b, cluster);
 #else
   static_assert(Tr::kHeadDim % Tr::kElems == 0, "never launched: the dispatcher checks that sm_90a code was built");
 #endif
@@ -552,8 +602,9 @@ struct Variant {
   }
   static DecodePlan plan(const AttentionDecode& a, int want_splits) {
     const int64_t sms = device_sm_count();
+    const int max_cluster = kMma && decode_cluster_merge(std::getenv("FLASHGPT_DECODE_CLUSTER")) ? kDecodeMaxClusterSplits : 0;
     return plan_decode(a.B, a.H, a.T, Tr::kTile, decode_max_chunk(a.B, a.H, a.T, kD, sms, kMaxChunk), resident(), sms,
-                       want_splits);
+                       want_splits, max_cluster);
   }
 };
 
@@ -609,10 +660,11 @@ DecodePlan plan_for(const AttentionDecode& a, int want_splits) {
   return with_variant<T, kD>([&](auto v) { return decltype(v)::plan(a, want_splits); });
 }
 
-// Workspace: the partial outputs, their log2-sum-exps, then one counter per (b, h).
-size_t workspace_for(int B, int H, int D, int splits) {
-  if (splits <= 1) return 0;
-  const size_t parts = size_t(B) * H * splits;
+// Workspace: the partial outputs, their log2-sum-exps, then one counter per (b, h); none
+// for one split or a merge in a cluster.
+size_t workspace_for(int B, int H, int D, const DecodePlan& plan) {
+  if (plan.splits <= 1 || plan.cluster) return 0;
+  const size_t parts = size_t(B) * H * plan.splits;
   return parts * (D + 1) * sizeof(float) + size_t(B) * H * sizeof(unsigned);
 }
 
@@ -675,7 +727,7 @@ __global__ void kv_cache_write_kernel(T* __restrict__ kc, T* __restrict__ vc, co
 
 size_t flash_decode_workspace_bytes(const AttentionDecode& a, int splits) {
   FG_DECODE_DISPATCH(a.qkv.dtype, a.D, {
-    return workspace_for(a.B, a.H, kD, plan_for<T, kD>(a, splits).splits);
+    return workspace_for(a.B, a.H, kD, plan_for<T, kD>(a, splits));
   });
   return 0;  // not reached
 }
@@ -717,8 +769,8 @@ void flash_decode(const AttentionDecode& a, void* workspace, size_t workspace_by
       p.Tmax = a.k_cache.shape[2];
       p.chunk = plan.chunk;
       p.scale_log2 = kLog2e / std::sqrt(float(kD));
-      if (plan.splits > 1) {
-        const size_t parts = size_t(a.B) * a.H * plan.splits, need = workspace_for(a.B, a.H, kD, plan.splits);
+      if (plan.splits > 1 && !plan.cluster) {
+        const size_t parts = size_t(a.B) * a.H * plan.splits, need = workspace_for(a.B, a.H, kD, plan);
         FG_ASSERT(workspace && workspace_bytes >= need, "flash decode: workspace of ", workspace_bytes,
                   " bytes, needs ", need);
         p.o_part = static_cast<float*>(workspace);
@@ -734,7 +786,19 @@ void flash_decode(const AttentionDecode& a, void* workspace, size_t workspace_by
         const uint32_t box[3] = {64, uint32_t(V::Tr::kTile), 1};
         const CUtensorMap k_map = attn::tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.k, dims, strides, box, "K cache");
         const CUtensorMap v_map = attn::tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.v, dims, strides, box, "V cache");
-        kernel<<<grid, V::Tr::kThreads, V::kSmemBytes, stream>>>(k_map, v_map, p);
+        // A cluster plan: the splits of a (b, h), consecutive in x, are one cluster.
+        cudaLaunchAttribute cluster{};
+        cluster.id = cudaLaunchAttributeClusterDimension;
+        cluster.val.clusterDim.x = unsigned(plan.splits);
+        cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+        cudaLaunchConfig_t cfg{};
+        cfg.gridDim = grid;
+        cfg.blockDim = dim3(V::Tr::kThreads);
+        cfg.dynamicSmemBytes = V::kSmemBytes;
+        cfg.stream = stream;
+        cfg.attrs = &cluster;
+        cfg.numAttrs = plan.cluster ? 1 : 0;
+        CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, k_map, v_map, p, plan.cluster));
       } else {
         kernel<<<grid, V::Tr::kThreads, V::kSmemBytes, stream>>>(p);
       }

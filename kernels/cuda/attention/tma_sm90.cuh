@@ -2,8 +2,9 @@
 // (flash_fwd_sm90_ws.cu), the backward (flash_bwd_sm90.cu) and the bulk-copy decode
 // (flash_decode.cu): TMA tile loads (cp.async.bulk.tensor) and plain bulk copies that
 // complete on an mbarrier, TMA reduce-adds tracked by bulk groups, the
-// mbarrier operations, register reallocation between warpgroups (setmaxnreg) and named
-// barriers. Only compiled into sm_90a code (FLASHGPT_HAS_WGMMA).
+// mbarrier operations, register reallocation between warpgroups (setmaxnreg), named
+// barriers, and the cluster barrier with stores into another block's shared memory. Only
+// compiled into sm_90a code (FLASHGPT_HAS_WGMMA).
 #pragma once
 #include <cuda.h>  // CUtensorMap (the type only: the map is encoded on the host)
 #include <cstdint>
@@ -88,6 +89,26 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, u
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%3, "
       "%4, %5}], [%2], %6;\n" ::"r"(smem_u32(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "l"(policy)
+      : "memory");
+}
+
+// Thread-block clusters (the decode's merge of a cache's splits, flash_decode.cu). The
+// cluster barrier: every thread of every block of the cluster arrives, then waits for the
+// others; `relaxed` orders nothing (a block's arrival at its start tells the others that
+// it runs, so that they may store into its shared memory), `release` with the wait's
+// acquire orders the stores before it, into other blocks' shared memory too, before the
+// loads after the wait.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
+// Stores v at `p` (an address in this block's shared memory) in block `rank`'s shared
+// memory instead.
+__device__ __forceinline__ void store_in_block(const float* p, uint32_t rank, float v) {
+  asm volatile(
+      "{\n.reg .b32 a;\nmapa.shared::cluster.u32 a, %0, %1;\nst.shared::cluster.f32 [a], %2;\n}\n" ::"r"(smem_u32(p)),
+      "r"(rank), "f"(v)
       : "memory");
 }
 
