@@ -13,9 +13,9 @@
 // each kernel (FLASHGPT_DECODE_KERNEL): loads into registers, bulk copies through shared
 // memory (Hopper only), the bulk kernel also at both block sizes and both tiles (16 KB in
 // two stages, 32 KB in one: FLASHGPT_DECODE_TILE_KB), and the tensor-core kernel (Hopper
-// only; bf16: its fp32 cases run the bulk kernel), whose plans of 2 to 8 splits merge in a
-// thread-block cluster (forced 3, 7 and 8, and its own plans up to 128K keys) and the
-// others through L2 (9 forced, and 1,048,583 keys).
+// only; bf16: its fp32 cases run the bulk kernel), whose plans of 2 to 8 splits in one
+// wave merge in a thread-block cluster (forced 3, 7 and 8, and its own plans at 4097
+// keys) and the others through L2 (9 forced, and its plans at 65,537 and 1,048,583 keys).
 #include <gtest/gtest.h>
 #include <cuda_runtime.h>
 #include <cmath>

@@ -17,6 +17,8 @@ struct DecodePlan {
 // The most splits of a (b, h) that one thread-block cluster may hold (the portable cluster
 // size) for the tensor-core kernel's merge in distributed shared memory.
 constexpr int kDecodeMaxClusterSplits = 8;
+// The longest chunk (keys) to which plan_decode lowers its chunks for a cluster merge.
+constexpr int64_t kDecodeClusterChunk = 8192;
 
 // Splits per (b, h) the plan considers (the longest chunks win anyway).
 constexpr int64_t kDecodeMaxSplits = 4096;
@@ -43,28 +45,33 @@ constexpr int64_t kDecodeMergeTiles = 24;
 // max_cluster > 0: the kernel can merge up to that many splits inside a thread-block
 // cluster, where each block stores its partial into the first block's shared memory and
 // a cluster barrier publishes them, instead of the count and the partials' round trips
-// through L2 (flash_decode.cu, merge_in_cluster). Then, wherever chunks of at most
-// max_chunk keys can cover T in max_cluster splits, the plan takes no more splits than
-// that, and its splits (2 or more) are a cluster. Measured on an H100 at B = 1, H = 12,
-// 16K keys, 12 layers (BENCHMARKS.md, "Sixty-sixth session", call 2): the merge through
-// L2 cost 1.7 us a call (a kernel that skipped it took 20.5 against 22.2 us), and 8
-// splits read as fast as the model's 32 (22.0 against 22.2 us).
+// through L2 (flash_decode.cu, merge_in_cluster). A plan of 2 to max_cluster splits whose
+// blocks all fit in one wave is a cluster; and where max_cluster splits of every (b, h)
+// fit in one wave and cover T in chunks of at most kDecodeClusterChunk keys, the plan
+// takes no more splits than max_cluster. Measured on an H100, 12 layers back to back
+// (BENCHMARKS.md, "Sixty-sixth session"): at B = 1, H = 12, D = 64, 16K keys the merge
+// through L2 cost 1.7 us a call (a kernel that skipped it took 20.5 against 22.2 us) and 8
+// splits read as fast as the model's 32 (22.0 against 22.2 us, call 2); with the cluster
+// merge 8 splits were 2-9% faster than the model's 8-32 through L2 from 1K to 32K keys,
+// level at 64K and 0.5% slower at 128K (chunks of 16K keys), and at B = 16 0.4-0.6% faster
+// with 2 splits (8K, 16K keys) but 3.5% slower with 4 (64K: 768 blocks, two waves; call 3).
 inline DecodePlan plan_decode(int64_t B, int64_t H, int64_t T, int64_t tile, int64_t max_chunk, int64_t resident,
                               int64_t sms, int want_splits, int max_cluster = 0) {
   auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
-  auto in_cluster = [&](int64_t splits) { return splits > 1 && splits <= max_cluster; };
+  resident = std::max<int64_t>(1, resident);
+  auto in_cluster = [&](int64_t splits) { return splits > 1 && splits <= max_cluster && B * H * splits <= resident; };
   if (want_splits > 0) {
     const int64_t chunk = std::max<int64_t>(1, ceil_div(T, want_splits));
     const int64_t splits = ceil_div(T, chunk);
     return {chunk, int(splits), in_cluster(splits)};
   }
-  resident = std::max<int64_t>(1, resident);
   // Every whole-tile chunk up to max_chunk (at most max_chunk / tile of them: cheap
   // enough for every decode step), longest first, so that ties keep fewer splits; no more
   // than kDecodeMaxSplits splits unless even max_chunk needs more.
   int64_t best_chunk = 0, best_cost = INT64_MAX;
   const int64_t longest = std::min(ceil_div(T, tile) * tile, max_chunk / tile * tile);
-  const bool capped = max_cluster > 0 && ceil_div(T, longest) <= max_cluster;  // a cluster can cover T
+  const bool capped = max_cluster > 0 && B * H * max_cluster <= resident && T <= max_cluster * kDecodeClusterChunk &&
+                      ceil_div(T, longest) <= max_cluster;  // one cluster of short chunks covers T
   for (int64_t chunk = longest; chunk >= tile; chunk -= tile) {
     const int64_t splits = ceil_div(T, chunk);
     if (splits > kDecodeMaxSplits && best_chunk) break;  // shorter chunks only add splits
