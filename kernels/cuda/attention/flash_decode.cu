@@ -33,12 +33,16 @@
 //             M = max_s lse_s, w_s = 2^(lse_s − M), O = Σ w_s·O_s / Σ w_s,
 //             lse = (M + log2 Σ w_s)·ln 2, and resets the counter to 0. No second kernel:
 //             at short caches a launch costs as much as the reading. With one split the
-//             block writes O and lse itself.
+//             block writes O and lse itself. The tensor-core kernel merges a plan of 2
+//             to 8 splits that fits in one wave in a thread-block cluster instead
+//             (merge_in_cluster): no counter, no workspace, no round trip through L2.
 //
 // Split choice (plan_decode, decode_plan.h): the split count that a model of waves of
 // resident blocks says is cheapest, with chunks of whole tiles and at most
 // Variant::kMaxChunk keys, or 4096 at D = 128 with B·H >= the SMs and T >= 32K
-// (decode_max_chunk) (and, when B·H blocks already cover the SMs, a price for the merge).
+// (decode_max_chunk) (and, when B·H blocks already cover the SMs, a price for the merge);
+// for the tensor-core kernel at most 8 splits (a cluster) where 8 chunks of at most 8K
+// keys cover the cache in one wave.
 #include <cuda_bf16.h>
 #include <cuda/atomic>
 #include <algorithm>
@@ -602,7 +606,8 @@ struct Variant {
   }
   static DecodePlan plan(const AttentionDecode& a, int want_splits) {
     const int64_t sms = device_sm_count();
-    const int max_cluster = kMma && decode_cluster_merge(std::getenv("FLASHGPT_DECODE_CLUSTER")) ? kDecodeMaxClusterSplits : 0;
+    const bool cluster = kMma && decode_cluster_merge(std::getenv("FLASHGPT_DECODE_CLUSTER"));
+    const int max_cluster = cluster ? kDecodeMaxClusterSplits : 0;
     return plan_decode(a.B, a.H, a.T, Tr::kTile, decode_max_chunk(a.B, a.H, a.T, kD, sms, kMaxChunk), resident(), sms,
                        want_splits, max_cluster);
   }
@@ -611,16 +616,17 @@ struct Variant {
 // The variant of a call: FLASHGPT_DECODE_KERNEL = auto | registers | bulk | mma, for bulk
 // FLASHGPT_DECODE_THREADS = 128 | 256 (threads a block) and FLASHGPT_DECODE_TILE_KB = 16 |
 // 32 (the tile, decode_bulk_tile_kb). auto at D = 64 is the tensor-core kernel (bf16 caches;
-// fp32 ones the bulk kernel of 128 threads): on an H100 1-3.5% faster than the bulk kernel
-// at D = 64 a call, level or ahead at 16 of the suite's 18 D = 64 shapes with 12 layers
-// back to back, where at D = 128 it was level or up to 3% slower from 8K keys
-// (BENCHMARKS.md, "Sixty-fifth session", call 2). Measured on an H200 (BENCHMARKS.md,
-// "Decoding", sixth session; the 36 shapes of the suite): the bulk kernel beat the
-// register one on 28 (the register kernel stays 2-6% ahead at B = 1 with 16K-32K keys at
-// D = 64 and 1K-8K at D = 128, and at B = 16 with 1K-2K keys at D = 64); 256 threads beat
-// 128 at D = 128 with B = 16 (0.97-1.01x of SDPA against 0.89-0.98x) but not at D = 64;
-// 2 stages of 8 KB against 4 was a wash. So auto at D = 128 is bulk with 256 threads
-// wherever the Hopper kernels are built. threads = 0: the register kernel.
+// fp32 ones the bulk kernel of 128 threads): on an H100 0.9-2.6% faster than the bulk
+// kernel at D = 64 a call (B = 16 with 1K-8K keys, B = 1 with 16K-64K), where at D = 128
+// it was 5-6% slower at batch 1 and level at batch 16 (BENCHMARKS.md, "Sixty-sixth
+// session", call 1, both with the L2 merge; the whole GPU suite passed with it as auto).
+// Measured on an H200 (BENCHMARKS.md, "Decoding", sixth session; the 36 shapes of the
+// suite): the bulk kernel beat the register one on 28 (the register kernel stays 2-6%
+// ahead at B = 1 with 16K-32K keys at D = 64 and 1K-8K at D = 128, and at B = 16 with
+// 1K-2K keys at D = 64); 256 threads beat 128 at D = 128 with B = 16 (0.97-1.01x of SDPA
+// against 0.89-0.98x) but not at D = 64; 2 stages of 8 KB against 4 was a wash. So auto
+// at D = 128 is bulk with 256 threads wherever the Hopper kernels are built. threads = 0:
+// the register kernel.
 struct VariantChoice {
   int threads, tile_kb;
   bool tensor_cores = false;  // the tensor-core kernel (bf16 caches; fp32 ones take the bulk kernel)
