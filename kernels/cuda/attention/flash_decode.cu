@@ -152,8 +152,9 @@ __device__ void combine_splits(const DecodeParams<T>& p, int64_t bh) {
 // (plan_decode's `cluster`; the tensor-core kernel only): each block stores its O / L and
 // log2-sum-exp into the first block's shared memory, the cluster barrier (release, then
 // acquire) publishes them, and the first block merges them in split order with the same
-// rescaling as combine_splits. No count and no round trip through L2: measured 1.7 us a
-// call at B = 1 with 16K keys on an H100 (plan_decode). Every block arrived at the
+// rescaling as combine_splits. No count and no round trip through L2, which cost 1.7 us a
+// call at B = 1 with 16K keys on an H100 (plan_decode; there the call took 21.1 us with
+// this merge and 8 splits against 21.6 with the L2 merge and 32). Every block arrived at the
 // cluster barrier at its start, so the first wait here also tells a block that the first
 // block runs before it stores into its shared memory.
 template <class Tr, int kGroups, class T = typename Tr::Elem>
@@ -418,8 +419,11 @@ __global__ void __launch_bounds__(Tr::kThreads, bulk_min_blocks(Tr::kThreads, kS
 // C-to-A fragment reuse) and O += P·V takes V as B by ldmatrix.trans; O's 8 columns of an
 // n-tile sit in the quad, two a lane. A tile costs a lane 16 ldmatrix and 32 mma where the
 // bulk kernel spends about 300 scalar instructions a thread (conversions, FMAs, shuffles).
-// `cluster`: the launch made the splits of each (b, h) one thread-block cluster (a plan of
-// 2 to kDecodeMaxClusterSplits splits), merged by merge_in_cluster.
+// At D = 64 each warp's K fragments stay in registers across the stage's release, so that
+// the refill waits for no mma (134 registers; at most 168 keep the 3 blocks an SM that its
+// 64 KB of stages allow). `cluster`: the launch made the splits of each (b, h) one
+// thread-block cluster (a plan of 2 to kDecodeMaxClusterSplits splits), merged by
+// merge_in_cluster.
 template <class Tr, int kStages>
 __global__ void __launch_bounds__(Tr::kThreads, 3) decode_mma_kernel(const __grid_constant__ CUtensorMap k_map,
                                                                   const __grid_constant__ CUtensorMap v_map,
