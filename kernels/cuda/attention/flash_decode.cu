@@ -148,6 +148,16 @@ __device__ void combine_splits(const DecodeParams<T>& p, int64_t bh) {
   if (col == 0 && p.lse) p.lse[bh] = (M + log2f(W)) * kLn2;
 }
 
+// Column d of a block's O, its groups' unnormalised sums rescaled to the block's max M.
+template <int kGroups, int kD>
+__device__ __forceinline__ float merged_column(const float (&sm_m)[kGroups], const float (&sm_acc)[kGroups][kD],
+                                               float M, int d) {
+  float o = 0.f;
+#pragma unroll
+  for (int i = 0; i < kGroups; ++i) o += sm_acc[i][d] * exp2f(sm_m[i] - M);
+  return o;
+}
+
 // The splits of (b, h) as one thread-block cluster, split s its block of rank s
 // (plan_decode's `cluster`; the tensor-core kernel only): each block stores its O / L and
 // log2-sum-exp into the first block's shared memory, the cluster barrier (release, then
@@ -165,12 +175,8 @@ __device__ void merge_in_cluster(const DecodeParams<T>& p, const float (&sm_m)[k
   __shared__ float cl_lse[kMax];
   __shared__ float cl_o[kMax][kD];
   sm90::cluster_wait();  // every block of the cluster runs
-  for (int d = threadIdx.x; d < kD; d += kThreads) {
-    float o = 0.f;
-#pragma unroll
-    for (int i = 0; i < kGroups; ++i) o += sm_acc[i][d] * exp2f(sm_m[i] - M);
-    sm90::store_in_block(&cl_o[split][d], 0, o / L);
-  }
+  for (int d = threadIdx.x; d < kD; d += kThreads)
+    sm90::store_in_block(&cl_o[split][d], 0, merged_column(sm_m, sm_acc, M, d) / L);
   if (threadIdx.x == 0) sm90::store_in_block(&cl_lse[split], 0, M + log2f(L));
   sm90::cluster_arrive();
   sm90::cluster_wait();
@@ -259,9 +265,7 @@ __device__ void merge_groups(const DecodeParams<T>& p, const float (&sm_m)[kGrou
     if (in_cluster) return merge_in_cluster<Tr>(p, sm_m, sm_acc, M, L, split, bh);
   }
   for (int d = threadIdx.x; d < kD; d += kThreads) {
-    float o = 0.f;
-#pragma unroll
-    for (int i = 0; i < kGroups; ++i) o += sm_acc[i][d] * exp2f(sm_m[i] - M);
+    const float o = merged_column(sm_m, sm_acc, M, d);
     if (p.splits == 1) p.out[bh * kD + d] = from_f<T>(o / L);
     else p.o_part[(bh * p.splits + split) * kD + d] = o / L;
   }
