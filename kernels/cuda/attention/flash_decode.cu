@@ -172,9 +172,10 @@ __device__ __forceinline__ uint64_t* cluster_merge_barrier() {
 // others' bytes), and leaves; the first block waits on that barrier and merges them with
 // its own in split order, with the same rescaling as combine_splits. No count and no round
 // trip through L2, which cost 1.7 us a call at B = 1 with 16K keys on an H100 (plan_decode),
-// and no second cluster barrier: on an H100 the st.async merge was 0.1-0.5 us a call
-// faster than stores followed by a release/acquire cluster barrier, at batch 1 from 1K to
-// 64K keys and at batch 16 with 8K and 16K (BENCHMARKS.md, "Sixty-seventh session"). Every
+// and no second cluster barrier: on an H100 the st.async merge was 0.1-0.6 us a call
+// faster than stores followed by a release/acquire cluster barrier at batch 1 from 1K to
+// 64K keys, 0.5-0.8 us at batch 16 with 8K and 16K (BENCHMARKS.md, "Sixty-seventh
+// session", call 2). Every
 // block arrived at the cluster barrier at its start, so the wait here tells a block that
 // the first block runs, with its barrier armed, before it stores into its shared memory.
 template <class Tr, int kGroups, class T = typename Tr::Elem>
