@@ -195,7 +195,7 @@ __device__ void merge_in_cluster(const DecodeParams<T>& p, const float (&sm_m)[k
   }
   for (int d = threadIdx.x; d < kD; d += kThreads) cl_o[0][d] = merged_column(sm_m, sm_acc, M, d) / L;
   if (threadIdx.x == 0) cl_lse[0] = M + log2f(L);
-  sm90::mbar_wait_cluster(bar, 0);
+  sm90::mbar_wait_spin</*kClusterAcquire=*/true>(bar, 0);
   __syncthreads();  // (this block's own partial)
   const int S = p.splits;
   float Mx = -INFINITY;
