@@ -138,14 +138,14 @@ void bench_one(int B, int H, int T, int D, const DecodeBenchOptions& opt, cudaSt
                   read_ms, stream_ms);
     std::printf("}\n");
   } else if (opt.floor) {
-    std::printf("B=%-3d H=%-3d T=%-8d D=%-4d %9.4f ms  KV read %7.3f TB/s %6.1f%% of copy (%d splits, %s%s) | empty "
-                "launch %7.4f ms, plain read %9.4f ms %6.1f%% of copy",
+    std::printf("B=%-3d H=%-3d T=%-8d D=%-4d %10.5f ms  KV read %7.3f TB/s %6.1f%% of copy (%d splits, %s%s) | empty "
+                "launch %8.5f ms, plain read %10.5f ms %6.1f%% of copy",
                 B, H, T, D, med, tbs, copy_share(med), splits, kernel.c_str(), layers_note.c_str(), empty_ms, read_ms,
                 copy_share(read_ms));
-    if (stream_ms >= 0) std::printf(", bulk reading alone %9.4f ms %6.1f%% of copy", stream_ms, copy_share(stream_ms));
+    if (stream_ms >= 0) std::printf(", bulk reading alone %10.5f ms %6.1f%% of copy", stream_ms, copy_share(stream_ms));
     std::printf("\n");
   } else {
-    std::printf("B=%-3d H=%-3d T=%-8d D=%-4d %9.4f ms  KV read %7.3f TB/s  (%d splits, %s%s)\n", B, H, T, D, med, tbs,
+    std::printf("B=%-3d H=%-3d T=%-8d D=%-4d %10.5f ms  KV read %7.3f TB/s  (%d splits, %s%s)\n", B, H, T, D, med, tbs,
                 splits, kernel.c_str(), layers_note.c_str());
   }
   std::fflush(stdout);
