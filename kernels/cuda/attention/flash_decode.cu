@@ -248,7 +248,10 @@ __device__ __forceinline__ void start_split(const DecodeParams<T>& p, int h, int
 // (log2 domain), sum l and unnormalised O in shared memory (and the block has synced):
 // merges the groups (group 0 always saw a key: t1 > t0), writes the split's partial O and
 // log2-sum-exp (or, with one split, the output), and the last split of (b, h) to finish
-// combines them all (or, in_cluster, merge_in_cluster: only where kInCluster compiled it).
+// combines them all (or, in_cluster, merge_in_cluster: only where kInCluster compiled it,
+// the tensor-core kernel; a runtime flag alone changed the other 22 decode kernels' PTX,
+// the merge's code compiled into them: scripts/same_cubin.sh --kernels, sixty-seventh
+// session).
 template <class Tr, int kGroups, bool kInCluster = false, class T = typename Tr::Elem>
 __device__ void merge_groups(const DecodeParams<T>& p, const float (&sm_m)[kGroups], const float (&sm_l)[kGroups],
                              const float (&sm_acc)[kGroups][Tr::kHeadDim], int split, int h, int b,
