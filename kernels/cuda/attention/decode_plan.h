@@ -43,8 +43,8 @@ constexpr int64_t kDecodeMergeTiles = 24;
 // the same 24 (and two-tile start-up) gave the split counts measured with them there.
 //
 // max_cluster > 0: the kernel can merge up to that many splits inside a thread-block
-// cluster, where each block stores its partial into the first block's shared memory and
-// a cluster barrier publishes them, instead of the count and the partials' round trips
+// cluster, where each block stores its partial into the first block's shared memory,
+// counted on a barrier there (st.async), instead of the count and the partials' round trips
 // through L2 (flash_decode.cu, merge_in_cluster). A plan of 2 to max_cluster splits whose
 // blocks all fit in one wave is a cluster; and where max_cluster splits of every (b, h)
 // fit in one wave and cover T in chunks of at most kDecodeClusterChunk keys, the plan

@@ -158,15 +158,26 @@ __device__ __forceinline__ float merged_column(const float (&sm_m)[kGroups], con
   return o;
 }
 
+// The barrier on which the first block of a cluster counts the others' partials
+// (merge_in_cluster; a __shared__ variable of a device function is one a block).
+__device__ __forceinline__ uint64_t* cluster_merge_barrier() {
+  __shared__ __align__(8) uint64_t bar;
+  return &bar;
+}
+
 // The splits of (b, h) as one thread-block cluster, split s its block of rank s
-// (plan_decode's `cluster`; the tensor-core kernel only): each block stores its O / L and
-// log2-sum-exp into the first block's shared memory, the cluster barrier (release, then
-// acquire) publishes them, and the first block merges them in split order with the same
-// rescaling as combine_splits. No count and no round trip through L2, which cost 1.7 us a
-// call at B = 1 with 16K keys on an H100 (plan_decode; there the call took 21.1 us with
-// this merge and 8 splits against 21.6 with the L2 merge and 32). Every block arrived at the
-// cluster barrier at its start, so the first wait here also tells a block that the first
-// block runs before it stores into its shared memory.
+// (plan_decode's `cluster`; the tensor-core kernel only): each other block stores its O / L
+// and log2-sum-exp into the first block's shared memory by st.async, whose bytes complete
+// on the first block's cluster_merge_barrier (armed at the kernel's start for the splits - 1
+// others' bytes), and leaves; the first block waits on that barrier and merges them with
+// its own in split order, with the same rescaling as combine_splits. No count and no round
+// trip through L2, which cost 1.7 us a call at B = 1 with 16K keys on an H100 (plan_decode),
+// and no second cluster barrier: on an H100 the st.async merge was 0.1-0.6 us a call
+// faster than stores followed by a release/acquire cluster barrier at batch 1 from 1K to
+// 64K keys, 0.5-0.8 us at batch 16 with 8K and 16K (BENCHMARKS.md, "Sixty-seventh
+// session", call 2). Every
+// block arrived at the cluster barrier at its start, so the wait here tells a block that
+// the first block runs, with its barrier armed, before it stores into its shared memory.
 template <class Tr, int kGroups, class T = typename Tr::Elem>
 __device__ void merge_in_cluster(const DecodeParams<T>& p, const float (&sm_m)[kGroups],
                                  const float (&sm_acc)[kGroups][Tr::kHeadDim], float M, float L, int split, int64_t bh) {
@@ -174,13 +185,18 @@ __device__ void merge_in_cluster(const DecodeParams<T>& p, const float (&sm_m)[k
   constexpr int kD = Tr::kHeadDim, kThreads = Tr::kThreads, kMax = kDecodeMaxClusterSplits;
   __shared__ float cl_lse[kMax];
   __shared__ float cl_o[kMax][kD];
+  uint64_t* const bar = cluster_merge_barrier();
   sm90::cluster_wait();  // every block of the cluster runs
-  for (int d = threadIdx.x; d < kD; d += kThreads)
-    sm90::store_in_block(&cl_o[split][d], 0, merged_column(sm_m, sm_acc, M, d) / L);
-  if (threadIdx.x == 0) sm90::store_in_block(&cl_lse[split], 0, M + log2f(L));
-  sm90::cluster_arrive();
-  sm90::cluster_wait();
-  if (split != 0) return;
+  if (split != 0) {
+    for (int d = threadIdx.x; d < kD; d += kThreads)
+      sm90::store_async_in_block(&cl_o[split][d], 0, merged_column(sm_m, sm_acc, M, d) / L, bar);
+    if (threadIdx.x == 0) sm90::store_async_in_block(&cl_lse[split], 0, M + log2f(L), bar);
+    return;
+  }
+  for (int d = threadIdx.x; d < kD; d += kThreads) cl_o[0][d] = merged_column(sm_m, sm_acc, M, d) / L;
+  if (threadIdx.x == 0) cl_lse[0] = M + log2f(L);
+  sm90::mbar_wait_spin</*kClusterAcquire=*/true>(bar, 0);
+  __syncthreads();  // (this block's own partial)
   const int S = p.splits;
   float Mx = -INFINITY;
   for (int s = 0; s < S; ++s) Mx = fmaxf(Mx, cl_lse[s]);
@@ -476,7 +492,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 3) decode_mma_kernel(const __gri
   };
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) sm90::mbar_init(&full[s], 1);
+    if (cluster && split == 0) sm90::mbar_init(cluster_merge_barrier(), 1);
     sm90::fence_mbar_init();
+    if (cluster && split == 0)  // armed for the other splits' partials (merge_in_cluster)
+      sm90::mbar_arrive_expect_tx(cluster_merge_barrier(), uint32_t(p.splits - 1) * (kD + 1) * sizeof(float));
     for (int i = 0; i < min(kStages, tiles); ++i) issue(i);
   }
   __syncthreads();

@@ -56,15 +56,26 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 // mbar_wait instead measured the same within noise (BENCHMARKS.md "Thirteenth session":
 // 38.23-38.31 ms against 38.13-38.14 at T = 65,536, the sweep within -3%..+2%), so it
 // did not move.
+// kClusterAcquire: acquire at cluster scope (the wait for other blocks'
+// store_async_in_block), not the default, the block's.
+template <bool kClusterAcquire = false>
 __device__ __forceinline__ void mbar_wait_spin(uint64_t* bar, uint32_t parity) {
   const uint32_t addr = smem_u32(bar);
   for (uint32_t tries = 0;; ++tries) {
     uint32_t done;
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(addr), "r"(parity)
-        : "memory");
+    if constexpr (kClusterAcquire)
+      asm volatile(
+          "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+          "selp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done)
+          : "r"(addr), "r"(parity)
+          : "memory");
+    else
+      asm volatile(
+          "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done)
+          : "r"(addr), "r"(parity)
+          : "memory");
     if (done) return;
     if (tries == (1u << 28)) __trap();
   }
@@ -93,22 +104,22 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, u
 }
 
 // Thread-block clusters (the decode's merge of a cache's splits, flash_decode.cu). The
-// cluster barrier: every thread of every block of the cluster arrives, then waits for the
-// others; `relaxed` orders nothing (a block's arrival at its start tells the others that
-// it runs, so that they may store into its shared memory), `release` with the wait's
-// acquire orders the stores before it, into other blocks' shared memory too, before the
-// loads after the wait.
+// cluster barrier, arrived at without ordering anything (`relaxed`): a block's arrival at
+// its start tells the others, once their wait returns, that it runs, so that they may
+// store into its shared memory.
 __device__ __forceinline__ void cluster_arrive_relaxed() {
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
 }
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
 // Stores v at `p` (an address in this block's shared memory) in block `rank`'s shared
-// memory instead.
-__device__ __forceinline__ void store_in_block(const float* p, uint32_t rank, float v) {
+// memory instead (st.async), its 4 bytes counted on block `rank`'s copy of `bar` (a
+// complete_tx with release semantics at cluster scope); the receiving block waits on that
+// barrier with mbar_wait_spin<true>. The sender need not wait for it.
+__device__ __forceinline__ void store_async_in_block(const float* p, uint32_t rank, float v, uint64_t* bar) {
   asm volatile(
-      "{\n.reg .b32 a;\nmapa.shared::cluster.u32 a, %0, %1;\nst.shared::cluster.f32 [a], %2;\n}\n" ::"r"(smem_u32(p)),
-      "r"(rank), "f"(v)
+      "{\n.reg .b32 a, b;\nmapa.shared::cluster.u32 a, %0, %1;\nmapa.shared::cluster.u32 b, %3, %1;\n"
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [a], %2, [b];\n}\n" ::"r"(smem_u32(p)),
+      "r"(rank), "r"(__float_as_uint(v)), "r"(smem_u32(bar))
       : "memory");
 }
 
