@@ -193,17 +193,25 @@ __device__ void merge_in_cluster(const DecodeParams<T>& p, const float (&sm_m)[k
     if (threadIdx.x == 0) sm90::store_async_in_block(&cl_lse[split], 0, M + log2f(L), bar);
     return;
   }
-  for (int d = threadIdx.x; d < kD; d += kThreads) cl_o[0][d] = merged_column(sm_m, sm_acc, M, d) / L;
-  if (threadIdx.x == 0) cl_lse[0] = M + log2f(L);
-  sm90::mbar_wait_spin</*kClusterAcquire=*/true>(bar, 0);
-  __syncthreads();  // (this block's own partial)
+  // This block's own partial, and splits S to kMax - 1 as empty ones (log2-sum-exp −inf,
+  // O zero), so that the merge below runs over kMax splits in straight-line code: each
+  // thread issues all its shared-memory loads and exponentials at once, where a loop to S
+  // took a round trip a split, on every call's critical path (after the last partial).
   const int S = p.splits;
+  for (int d = threadIdx.x; d < kD; d += kThreads) cl_o[0][d] = merged_column(sm_m, sm_acc, M, d) / L;
+  for (int i = threadIdx.x; i < (kMax - S) * kD; i += kThreads) cl_o[S + i / kD][i % kD] = 0.f;
+  if (threadIdx.x == 0) cl_lse[0] = M + log2f(L);
+  if (threadIdx.x < kMax - S) cl_lse[S + threadIdx.x] = -INFINITY;
+  sm90::mbar_wait_spin</*kClusterAcquire=*/true>(bar, 0);
+  __syncthreads();
   float Mx = -INFINITY;
-  for (int s = 0; s < S; ++s) Mx = fmaxf(Mx, cl_lse[s]);
+#pragma unroll
+  for (int s = 0; s < kMax; ++s) Mx = fmaxf(Mx, cl_lse[s]);
   for (int d = threadIdx.x; d < kD; d += kThreads) {
     float W = 0.f, o = 0.f;
-    for (int s = 0; s < S; ++s) {
-      const float w = exp2f(cl_lse[s] - Mx);
+#pragma unroll
+    for (int s = 0; s < kMax; ++s) {
+      const float w = exp2f(cl_lse[s] - Mx);  // 0 past S
       W += w;
       o += w * cl_o[s][d];
     }
