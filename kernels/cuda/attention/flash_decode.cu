@@ -158,12 +158,14 @@ __device__ __forceinline__ float merged_column(const float (&sm_m)[kGroups], con
   return o;
 }
 
+#if FLASHGPT_HAS_WGMMA
 // The barrier on which the first block of a cluster counts the others' partials
 // (merge_in_cluster; a __shared__ variable of a device function is one a block).
 __device__ __forceinline__ uint64_t* cluster_merge_barrier() {
   __shared__ __align__(8) uint64_t bar;
   return &bar;
 }
+#endif
 
 // The splits of (b, h) as one thread-block cluster, split s its block of rank s
 // (plan_decode's `cluster`; the tensor-core kernel only): each other block stores its O / L
@@ -175,9 +177,9 @@ __device__ __forceinline__ uint64_t* cluster_merge_barrier() {
 // and no second cluster barrier: on an H100 the st.async merge was 0.1-0.6 us a call
 // faster than stores followed by a release/acquire cluster barrier at batch 1 from 1K to
 // 64K keys, 0.5-0.8 us at batch 16 with 8K and 16K (BENCHMARKS.md, "Sixty-seventh
-// session", call 2). Every
-// block arrived at the cluster barrier at its start, so the wait here tells a block that
-// the first block runs, with its barrier armed, before it stores into its shared memory.
+// session", call 2). Every block arrived at the cluster barrier at its start, so the wait
+// here tells a block that the first block runs, with its barrier armed, before it stores
+// into its shared memory.
 template <class Tr, int kGroups, class T = typename Tr::Elem>
 __device__ void merge_in_cluster(const DecodeParams<T>& p, const float (&sm_m)[kGroups],
                                  const float (&sm_acc)[kGroups][Tr::kHeadDim], float M, float L, int split, int64_t bh) {
