@@ -142,6 +142,8 @@ struct Sm90BwdTile {
   // part (a warp-major tile, 5 KB a reduce) was slower than that, and the same eager
   // warpgroup reduce at D = 64 (128-query tiles, one slot) 5% slower at 16 x 32 x 1K.
   static constexpr bool kEagerDq = kHeadDim == 128 && kBlockM == 80;
+  static_assert(kDqTiles * 8 * 64 == kBlockM * kHeadDim / 2 && (!kEagerDq || kDqSplitsD),
+                "a warpgroup's block of dQ (64 rows of dQᵀ) is half the tile's");
   // K and V load by TMA only at D = 128 (one K/V buffer, kv_bufs), through the Q map
   // (boxes of kBlockM rows) when its boxes are 64 rows; 80-query tiles give them a map of
   // their own (Sm90BwdMaps::kv). D = 64 loads them by cp.async and needs none.
