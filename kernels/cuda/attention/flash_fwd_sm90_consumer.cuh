@@ -52,7 +52,7 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&
 }  // namespace sm90
 
 // kSplitSoftmax: step_overlapped's softmax split around the wait for the previous P·V
-// (there); the warp-specialised forward's tiles say where (Sm90WsTile::kSplitSoftmax).
+// (there); the warp-specialised forward's tiles say where (Sm90WsTile::split_softmax).
 template <class Tile, bool kCausal, bool kSplitSoftmax = false>
 struct Sm90FwdConsumer {
   static constexpr int D = Tile::kHeadDim, BM = Tile::kBlockM, BN = Tile::kBlockN;

@@ -94,7 +94,7 @@ struct Sm90WsTile : Sm90FwdTileShape<kHeadDim_, kBlockN_, 64 * kConsumers_> {
   // D = 128 causal 16K, and was level (-0.6%) at D = 128 causal 1K; with three consumers
   // (D = 64 causal from 2K, full from 320) 1.1-1.9% slower (BENCHMARKS.md, "Fifty-second
   // session", call 1). One consumer: not measured, the old step.
-  static constexpr bool kSplitSoftmax = kConsumers == 2;
+  static constexpr bool split_softmax() { return kConsumers == 2; }
   static constexpr uint32_t kTileBytes = uint32_t(Shape::kBlockN) * kHeadDim_ * sizeof(bf16);
   static constexpr uint32_t kQBytes = uint32_t(Shape::kQRows) * kHeadDim_ * sizeof(bf16);
   // kQBufs × Q + kStages × (K, V), and slack to align the base to 1024 bytes (the swizzle
@@ -314,7 +314,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
     if (split) {
       static_assert(S == kConsumers, "consumer c's key tiles are those of ring stage c");
       constexpr int kTurnThreads = 256, kMergeBarrier = kStoreBarrier + kConsumers;
-      Sm90FwdConsumer<Tile, kCausal, Tile::kSplitSoftmax> c(p, m0, /*rows of consumer*/ 0, warp % 4, lane, sQ);
+      Sm90FwdConsumer<Tile, kCausal, Tile::split_softmax()> c(p, m0, /*rows of consumer*/ 0, warp % 4, lane, sQ);
       const uint32_t k_base = smem_u32(sK + cw * BN * D), v_base = smem_u32(sV + cw * BN * D);
       if (cw == kConsumers - 1) sm90::named_arrive(1, kTurnThreads);
       auto step = [&](int nb, auto is_first) {
@@ -359,7 +359,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kBlocksPerSm)
   // loop took 18 more instructions and 16K without a mask ran 2-3% slower: calls 1-3).
   auto consume = [&](auto busy_consumers) {
     constexpr int kBusy = decltype(busy_consumers)::value;
-    Sm90FwdConsumer<Tile, kCausal, Tile::kSplitSoftmax> c(p, m0, cw, warp % 4, lane, sQ);
+    Sm90FwdConsumer<Tile, kCausal, Tile::split_softmax()> c(p, m0, cw, warp % 4, lane, sQ);
     const int mine = kSkips ? sm90ws_consumer_key_tiles(m0, cw, BN, n_blocks) : n_blocks;  // this consumer's key tiles
     auto v_base = [&](int nb) { return smem_u32(sV + (nb % S) * BN * D); };
     sm90::mbar_wait(&q_full, 0);
@@ -623,7 +623,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if (claimed) t_after = tile_after[qb][cw], last_tile = t_after < 0;
   };
   if (!next_tile()) return;
-  Sm90FwdConsumer<Tile, kCausal, Tile::kSplitSoftmax> c(p, m0, cw, warp % 4, lane, sQ + qb * QR * D);
+  Sm90FwdConsumer<Tile, kCausal, Tile::split_softmax()> c(p, m0, cw, warp % 4, lane, sQ + qb * QR * D);
   auto step = [&](int nb, auto is_first) {
     constexpr bool kFirst = decltype(is_first)::value;
     const int kv = kv0 + nb, s = kv % S;
