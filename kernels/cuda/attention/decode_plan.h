@@ -25,6 +25,8 @@ constexpr int64_t kDecodeMaxSplits = 4096;
 // What a split plan pays for its merge when B·H blocks already cover the SMs (in tiles;
 // see plan_decode).
 constexpr int64_t kDecodeMergeTiles = 24;
+// The same for a plan merged in a thread-block cluster (see plan_decode).
+constexpr int64_t kDecodeClusterMergeTiles = 4;
 
 // Keys per block and the number of splits for B·H caches of T keys, read in tiles of
 // `tile` keys, at most max_chunk keys a block, `resident` blocks at a time on a GPU of
@@ -55,6 +57,11 @@ constexpr int64_t kDecodeMergeTiles = 24;
 // merge 8 splits were 2-9% faster than the model's 8-32 through L2 from 1K to 32K keys,
 // level at 64K and 0.5% slower at 128K (chunks of 16K keys), and at B = 16 0.4-0.6% faster
 // with 2 splits (8K, 16K keys) but 3.5% slower with 4 (64K: 768 blocks, two waves; call 3).
+// A cluster merge is no round trip through L2, so a cluster plan pays kDecodeClusterMergeTiles
+// instead of kDecodeMergeTiles: on an H100 at B = 16, H = 12, D = 64 two splits in clusters
+// were 1% faster than one with 2K keys and 2.7% with 4K (BENCHMARKS.md, "Sixty-ninth
+// session", call 2: 36.5 against 36.9 us, 67.8 against 69.7), where the price of 24 tiles
+// had kept one split up to 4K keys.
 inline DecodePlan plan_decode(int64_t B, int64_t H, int64_t T, int64_t tile, int64_t max_chunk, int64_t resident,
                               int64_t sms, int want_splits, int max_cluster = 0) {
   auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
@@ -76,7 +83,8 @@ inline DecodePlan plan_decode(int64_t B, int64_t H, int64_t T, int64_t tile, int
     const int64_t splits = ceil_div(T, chunk);
     if (splits > kDecodeMaxSplits && best_chunk) break;  // shorter chunks only add splits
     if (capped && splits > max_cluster) break;
-    const int64_t merge = splits > 1 && B * H >= sms ? kDecodeMergeTiles * tile : 0;
+    const int64_t price = in_cluster(splits) ? kDecodeClusterMergeTiles : kDecodeMergeTiles;
+    const int64_t merge = splits > 1 && B * H >= sms ? price * tile : 0;
     const int64_t cost = ceil_div(B * H * splits, resident) * (chunk + 2 * tile) + merge;
     if (cost < best_cost) best_cost = cost, best_chunk = chunk;
   }
