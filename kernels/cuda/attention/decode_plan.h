@@ -100,6 +100,9 @@ inline DecodePlan plan_decode(int64_t B, int64_t H, int64_t T, int64_t tile, int
 // faster from 32K to 256K keys (BENCHMARKS.md, "Thirtieth session", calls 3 and 4, two
 // rounds each). With 8K and 16K keys it was 0.4-1.6% slower, and at D = 64 slower at
 // 16K-64K keys (0.3-0.9%) and faster only at 128K (0.9%): the model's chunks stay there.
+// Forced splits of 2048 keys against this cap's plans on two H100s ("Sixty-ninth session",
+// calls 2 and 3): 1.0% faster at 32K keys, 0.2% at 128K, level at 64K and 256K; a cap of
+// 2048 would make the model take 38 and 71 splits at 64K and 128K, not yet measured.
 inline int64_t decode_max_chunk(int64_t B, int64_t H, int64_t T, int D, int64_t sms, int64_t max_chunk) {
   return D == 128 && B * H >= sms && T >= 32768 ? std::min<int64_t>(max_chunk, 4096) : max_chunk;
 }
