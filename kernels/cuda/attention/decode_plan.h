@@ -58,10 +58,12 @@ constexpr int64_t kDecodeClusterMergeTiles = 4;
 // level at 64K and 0.5% slower at 128K (chunks of 16K keys), and at B = 16 0.4-0.6% faster
 // with 2 splits (8K, 16K keys) but 3.5% slower with 4 (64K: 768 blocks, two waves; call 3).
 // A cluster merge is no round trip through L2, so a cluster plan pays kDecodeClusterMergeTiles
-// instead of kDecodeMergeTiles: on an H100 at B = 16, H = 12, D = 64 two splits in clusters
-// were 1% faster than one with 2K keys and 2.7% with 4K (BENCHMARKS.md, "Sixty-ninth
-// session", call 2: 36.5 against 36.9 us, 67.8 against 69.7), where the price of 24 tiles
-// had kept one split up to 4K keys.
+// instead of kDecodeMergeTiles: on two H100s at B = 16, H = 12, D = 64 two splits in
+// clusters were 1.0-1.6% faster than one with 2K keys and 2.7-3.0% with 4K, and with 1K
+// level in one round and 1.2% faster in the other (BENCHMARKS.md, "Sixty-ninth session",
+// calls 2 and 3), where the price of 24 tiles had kept one split up to 4K keys. Any price
+// from 4 to 7 tiles gives two splits at 2K and 4K and keeps one at 1K (a tie at 4, which
+// goes to fewer splits); 4.
 inline DecodePlan plan_decode(int64_t B, int64_t H, int64_t T, int64_t tile, int64_t max_chunk, int64_t resident,
                               int64_t sms, int want_splits, int max_cluster = 0) {
   auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
