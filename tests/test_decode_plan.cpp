@@ -41,16 +41,16 @@ TEST(DecodePlan, ForcedSplits) {
 
 // The split counts that `scripts/bench_decode.py` printed for its 36 shapes on an H200
 // with 16 KB tiles (BENCHMARKS.md, "Twenty-third session", call 5; the merge price from
-// the ninth session; batch 16 at D = 128 from 32K keys: "Thirtieth session", call 4, with
-// decode_max_chunk's 4096): batch 1 spreads the few heads over the resident blocks; at
-// batch 16 the (b, h) pairs already cover the SMs, so a split has to pay for its merge
-// (one split up to 4K keys at D = 64; with 8 KB tiles two at 1K had been measured 0.0198
-// ms against 0.0172 for one).
+// the ninth session; batch 16 at D = 128 from 32K keys: decode_max_chunk's 2048-key
+// chunks, "Seventieth session"; no cluster merge): batch 1 spreads the few heads over the
+// resident blocks; at batch 16 the (b, h) pairs already cover the SMs, so a split has to
+// pay for its merge (one split up to 4K keys at D = 64; with 8 KB tiles two at 1K had
+// been measured 0.0198 ms against 0.0172 for one).
 TEST(DecodePlan, TheSuiteShapesAsMeasured) {
   const int64_t lengths[] = {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144};
   const int want[2][2][9] = {
       {{8, 16, 32, 32, 32, 32, 32, 32, 33}, {1, 1, 1, 2, 2, 2, 4, 8, 35}},      // D = 64: B = 1, 16
-      {{16, 16, 16, 16, 16, 16, 16, 16, 33}, {1, 1, 1, 1, 1, 8, 16, 36, 72}}};  // D = 128
+      {{16, 16, 16, 16, 16, 16, 16, 16, 33}, {1, 1, 1, 1, 1, 16, 38, 71, 128}}};  // D = 128
   for (int d = 0; d < 2; ++d)
     for (int b = 0; b < 2; ++b)
       for (int i = 0; i < 9; ++i)
@@ -70,22 +70,22 @@ TEST(DecodePlan, TheTileIs16KbUnlessAsked) {
 
 // Batch 16 with 32 KB tiles: the split counts printed for the suite's batch-16 shapes in
 // the "Thirtieth session", calls 1 and 2 (FLASHGPT_DECODE_TILE_KB=32, one stage), and at
-// D = 128 from 32K keys those of decode_max_chunk's 4096-key chunks, which came after.
+// D = 128 from 32K keys those of decode_max_chunk's 2048-key chunks, which came after.
 TEST(DecodePlan, TheBatch16ShapesWith32KbTiles) {
   const int64_t lengths[] = {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144};
-  const int want[2][9] = {{1, 1, 1, 1, 2, 2, 4, 8, 16}, {1, 1, 1, 1, 1, 8, 16, 38, 71}};  // D = 64, 128
+  const int want[2][9] = {{1, 1, 1, 1, 2, 2, 4, 8, 16}, {1, 1, 1, 1, 1, 16, 32, 64, 128}};  // D = 64, 128
   for (int d = 0; d < 2; ++d)
     for (int i = 0; i < 9; ++i)
       EXPECT_EQ(plan(16, lengths[i], d ? 128 : 64, 0, 32).splits, want[d][i]) << "T=" << lengths[i] << " D=" << (d ? 128 : 64);
 }
 
-// The 4096-key cap: only at D = 128, only once the pairs cover the SMs, only from 32K keys.
+// The 2048-key cap: only at D = 128, only once the pairs cover the SMs, only from 32K keys.
 TEST(DecodePlan, TheChunkCapAtHeadDim128) {
-  EXPECT_EQ(cuda::decode_max_chunk(16, 16, 32768, 128, kSms, kMaxChunk), 4096);
+  EXPECT_EQ(cuda::decode_max_chunk(16, 16, 32768, 128, kSms, kMaxChunk), 2048);
   EXPECT_EQ(cuda::decode_max_chunk(16, 16, 32767, 128, kSms, kMaxChunk), kMaxChunk);
   EXPECT_EQ(cuda::decode_max_chunk(1, 16, 262144, 128, kSms, kMaxChunk), kMaxChunk);
   EXPECT_EQ(cuda::decode_max_chunk(16, 12, 262144, 64, kSms, kMaxChunk), kMaxChunk);
-  EXPECT_EQ(cuda::decode_max_chunk(16, 16, 262144, 128, kSms, 2048), 2048);  // the register kernel's own limit
+  EXPECT_EQ(cuda::decode_max_chunk(16, 16, 262144, 128, kSms, 1024), 1024);  // a kernel's own lower limit
 }
 
 // Without the merge price batch 16 at D = 64 would split short caches in two (the old plan,

@@ -96,17 +96,19 @@ inline DecodePlan plan_decode(int64_t B, int64_t H, int64_t T, int64_t tile, int
 
 // The longest chunk (keys) the plan may give a block of the kernel whose own limit is
 // max_chunk: at head dim 128, when the B·H caches are one an SM or more and hold 32K
-// keys or more, 4096. The wave model alone picks 2-8 splits there up to 128K keys
+// keys or more, 2048. The wave model alone picks 2-8 splits there up to 128K keys
 // (chunks of 16K keys) and 34 at 256K, which measured slower than chunks of 4096 keys,
-// though the model does not say why: on an H200 at B = 16, H = 16 the cap was 0.2-1.7%
-// faster from 32K to 256K keys (BENCHMARKS.md, "Thirtieth session", calls 3 and 4, two
-// rounds each). With 8K and 16K keys it was 0.4-1.6% slower, and at D = 64 slower at
-// 16K-64K keys (0.3-0.9%) and faster only at 128K (0.9%): the model's chunks stay there.
-// Forced splits of 2048 keys against this cap's plans on two H100s ("Sixty-ninth session",
-// calls 2 and 3): 1.0% faster at 32K keys, 0.2% at 128K, level at 64K and 256K; a cap of
-// 2048 would make the model take 38 and 71 splits at 64K and 128K, not yet measured.
+// though the model does not say why: on an H200 at B = 16, H = 16 a cap of 4096 was
+// 0.2-1.7% faster from 32K to 256K keys (BENCHMARKS.md, "Thirtieth session", calls 3 and
+// 4, two rounds each). With 8K and 16K keys it was 0.4-1.6% slower, and at D = 64 slower
+// at 16K-64K keys (0.3-0.9%) and faster only at 128K (0.9%): the model's chunks stay
+// there. Chunks of 2048 keys against 4096, on two H100s ("Sixty-ninth session", calls 2
+// and 3, two rounds each): 1.0% faster at 32K keys, 0.2% at 128K, level at 64K and 256K.
+// Under this cap the model takes 16, 38, 71 and 128 splits from 32K to 256K keys; against
+// the 4096 cap's 8, 16, 36 and 72 on a third H100 ("Seventieth session", two rounds):
+// 1.0% faster at 32K, within 0.1% at 64K (slower), 128K and 256K (faster).
 inline int64_t decode_max_chunk(int64_t B, int64_t H, int64_t T, int D, int64_t sms, int64_t max_chunk) {
-  return D == 128 && B * H >= sms && T >= 32768 ? std::min<int64_t>(max_chunk, 4096) : max_chunk;
+  return D == 128 && B * H >= sms && T >= 32768 ? std::min<int64_t>(max_chunk, 2048) : max_chunk;
 }
 
 // The bulk kernel's tile (flash_decode.cu), in KB of K: 16 (and as much V) in two stages,

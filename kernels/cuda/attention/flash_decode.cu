@@ -39,7 +39,7 @@
 //
 // Split choice (plan_decode, decode_plan.h): the split count that a model of waves of
 // resident blocks says is cheapest, with chunks of whole tiles and at most
-// Variant::kMaxChunk keys, or 4096 at D = 128 with B·H >= the SMs and T >= 32K
+// Variant::kMaxChunk keys, or 2048 at D = 128 with B·H >= the SMs and T >= 32K
 // (decode_max_chunk) (and, when B·H blocks already cover the SMs, a price for the merge);
 // for the tensor-core kernel at most 8 splits (a cluster) where 8 chunks of at most 8K
 // keys cover the cache in one wave.
