@@ -102,11 +102,16 @@ void check_overlap(int D, int settled, bool short_chunks) {
   ASSERT_EQ(cudaMemcpy(q.p, q_ok.p, qkv.size() * 2, cudaMemcpyDeviceToDevice), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(k.p, k_ok.p, size_t(cache_n) * 2, cudaMemcpyDeviceToDevice), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(v.p, v_ok.p, size_t(cache_n) * 2, cudaMemcpyDeviceToDevice), cudaSuccess);
+  // A device-to-device cudaMemcpy returns before it is done, and `stream` does not wait for
+  // the legacy default stream that runs it (cudaStreamNonBlocking).
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   cuda::flash_decode(a, ws.p, ws_bytes, stream, splits);
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   const std::vector<uint16_t> want_out = download(out.p, size_t(B * HD));
   const std::vector<uint16_t> want_lse = download(lse.p, size_t(2 * B * H));
   for (uint16_t x : want_out) ASSERT_FALSE(std::isnan(bf16_to_float(x))) << "reference output is NaN";
+  ASSERT_TRUE(std::any_of(want_out.begin(), want_out.end(), [](uint16_t x) { return (x & 0x7fff) != 0; }))
+      << "reference output is all zero: the call did not read the inputs";
 
   // q and the unsettled keys NaN until the slow writer fills them; outputs NaN before.
   ASSERT_EQ(device_memset_sync(q.p, 0xff, qkv.size() * 2), cudaSuccess);
