@@ -94,6 +94,12 @@ struct AttentionDecode {
   Tensor v_cache;  // (B, H, Tmax, D) values of positions [0, T) are read
   int B = 0, H = 0, D = 0;
   int T = 0;       // positions attended to, the new token's own included: 1 <= T <= Tmax
+  // Positions [0, settled) of the caches are not written by the kernel queued just before
+  // this call on its stream (the model: settled = T - 1, the position kv_cache_write just
+  // filled is T - 1). The Hopper kernels may load them while that kernel still runs
+  // (programmatic dependent launch); everything else they read after it has finished.
+  // 0: nothing early. Clamped to [0, T]; the CPU ignores it.
+  int settled = 0;
 };
 
 // Appends n tokens' keys and values to a KV cache.

@@ -174,7 +174,8 @@ void GPT2Decoder::forward(const int32_t* tokens, int n, std::vector<double>& log
     } else {
       FG_ASSERT(n == 1, "after the prompt, tokens are decoded one at a time");
       ops_.attention_decode({.out = atty, .lse = {}, .qkv = qkv, .k_cache = y.k[size_t(l)],
-                             .v_cache = y.v[size_t(l)], .B = B, .H = H, .D = D, .T = pos_ + 1});
+                             .v_cache = y.v[size_t(l)], .B = B, .H = H, .D = D, .T = pos_ + 1,
+                             .settled = pos_});  // kv_cache_write just filled position pos_
     }
     ops_.matmul_forward({.out = proj, .inp = atty, .weight = w.attproj_w, .bias = w.attproj_b});
     ops_.residual_layernorm_forward(res2, ln, mean, rstd, x, proj, w.ln2_w, w.ln2_b);

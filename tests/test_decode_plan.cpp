@@ -129,12 +129,21 @@ TEST(DecodePlan, TheClusterMergeCapsTheSplitsWhereItCoversTheCache) {
   EXPECT_FALSE(plan_decode(1, 12, 4097, 128, kMaxChunk, 3 * kSms, kSms, 3, 0).cluster);
 }
 
-TEST(DecodePlan, TheClusterMergeIsOnUnlessAskedOff) {
-  EXPECT_TRUE(cuda::decode_cluster_merge(nullptr));
-  EXPECT_TRUE(cuda::decode_cluster_merge(""));
-  EXPECT_TRUE(cuda::decode_cluster_merge("1"));
-  EXPECT_FALSE(cuda::decode_cluster_merge("0"));
-  for (const char* bad : {"yes", "2", "off", " 1"}) EXPECT_THROW(cuda::decode_cluster_merge(bad), InputError) << bad;
+// The cluster merge (FLASHGPT_DECODE_CLUSTER) and the overlapped launch (FLASHGPT_DECODE_PDL).
+TEST(DecodePlan, TheSwitchesAreOnUnlessAskedOff) {
+  for (bool (*on)(const char*) : {cuda::decode_cluster_merge, cuda::decode_overlap}) {
+    EXPECT_TRUE(on(nullptr));
+    EXPECT_TRUE(on(""));
+    EXPECT_TRUE(on("1"));
+    EXPECT_FALSE(on("0"));
+    for (const char* bad : {"yes", "2", "off", " 1", "1 "}) EXPECT_THROW(on(bad), InputError) << bad;
+  }
+  try {
+    cuda::decode_overlap("on");
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("FLASHGPT_DECODE_PDL must be 0 or 1, got 'on'"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -127,14 +127,23 @@ inline int decode_bulk_tile_kb(const char* requested) {
   return v == "32" ? 32 : 16;
 }
 
-// Whether the tensor-core decode kernel merges up to kDecodeMaxClusterSplits splits in a
-// thread-block cluster (plan_decode's max_cluster): `requested` is FLASHGPT_DECODE_CLUSTER,
-// 1 (the default: null or empty) or 0 (the merge through L2 at every split count, to
-// compare); anything else is an InputError.
-inline bool decode_cluster_merge(const char* requested) {
+// A decode switch that is on unless asked off: `requested` (the value of the environment
+// variable `name`) is 1 (the default: null or empty) or 0; anything else is an InputError.
+inline bool decode_switch(const char* name, const char* requested) {
   const std::string v = requested && *requested ? requested : "1";
-  if (v != "0" && v != "1") fail_input("FLASHGPT_DECODE_CLUSTER must be 0 or 1, got '", v, "'");
+  if (v != "0" && v != "1") fail_input(name, " must be 0 or 1, got '", v, "'");
   return v == "1";
 }
+
+// Whether the tensor-core decode kernel merges up to kDecodeMaxClusterSplits splits in a
+// thread-block cluster (plan_decode's max_cluster): FLASHGPT_DECODE_CLUSTER, 0 for the
+// merge through L2 at every split count, to compare.
+inline bool decode_cluster_merge(const char* requested) {
+  return decode_switch("FLASHGPT_DECODE_CLUSTER", requested);
+}
+
+// Whether the Hopper decode kernels are launched with programmatic dependent launch
+// (flash_decode.cu): FLASHGPT_DECODE_PDL, 0 for plain launches, to compare.
+inline bool decode_overlap(const char* requested) { return decode_switch("FLASHGPT_DECODE_PDL", requested); }
 
 }  // namespace flashgpt::cuda

@@ -37,6 +37,11 @@
 //             to 8 splits that fits in one wave in a thread-block cluster instead
 //             (merge_in_cluster): no counter, no workspace, no round trip through L2.
 //
+// Launch (Hopper kernels): with programmatic dependent launch, so that the blocks start while
+// the kernel before them finishes; a block loads the first tiles of its chunk that lie in
+// the settled keys (AttentionDecode::settled, which that kernel does not write), then waits
+// for it (griddep_wait) before it reads q or any other key and before it writes anything.
+//
 // Split choice (plan_decode, decode_plan.h): the split count that a model of waves of
 // resident blocks says is cheapest, with chunks of whole tiles and at most
 // Variant::kMaxChunk keys, or 2048 at D = 128 with B·H >= the SMs and T >= 32K
@@ -98,6 +103,7 @@ struct DecodeParams {
   int H, keys, splits;  // keys: cache positions attended to (AttentionDecode::T)
   int64_t Tmax, chunk;
   float scale_log2;  // 1/sqrt(D) · log2 e
+  int64_t settled;   // keys [0, settled) may be loaded before griddep_wait (AttentionDecode::settled)
 };
 
 // The last block of (b, h): merges the splits' partials (written by other blocks: read
@@ -412,11 +418,16 @@ __global__ void __launch_bounds__(Tr::kThreads, bulk_min_blocks(Tr::kThreads, kS
     sm90::bulk_load(ks + s * kTileElems, p.k + head + first * kD, bytes, &full[s], policy);
     sm90::bulk_load(vs + s * kTileElems, p.v + head + first * kD, bytes, &full[s], policy);
   };
+  const int first_tiles = min(kStages, tiles);
+  int early = 0;  // thread 0: tiles issued before the wait
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) sm90::mbar_init(&full[s], 1);
     sm90::fence_mbar_init();
-    for (int i = 0; i < min(kStages, tiles); ++i) issue(i);
+    while (early < first_tiles && min(t0 + int64_t(early + 1) * kTile, t1) <= p.settled) issue(early++);
   }
+  sm90::griddep_wait();
+  if (threadIdx.x == 0)
+    for (int i = early; i < first_tiles; ++i) issue(i);
   __syncthreads();
 
   float q[E], m = -INFINITY, l = 0.f, acc[E];
@@ -484,12 +495,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 3) decode_mma_kernel(const __gri
   // top half); a[1] = a[3] = 0 (rows 8-15).
   uint32_t qa[kSteps][4];
   const bf16* const qp = p.qkv + int64_t(b) * 3 * p.H * kD + h * kD;
+  auto load_q = [&] {
 #pragma unroll
-  for (int kk = 0; kk < kSteps; ++kk) {
-    qa[kk][0] = *reinterpret_cast<const uint32_t*>(qp + 16 * kk + 2 * quad);
-    qa[kk][2] = *reinterpret_cast<const uint32_t*>(qp + 16 * kk + 8 + 2 * quad);
-    qa[kk][1] = qa[kk][3] = 0u;
-  }
+    for (int kk = 0; kk < kSteps; ++kk) {
+      qa[kk][0] = *reinterpret_cast<const uint32_t*>(qp + 16 * kk + 2 * quad);
+      qa[kk][2] = *reinterpret_cast<const uint32_t*>(qp + 16 * kk + 8 + 2 * quad);
+      qa[kk][1] = qa[kk][3] = 0u;
+    }
+  };
   const uint64_t policy = sm90::createpolicy_evict_first();  // read once, as in the bulk kernel
   auto issue = [&](int i) {
     const int s = i % kStages, first = int(t0) + i * kTile;
@@ -500,14 +513,20 @@ __global__ void __launch_bounds__(Tr::kThreads, 3) decode_mma_kernel(const __gri
       sm90::tma_load_3d(vs + s * kStageElems + box * kBoxElems, &v_map, &full[s], box * 64, first, bh, policy);
     }
   };
+  const int first_tiles = min(kStages, tiles);
+  int early = 0;  // thread 0: tiles issued before the wait
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) sm90::mbar_init(&full[s], 1);
     if (cluster && split == 0) sm90::mbar_init(cluster_merge_barrier(), 1);
     sm90::fence_mbar_init();
     if (cluster && split == 0)  // armed for the other splits' partials (merge_in_cluster)
       sm90::mbar_arrive_expect_tx(cluster_merge_barrier(), uint32_t(p.splits - 1) * (kD + 1) * sizeof(float));
-    for (int i = 0; i < min(kStages, tiles); ++i) issue(i);
+    while (early < first_tiles && min(t0 + int64_t(early + 1) * kTile, t1) <= p.settled) issue(early++);
   }
+  sm90::griddep_wait();
+  load_q();
+  if (threadIdx.x == 0)
+    for (int i = early; i < first_tiles; ++i) issue(i);
   __syncthreads();
   if (cluster) sm90::cluster_arrive_relaxed();  // this block runs: the others may store into it (merge_in_cluster)
 
@@ -611,7 +630,7 @@ template <class T, int kD, bool kBulk, int kThreads, int kBulkKB = 16, bool kMma
 struct Variant {
   static_assert(!kMma || (kBulk && kThreads == 128 && kBulkKB == 16 && std::is_same_v<T, bf16>),
                 "the tensor-core kernel: bf16, 128 threads, two stages of 16 KB");
-  static constexpr bool kTensorCores = kMma;
+  static constexpr bool kTensorCores = kMma, kBulkCopies = kBulk;
   static constexpr int kTileBytes = kBulk ? kBulkKB * 1024 : kRegisterTileBytes;
   static constexpr int kStages = bulk_stages(kTileBytes);  // (bulk and tensor-core kernels)
   using Tr = Traits<T, kD, kThreads, kTileBytes / 16 / kThreads>;
@@ -815,6 +834,10 @@ void flash_decode(const AttentionDecode& a, void* workspace, size_t workspace_by
       p.Tmax = a.k_cache.shape[2];
       p.chunk = plan.chunk;
       p.scale_log2 = kLog2e / std::sqrt(float(kD));
+      // The Hopper kernels start while the kernel before them finishes (programmatic
+      // dependent launch), loading the settled keys' first tiles before they wait for it.
+      const bool overlap = V::kBulkCopies && decode_overlap(std::getenv("FLASHGPT_DECODE_PDL"));
+      p.settled = overlap ? std::clamp<int64_t>(a.settled, 0, a.T) : 0;
       if (plan.splits > 1 && !plan.cluster) {
         const size_t parts = size_t(a.B) * a.H * plan.splits, need = workspace_for(a.B, a.H, kD, plan);
         FG_ASSERT(workspace && workspace_bytes >= need, "flash decode: workspace of ", workspace_bytes,
@@ -823,8 +846,27 @@ void flash_decode(const AttentionDecode& a, void* workspace, size_t workspace_by
         p.lse_part = p.o_part + parts * kD;
         p.done = reinterpret_cast<unsigned*>(p.lse_part + parts);
       }
-      const auto kernel = V::kernel();
-      const dim3 grid(unsigned(plan.splits), unsigned(a.H), unsigned(a.B));
+      // A cluster plan: the splits of a (b, h), consecutive in x, are one cluster.
+      cudaLaunchAttribute attrs[2]{};
+      unsigned n_attrs = 0;
+      if (plan.cluster) {
+        attrs[n_attrs].id = cudaLaunchAttributeClusterDimension;
+        attrs[n_attrs].val.clusterDim.x = unsigned(plan.splits);
+        attrs[n_attrs].val.clusterDim.y = attrs[n_attrs].val.clusterDim.z = 1;
+        ++n_attrs;
+      }
+      if (overlap) {
+        attrs[n_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attrs[n_attrs].val.programmaticStreamSerializationAllowed = 1;
+        ++n_attrs;
+      }
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3(unsigned(plan.splits), unsigned(a.H), unsigned(a.B));
+      cfg.blockDim = dim3(V::Tr::kThreads);
+      cfg.dynamicSmemBytes = V::kSmemBytes;
+      cfg.stream = stream;
+      cfg.attrs = attrs;
+      cfg.numAttrs = n_attrs;
       if constexpr (V::kTensorCores) {
         // The caches as (D, T, B·H) tensors of rows Tmax apart a (b, h): keys past T come as zeros.
         const uint64_t dims[3] = {uint64_t(kD), uint64_t(a.T), uint64_t(a.B) * uint64_t(a.H)};
@@ -832,21 +874,9 @@ void flash_decode(const AttentionDecode& a, void* workspace, size_t workspace_by
         const uint32_t box[3] = {64, uint32_t(V::Tr::kTile), 1};
         const CUtensorMap k_map = attn::tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.k, dims, strides, box, "K cache");
         const CUtensorMap v_map = attn::tensor_map_3d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.v, dims, strides, box, "V cache");
-        // A cluster plan: the splits of a (b, h), consecutive in x, are one cluster.
-        cudaLaunchAttribute cluster{};
-        cluster.id = cudaLaunchAttributeClusterDimension;
-        cluster.val.clusterDim.x = unsigned(plan.splits);
-        cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-        cudaLaunchConfig_t cfg{};
-        cfg.gridDim = grid;
-        cfg.blockDim = dim3(V::Tr::kThreads);
-        cfg.dynamicSmemBytes = V::kSmemBytes;
-        cfg.stream = stream;
-        cfg.attrs = &cluster;
-        cfg.numAttrs = plan.cluster ? 1 : 0;
-        CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, k_map, v_map, p, plan.cluster));
+        CUDA_CHECK(cudaLaunchKernelEx(&cfg, V::kernel(), k_map, v_map, p, plan.cluster));
       } else {
-        kernel<<<grid, V::Tr::kThreads, V::kSmemBytes, stream>>>(p);
+        CUDA_CHECK(cudaLaunchKernelEx(&cfg, V::kernel(), p));
       }
     });
     CUDA_CHECK_LAUNCH();

@@ -103,6 +103,11 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, u
       : "memory");
 }
 
+// Programmatic dependent launch (the decode kernels, flash_decode.cu). griddep_wait holds
+// the thread until the grids before this one in the stream have completed and their
+// writes are visible; it returns at once where the launch did not ask to overlap them.
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+
 // Thread-block clusters (the decode's merge of a cache's splits, flash_decode.cu). The
 // cluster barrier, arrived at without ordering anything (`relaxed`): a block's arrival at
 // its start tells the others, once their wait returns, that it runs, so that they may
