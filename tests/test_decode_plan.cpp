@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <string>
 #include "kernels/cuda/attention/decode_plan.h"
+#include "tests/testing.h"
 
 namespace flashgpt {
 namespace {
@@ -138,12 +139,7 @@ TEST(DecodePlan, TheSwitchesAreOnUnlessAskedOff) {
     EXPECT_FALSE(on("0"));
     for (const char* bad : {"yes", "2", "off", " 1", "1 "}) EXPECT_THROW(on(bad), InputError) << bad;
   }
-  try {
-    cuda::decode_overlap("on");
-    FAIL() << "no error";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("FLASHGPT_DECODE_PDL must be 0 or 1, got 'on'"), std::string::npos) << e.what();
-  }
+  test::expect_input_error([] { cuda::decode_overlap("on"); }, {"FLASHGPT_DECODE_PDL must be 0 or 1, got 'on'"});
 }
 
 }  // namespace
