@@ -8,6 +8,8 @@
 #   FLASHGPT_TEST_FILTER='CudaOps.*' scripts/test_gpu.sh     a gtest filter of your own
 #   FLASHGPT_TEST_TIMEOUT=900 (seconds, the default): the suite is killed after it, so that
 #   a kernel that deadlocks fails the run (exit 124) instead of holding the GPU.
+#   FLASHGPT_NO_BUILD=1: skip the configure and build, run the binaries already in the build
+#   directory (FLASHGPT_BUILD_DIR, default build), e.g. ones built elsewhere and copied in.
 #   FLASHGPT_TEST_SHARDS=N (default 1): N test processes share the GPU (gtest sharding),
 #   since most of the suite's time is its CPU references; the tests that measure the
 #   device's free memory (CudaMemory.*) or need tens of GiB of it (CudaInt64.*) then run
@@ -25,9 +27,14 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
 fi
 nvidia-smi -L
 build=${FLASHGPT_BUILD_DIR:-build}
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DFLASHGPT_CUDA=ON \
-  -DFLASHGPT_CUDA_ARCHS="90a;80" -DBUILD_TESTING=ON "$@" >/dev/null
-cmake --build "$build" -j"$(nproc)" --target flashgpt flashgpt_tests
+if [[ "${FLASHGPT_NO_BUILD:-0}" == 1 ]]; then
+  [[ -x "$build/flashgpt" && -x "$build/flashgpt_tests" ]] ||
+    { echo "test_gpu.sh: FLASHGPT_NO_BUILD=1 but $build/flashgpt or $build/flashgpt_tests is missing" >&2; exit 3; }
+else
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DFLASHGPT_CUDA=ON \
+    -DFLASHGPT_CUDA_ARCHS="90a;80" -DBUILD_TESTING=ON "$@" >/dev/null
+  cmake --build "$build" -j"$(nproc)" --target flashgpt flashgpt_tests
+fi
 "$build/flashgpt" info || true
 # One process: one CUDA context for the whole suite (or one per shard). Skips count as
 # failures here.
