@@ -9,7 +9,10 @@
 #   FLASHGPT_TEST_TIMEOUT=900 (seconds, the default): the suite is killed after it, so that
 #   a kernel that deadlocks fails the run (exit 124) instead of holding the GPU.
 #   FLASHGPT_NO_BUILD=1: skip the configure and build, run the binaries already in the build
-#   directory (FLASHGPT_BUILD_DIR, default build), e.g. ones built elsewhere and copied in.
+#   directory (FLASHGPT_BUILD_DIR, default build), e.g. ones built elsewhere and copied in:
+#   the tests then run that directory's flashgpt (FLASHGPT_TEST_BINARY) rather than the
+#   path compiled into them, and read configs/ and tests/golden/ from the source path they
+#   were built in, so build them in a checkout at the same path as this one.
 #   FLASHGPT_TEST_SHARDS=N (default 1): N test processes share the GPU (gtest sharding),
 #   since most of the suite's time is its CPU references; the tests that measure the
 #   device's free memory (CudaMemory.*) or need tens of GiB of it (CudaInt64.*) then run
@@ -30,6 +33,8 @@ build=${FLASHGPT_BUILD_DIR:-build}
 if [[ "${FLASHGPT_NO_BUILD:-0}" == 1 ]]; then
   [[ -x "$build/flashgpt" && -x "$build/flashgpt_tests" ]] ||
     { echo "test_gpu.sh: FLASHGPT_NO_BUILD=1 but $build/flashgpt or $build/flashgpt_tests is missing" >&2; exit 3; }
+  FLASHGPT_TEST_BINARY=$(realpath "$build/flashgpt")
+  export FLASHGPT_TEST_BINARY
 else
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DFLASHGPT_CUDA=ON \
     -DFLASHGPT_CUDA_ARCHS="90a;80" -DBUILD_TESTING=ON "$@" >/dev/null

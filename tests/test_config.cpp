@@ -9,6 +9,7 @@
 #include "optim/schedule.h"
 #include "src/config.h"
 #include "src/errors.h"
+#include "tests/testing.h"
 
 namespace flashgpt {
 namespace {
@@ -123,7 +124,7 @@ TEST(Config, RejectsInvalidYaml) {
 TEST(Config, ProgramExitsWithCode2OnBadConfig) {
   for (const char* yaml : {"train:\n  lrr: 1\n", "model:\n  n_embd: 36\n  n_head: 2\n",
                            "model:\n  n_embd: 160\n  n_head: 2\ntrain:\n  precision: bf16\n"}) {
-    std::string cmd = std::string(FLASHGPT_BINARY) + " train --config " + write_yaml(yaml) + " 2>/dev/null";
+    std::string cmd = std::string(test::flashgpt_binary()) + " train --config " + write_yaml(yaml) + " 2>/dev/null";
     int status = std::system(cmd.c_str());
     ASSERT_TRUE(WIFEXITED(status)) << yaml;
     EXPECT_EQ(WEXITSTATUS(status), 2) << yaml;

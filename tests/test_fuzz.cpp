@@ -337,7 +337,7 @@ void spit(const fs::path& path, const std::string& bytes) {
 // Runs the real binary; returns its exit status (-1: killed by a signal) and stderr.
 std::pair<int, std::string> run_binary(const std::string& args, const fs::path& scratch) {
   const std::string err = (scratch / "binary.err").string();
-  const std::string cmd = std::string("OMP_NUM_THREADS=1 timeout 60 ") + FLASHGPT_BINARY + " " + args +
+  const std::string cmd = std::string("OMP_NUM_THREADS=1 timeout 60 ") + test::flashgpt_binary() + " " + args +
                           " >/dev/null 2>" + err;
   const int status = std::system(cmd.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(err)};

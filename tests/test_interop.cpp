@@ -35,7 +35,7 @@ struct CliRun { int code; std::string out; };
 
 // Runs the flashgpt program with `args` (shell words); stdout, and stderr unless dropped.
 CliRun flashgpt(const std::string& args, bool with_stderr = true) {
-  const std::string cmd = std::string(FLASHGPT_BINARY) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+  const std::string cmd = std::string(test::flashgpt_binary()) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];

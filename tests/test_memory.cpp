@@ -95,7 +95,7 @@ TEST(MemoryPlan, PreflightOnTheCpuSpeaksOfTheHost) {
 std::pair<int, std::string> run_flashgpt(const std::string& args) {
   test::ScratchDir dir("flashgpt_memory_cli_");
   const std::string out = dir.file("out.txt");
-  const int status = std::system((std::string(FLASHGPT_BINARY) + " " + args + " >" + out + " 2>/dev/null").c_str());
+  const int status = std::system((std::string(test::flashgpt_binary()) + " " + args + " >" + out + " 2>/dev/null").c_str());
   std::ifstream f(out);
   std::stringstream ss;
   ss << f.rdbuf();
@@ -189,7 +189,7 @@ TEST(MemoryCommand, TableForTheConfigAlone) {
 TEST(MemoryCommand, TrainTooLargeForTheHostExitsWith2) {
   test::ScratchDir dir("flashgpt_memory_host_");
   const std::string out = dir.file("out.txt");
-  const std::string cmd = std::string(FLASHGPT_BINARY) + " train -c " + kConfig +
+  const std::string cmd = std::string(test::flashgpt_binary()) + " train -c " + kConfig +
                           " --set run.device=cpu --set train.batch_size=1000000 --set train.total_batch=0"
                           " --set run.out_dir=" + dir.file("run") + " >" + out + " 2>&1";
   const int status = std::system(cmd.c_str());

@@ -33,7 +33,7 @@ class Reliability : public flashgpt::test::TrainFixture {
  protected:
   // Starts `flashgpt <args>` (stdout/stderr to files under the scratch dir); returns its pid.
   pid_t spawn(const std::string& args, const std::string& log, const std::string& env = "") {
-    const std::string cmd = "OMP_NUM_THREADS=1 " + env + " exec " + std::string(FLASHGPT_BINARY) + " " + args + " >" +
+    const std::string cmd = "OMP_NUM_THREADS=1 " + env + " exec " + std::string(flashgpt::test::flashgpt_binary()) + " " + args + " >" +
                             dir_.file(log + ".out") + " 2>" + dir_.file(log + ".err");
     const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
     pid_t pid = -1;

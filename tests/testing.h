@@ -19,6 +19,14 @@
 
 namespace flashgpt::test {
 
+// The flashgpt binary the tests run: FLASHGPT_TEST_BINARY when set (binaries built in
+// another directory and copied, as scripts/test_gpu.sh's FLASHGPT_NO_BUILD=1 runs them),
+// else the one built beside this test binary (its path compiled in).
+inline const char* flashgpt_binary() {
+  const char* env = std::getenv("FLASHGPT_TEST_BINARY");
+  return env && *env ? env : FLASHGPT_BINARY;
+}
+
 // A fresh scratch directory under the system temp dir, removed with everything in it
 // when the object goes out of scope.
 struct ScratchDir {

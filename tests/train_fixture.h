@@ -81,7 +81,7 @@ class TrainFixture : public ::testing::Test {
     std::string launch = ranks == 0 ? std::string()
                                     : "mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 -np " +
                                           std::to_string(ranks) + " ";
-    const std::string cmd = "OMP_NUM_THREADS=1 " + env + " timeout 120 " + launch + FLASHGPT_BINARY +
+    const std::string cmd = "OMP_NUM_THREADS=1 " + env + " timeout 120 " + launch + flashgpt_binary() +
                             " train -c " + config() + " --set run.out_dir=" + r.dir +
                             " --set train.batch_size=" + std::to_string(batch) + " " + extra + " >" + out +
                             " 2>" + err;

@@ -92,7 +92,7 @@ TEST_F(CudaMemory, PlanMirrorsTheOpSetsScratchSizes) {
 std::pair<int, std::string> run_flashgpt(const std::string& args) {
   ScratchDir dir("flashgpt_preflight_");
   const std::string err = dir.file("err.txt");
-  const int status = std::system((std::string(FLASHGPT_BINARY) + " " + args + " >/dev/null 2>" + err).c_str());
+  const int status = std::system((std::string(flashgpt_binary()) + " " + args + " >/dev/null 2>" + err).c_str());
   std::ifstream f(err);
   std::stringstream ss;
   ss << f.rdbuf();
