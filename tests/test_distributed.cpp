@@ -148,7 +148,8 @@ TEST_F(Distributed, BadInputOnEveryRankExitsTwo) {
 // of an empty call).
 TEST_F(Distributed, BenchCommNeedsTwoRanks) {
   const std::string out = dir_.file("comm.out");
-  const std::string bench = std::string(flashgpt::test::flashgpt_binary()) + " bench comm --device cpu --mib 1 --iters 3 --warmup 1";
+  const std::string bench =
+      std::string(flashgpt::test::flashgpt_binary()) + " bench comm --device cpu --mib 1 --iters 3 --warmup 1";
   int status = std::system(("OMP_NUM_THREADS=1 timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 " + bench +
                             " >" + out + " 2>&1").c_str());
   const std::string two = flashgpt::test::slurp(out);

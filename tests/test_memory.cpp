@@ -95,7 +95,8 @@ TEST(MemoryPlan, PreflightOnTheCpuSpeaksOfTheHost) {
 std::pair<int, std::string> run_flashgpt(const std::string& args) {
   test::ScratchDir dir("flashgpt_memory_cli_");
   const std::string out = dir.file("out.txt");
-  const int status = std::system((std::string(test::flashgpt_binary()) + " " + args + " >" + out + " 2>/dev/null").c_str());
+  const std::string cmd = std::string(test::flashgpt_binary()) + " " + args + " >" + out + " 2>/dev/null";
+  const int status = std::system(cmd.c_str());
   std::ifstream f(out);
   std::stringstream ss;
   ss << f.rdbuf();

@@ -33,8 +33,8 @@ class Reliability : public flashgpt::test::TrainFixture {
  protected:
   // Starts `flashgpt <args>` (stdout/stderr to files under the scratch dir); returns its pid.
   pid_t spawn(const std::string& args, const std::string& log, const std::string& env = "") {
-    const std::string cmd = "OMP_NUM_THREADS=1 " + env + " exec " + std::string(flashgpt::test::flashgpt_binary()) + " " + args + " >" +
-                            dir_.file(log + ".out") + " 2>" + dir_.file(log + ".err");
+    const std::string cmd = "OMP_NUM_THREADS=1 " + env + " exec " + flashgpt::test::flashgpt_binary() + " " + args +
+                            " >" + dir_.file(log + ".out") + " 2>" + dir_.file(log + ".err");
     const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
     pid_t pid = -1;
     EXPECT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
