@@ -138,13 +138,11 @@ TEST(Shard, IdAboveVocabNamesPosition) {
 // ---- flashgpt prepare: text files -> shards ------------------------------------------
 #include "data/prepare.h"
 #include "data/tokenizer.h"
+#include "tests/vocab.h"
 
 namespace {
 
-std::string vocab_dir() {
-  const char* env = std::getenv("FLASHGPT_VOCAB_DIR");
-  return env && *env ? env : std::string(FLASHGPT_SOURCE_DIR) + "/cache/gpt2";
-}
+using test::vocab_dir;
 
 std::vector<uint16_t> read_all(const std::string& pattern) {
   std::vector<uint16_t> all;
