@@ -18,7 +18,8 @@ constexpr int64_t kSms = 132, kMaxChunk = 16384;
 
 DecodePlan plan(int64_t B, int64_t T, int D, int want_splits = 0, int tile_kb = 16) {
   const int64_t H = D == 64 ? 12 : 16, tile = (D == 64 ? 128 : 64) * tile_kb / 16, resident = (D == 64 ? 3 : 2) * kSms;
-  return plan_decode(B, H, T, tile, cuda::decode_max_chunk(B, H, T, D, kSms, kMaxChunk), resident, kSms, want_splits);
+  return plan_decode(B, H, T, tile, cuda::decode_max_chunk(B, H, T, tile, resident, kMaxChunk), resident, kSms,
+                     want_splits);
 }
 
 TEST(DecodePlan, ChunksCoverTheCacheInWholeTiles) {
@@ -42,16 +43,17 @@ TEST(DecodePlan, ForcedSplits) {
 
 // The split counts that `scripts/bench_decode.py` printed for its 36 shapes on an H200
 // with 16 KB tiles (BENCHMARKS.md, "Twenty-third session", call 5; the merge price from
-// the ninth session; batch 16 at D = 128 from 32K keys: decode_max_chunk's 2048-key
-// chunks, "Seventieth session"; no cluster merge): batch 1 spreads the few heads over the
-// resident blocks; at batch 16 the (b, h) pairs already cover the SMs, so a split has to
-// pay for its merge (one split up to 4K keys at D = 64; with 8 KB tiles two at 1K had
-// been measured 0.0198 ms against 0.0172 for one).
+// the ninth session; no cluster merge), but where decode_max_chunk's chunks of 8 tiles
+// make 8 waves or more: there the split counts that were forced and measured faster on an
+// H100 ("Seventy-fifth session"). Batch 1 spreads the few heads over the resident blocks;
+// at batch 16 the (b, h) pairs already cover the SMs, so a split has to pay for its merge
+// (one split up to 4K keys at D = 64; with 8 KB tiles two at 1K had been measured 0.0198 ms
+// against 0.0172 for one) until the cache is long enough to stream in short chunks.
 TEST(DecodePlan, TheSuiteShapesAsMeasured) {
   const int64_t lengths[] = {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144};
   const int want[2][2][9] = {
-      {{8, 16, 32, 32, 32, 32, 32, 32, 33}, {1, 1, 1, 2, 2, 2, 4, 8, 35}},      // D = 64: B = 1, 16
-      {{16, 16, 16, 16, 16, 16, 16, 16, 33}, {1, 1, 1, 1, 1, 16, 38, 71, 128}}};  // D = 128
+      {{8, 16, 32, 32, 32, 32, 32, 32, 33}, {1, 1, 1, 2, 2, 32, 64, 128, 256}},      // D = 64: B = 1, 16
+      {{16, 16, 16, 16, 16, 16, 16, 256, 512}, {1, 1, 1, 16, 32, 64, 128, 256, 512}}};  // D = 128
   for (int d = 0; d < 2; ++d)
     for (int b = 0; b < 2; ++b)
       for (int i = 0; i < 9; ++i)
@@ -70,23 +72,28 @@ TEST(DecodePlan, TheTileIs16KbUnlessAsked) {
 }
 
 // Batch 16 with 32 KB tiles: the split counts printed for the suite's batch-16 shapes in
-// the "Thirtieth session", calls 1 and 2 (FLASHGPT_DECODE_TILE_KB=32, one stage), and at
-// D = 128 from 32K keys those of decode_max_chunk's 2048-key chunks, which came after.
+// the "Thirtieth session", calls 1 and 2 (FLASHGPT_DECODE_TILE_KB=32, one stage), but
+// where decode_max_chunk's chunks of 8 tiles (twice the keys of 16 KB tiles) make 8 waves.
 TEST(DecodePlan, TheBatch16ShapesWith32KbTiles) {
   const int64_t lengths[] = {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144};
-  const int want[2][9] = {{1, 1, 1, 1, 2, 2, 4, 8, 16}, {1, 1, 1, 1, 1, 16, 32, 64, 128}};  // D = 64, 128
+  const int want[2][9] = {{1, 1, 1, 1, 2, 2, 32, 64, 128}, {1, 1, 1, 1, 16, 32, 64, 128, 256}};  // D = 64, 128
   for (int d = 0; d < 2; ++d)
     for (int i = 0; i < 9; ++i)
       EXPECT_EQ(plan(16, lengths[i], d ? 128 : 64, 0, 32).splits, want[d][i]) << "T=" << lengths[i] << " D=" << (d ? 128 : 64);
 }
 
-// The 2048-key cap: only at D = 128, only once the pairs cover the SMs, only from 32K keys.
-TEST(DecodePlan, TheChunkCapAtHeadDim128) {
-  EXPECT_EQ(cuda::decode_max_chunk(16, 16, 32768, 128, kSms, kMaxChunk), 2048);
-  EXPECT_EQ(cuda::decode_max_chunk(16, 16, 32767, 128, kSms, kMaxChunk), kMaxChunk);
-  EXPECT_EQ(cuda::decode_max_chunk(1, 16, 262144, 128, kSms, kMaxChunk), kMaxChunk);
-  EXPECT_EQ(cuda::decode_max_chunk(16, 12, 262144, 64, kSms, kMaxChunk), kMaxChunk);
-  EXPECT_EQ(cuda::decode_max_chunk(16, 16, 262144, 128, kSms, 1024), 1024);  // a kernel's own lower limit
+// Chunks of 8 tiles once they make 8 waves of resident blocks, from the first key past:
+// 192 pairs with tiles of 128 keys and 396 resident need 17 chunks of 1024 keys a pair
+// (3264 blocks, against 3168), 12 pairs 264 (3168).
+TEST(DecodePlan, TheStreamingChunkCap) {
+  const int64_t resident = 3 * kSms;
+  EXPECT_EQ(cuda::decode_max_chunk(16, 12, 16384, 128, resident, kMaxChunk), kMaxChunk);
+  EXPECT_EQ(cuda::decode_max_chunk(16, 12, 16385, 128, resident, kMaxChunk), 1024);
+  EXPECT_EQ(cuda::decode_max_chunk(1, 12, 263 * 1024, 128, resident, kMaxChunk), kMaxChunk);
+  EXPECT_EQ(cuda::decode_max_chunk(1, 12, 263 * 1024 + 1, 128, resident, kMaxChunk), 1024);
+  EXPECT_EQ(cuda::decode_max_chunk(16, 16, 32768, 64, 2 * kSms, kMaxChunk), 512);       // D = 128's tiles
+  EXPECT_EQ(cuda::decode_max_chunk(16, 16, 262144, 64, 2 * kSms, 256), 256);            // a kernel's own lower limit
+  EXPECT_EQ(cuda::decode_max_chunk(1, 1, 8 * 1024, 128, /*resident=*/0, kMaxChunk), 1024);  // at least one resident
 }
 
 // Without the merge price batch 16 at D = 64 would split short caches in two (the old plan,

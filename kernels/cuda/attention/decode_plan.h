@@ -94,21 +94,32 @@ inline DecodePlan plan_decode(int64_t B, int64_t H, int64_t T, int64_t tile, int
   return {best_chunk, int(splits), in_cluster(splits)};
 }
 
+// Chunks of at most this many tiles where the cache streams for many waves (decode_max_chunk).
+constexpr int64_t kDecodeStreamChunkTiles = 8;
+// ... once the blocks at that length number at least this many waves of resident blocks.
+constexpr int64_t kDecodeStreamWaves = 8;
+
 // The longest chunk (keys) the plan may give a block of the kernel whose own limit is
-// max_chunk: at head dim 128, when the B·H caches are one an SM or more and hold 32K
-// keys or more, 2048. The wave model alone picks 2-8 splits there up to 128K keys
-// (chunks of 16K keys) and 34 at 256K, which measured slower than chunks of 4096 keys,
-// though the model does not say why: on an H200 at B = 16, H = 16 a cap of 4096 was
-// 0.2-1.7% faster from 32K to 256K keys (BENCHMARKS.md, "Thirtieth session", calls 3 and
-// 4, two rounds each). With 8K and 16K keys it was 0.4-1.6% slower, and at D = 64 slower
-// at 16K-64K keys (0.3-0.9%) and faster only at 128K (0.9%): the model's chunks stay
-// there. Chunks of 2048 keys against 4096, on two H100s ("Sixty-ninth session", calls 2
-// and 3, two rounds each): 1.0% faster at 32K keys, 0.2% at 128K, level at 64K and 256K.
-// Under this cap the model takes 16, 38, 71 and 128 splits from 32K to 256K keys; against
-// the 4096 cap's 8, 16, 36 and 72 on a third H100 ("Seventieth session", two rounds):
-// 1.0% faster at 32K, within 0.1% at 64K (slower), 128K and 256K (faster).
-inline int64_t decode_max_chunk(int64_t B, int64_t H, int64_t T, int D, int64_t sms, int64_t max_chunk) {
-  return D == 128 && B * H >= sms && T >= 32768 ? std::min<int64_t>(max_chunk, 2048) : max_chunk;
+// max_chunk, with tiles of `tile` keys and `resident` blocks at a time on the GPU: 8 tiles
+// (128 KB of K and as much V with 16 KB tiles) where chunks that short still make at least
+// 8 waves of resident blocks, else max_chunk. There the GPU reads at full bandwidth whatever the split, and
+// the wave model's long chunks (2-35 splits) lose to short ones: the last chunks still
+// streaming while SMs idle cost about a chunk, and the merge of many more partials (a few
+// hundred bytes each, through L2) much less. Measured on an H100 (BENCHMARKS.md,
+// "Seventy-fifth session", two rounds within 0.3%, 12 layers back to back, splits forced):
+// at B = 16, H = 12, D = 64 (tiles of 128 keys) chunks of 1024 keys were 1.5%, 3.0%, 2.8%
+// and 1.8% faster than the model's 2, 4, 8 and 35 splits at 32K, 64K, 128K and 256K keys
+// (1.8-3.9% for the best chunk, 256-1024 keys), at 16K and 8K keys (3072 and 1536 blocks
+// against 396 resident) 0.8% faster and level, and at 4K chunks of 512 keys 1.3% slower; at
+// B = 16, H = 16, D = 128 (tiles of 64 keys, 264 resident) chunks of 512 keys 0.9%, 1.7%,
+// 1.0%, 1.2% and 0.1% faster from 8K to 128K keys and 0.3% slower at 256K (against the
+// model's 2048); at B = 1, H = 16 2.3% and 0.8% faster at 256K and 128K keys, level at 64K
+// and 1.0% slower at 32K (1024 blocks). Half-tile chunks were 40% slower. The tensor-core
+// and bulk kernels only: the register kernel keeps its own limit.
+inline int64_t decode_max_chunk(int64_t B, int64_t H, int64_t T, int64_t tile, int64_t resident, int64_t max_chunk) {
+  const int64_t chunk = kDecodeStreamChunkTiles * tile;
+  const bool streams = B * H * ((T + chunk - 1) / chunk) >= kDecodeStreamWaves * std::max<int64_t>(1, resident);
+  return streams ? std::min(max_chunk, chunk) : max_chunk;
 }
 
 // The bulk kernel's tile (flash_decode.cu), in KB of K: 16 (and as much V) in two stages,

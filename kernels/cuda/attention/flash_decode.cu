@@ -44,8 +44,9 @@
 //
 // Split choice (plan_decode, decode_plan.h): the split count that a model of waves of
 // resident blocks says is cheapest, with chunks of whole tiles and at most
-// Variant::kMaxChunk keys, or 2048 at D = 128 with B·H >= the SMs and T >= 32K
-// (decode_max_chunk) (and, when B·H blocks already cover the SMs, a price for the merge);
+// Variant::kMaxChunk keys, or 8 tiles where the Hopper kernels' blocks at that length make
+// 8 waves or more (decode_max_chunk) (and, when B·H blocks already cover the SMs, a price
+// for the merge);
 // for the tensor-core kernel at most 8 splits (a cluster) where 8 chunks of at most 8K
 // keys cover the cache in one wave.
 #include <cuda_bf16.h>
@@ -667,8 +668,8 @@ struct Variant {
     const int64_t sms = device_sm_count();
     const bool cluster = kMma && decode_cluster_merge(std::getenv("FLASHGPT_DECODE_CLUSTER"));
     const int max_cluster = cluster ? kDecodeMaxClusterSplits : 0;
-    return plan_decode(a.B, a.H, a.T, Tr::kTile, decode_max_chunk(a.B, a.H, a.T, kD, sms, kMaxChunk), resident(), sms,
-                       want_splits, max_cluster);
+    const int64_t max_chunk = kBulk ? decode_max_chunk(a.B, a.H, a.T, Tr::kTile, resident(), kMaxChunk) : kMaxChunk;
+    return plan_decode(a.B, a.H, a.T, Tr::kTile, max_chunk, resident(), sms, want_splits, max_cluster);
   }
 };
 
