@@ -52,8 +52,8 @@ TEST(DecodePlan, ForcedSplits) {
 TEST(DecodePlan, TheSuiteShapesAsMeasured) {
   const int64_t lengths[] = {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144};
   const int want[2][2][9] = {
-      {{8, 16, 32, 32, 32, 32, 32, 32, 33}, {1, 1, 1, 2, 2, 32, 64, 128, 256}},      // D = 64: B = 1, 16
-      {{16, 16, 16, 16, 16, 16, 16, 256, 512}, {1, 1, 1, 16, 32, 64, 128, 256, 512}}};  // D = 128
+      {{8, 16, 32, 32, 32, 32, 32, 32, 33}, {1, 1, 1, 2, 2, 32, 64, 128, 128}},      // D = 64: B = 1, 16
+      {{16, 16, 16, 16, 16, 16, 16, 128, 147}, {1, 1, 1, 16, 32, 64, 128, 128, 128}}};  // D = 128
   for (int d = 0; d < 2; ++d)
     for (int b = 0; b < 2; ++b)
       for (int i = 0; i < 9; ++i)
@@ -76,7 +76,7 @@ TEST(DecodePlan, TheTileIs16KbUnlessAsked) {
 // where decode_max_chunk's chunks of 8 tiles (twice the keys of 16 KB tiles) make 8 waves.
 TEST(DecodePlan, TheBatch16ShapesWith32KbTiles) {
   const int64_t lengths[] = {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144};
-  const int want[2][9] = {{1, 1, 1, 1, 2, 2, 32, 64, 128}, {1, 1, 1, 1, 16, 32, 64, 128, 256}};  // D = 64, 128
+  const int want[2][9] = {{1, 1, 1, 1, 2, 2, 32, 64, 128}, {1, 1, 1, 1, 16, 32, 64, 128, 128}};  // D = 64, 128
   for (int d = 0; d < 2; ++d)
     for (int i = 0; i < 9; ++i)
       EXPECT_EQ(plan(16, lengths[i], d ? 128 : 64, 0, 32).splits, want[d][i]) << "T=" << lengths[i] << " D=" << (d ? 128 : 64);
@@ -84,16 +84,20 @@ TEST(DecodePlan, TheBatch16ShapesWith32KbTiles) {
 
 // Chunks of 8 tiles once they make 8 waves of resident blocks, from the first key past:
 // 192 pairs with tiles of 128 keys and 396 resident need 17 chunks of 1024 keys a pair
-// (3264 blocks, against 3168), 12 pairs 264 (3168).
+// (3264 blocks, against 3168), 12 pairs 264 (3168); longer chunks where 8 tiles would
+// make more than 128 splits.
 TEST(DecodePlan, TheStreamingChunkCap) {
   const int64_t resident = 3 * kSms;
   EXPECT_EQ(cuda::decode_max_chunk(16, 12, 16384, 128, resident, kMaxChunk), kMaxChunk);
   EXPECT_EQ(cuda::decode_max_chunk(16, 12, 16385, 128, resident, kMaxChunk), 1024);
   EXPECT_EQ(cuda::decode_max_chunk(1, 12, 263 * 1024, 128, resident, kMaxChunk), kMaxChunk);
-  EXPECT_EQ(cuda::decode_max_chunk(1, 12, 263 * 1024 + 1, 128, resident, kMaxChunk), 1024);
+  EXPECT_EQ(cuda::decode_max_chunk(1, 12, 263 * 1024 + 1, 128, resident, kMaxChunk), 2176);  // 17 tiles: 124 splits
   EXPECT_EQ(cuda::decode_max_chunk(16, 16, 32768, 64, 2 * kSms, kMaxChunk), 512);       // D = 128's tiles
   EXPECT_EQ(cuda::decode_max_chunk(16, 16, 262144, 64, 2 * kSms, 256), 256);            // a kernel's own lower limit
   EXPECT_EQ(cuda::decode_max_chunk(1, 1, 8 * 1024, 128, /*resident=*/0, kMaxChunk), 1024);  // at least one resident
+  EXPECT_EQ(cuda::decode_max_chunk(16, 12, 131072, 128, resident, kMaxChunk), 1024);      // 128 splits
+  EXPECT_EQ(cuda::decode_max_chunk(16, 12, 131073, 128, resident, kMaxChunk), 1152);      // 9 tiles, 114 splits
+  EXPECT_EQ(cuda::decode_max_chunk(16, 16, 262144, 64, 2 * kSms, kMaxChunk), 2048);
 }
 
 // Without the merge price batch 16 at D = 64 would split short caches in two (the old plan,

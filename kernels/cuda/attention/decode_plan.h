@@ -98,11 +98,14 @@ inline DecodePlan plan_decode(int64_t B, int64_t H, int64_t T, int64_t tile, int
 constexpr int64_t kDecodeStreamChunkTiles = 8;
 // ... once the blocks at that length number at least this many waves of resident blocks.
 constexpr int64_t kDecodeStreamWaves = 8;
+// ... or T / this many keys where that is longer (decode_max_chunk).
+constexpr int64_t kDecodeStreamMaxSplits = 128;
 
 // The longest chunk (keys) the plan may give a block of the kernel whose own limit is
 // max_chunk, with tiles of `tile` keys and `resident` blocks at a time on the GPU: 8 tiles
 // (128 KB of K and as much V with 16 KB tiles) where chunks that short still make at least
-// 8 waves of resident blocks, else max_chunk. There the GPU reads at full bandwidth whatever the split, and
+// 8 waves of resident blocks (but never shorter than T / 128 keys, whole tiles), else
+// max_chunk. There the GPU reads at full bandwidth whatever the split, and
 // the wave model's long chunks (2-35 splits) lose to short ones: the last chunks still
 // streaming while SMs idle cost about a chunk, and the merge of many more partials (a few
 // hundred bytes each, through L2) much less. Measured on an H100 (BENCHMARKS.md,
@@ -114,12 +117,17 @@ constexpr int64_t kDecodeStreamWaves = 8;
 // B = 16, H = 16, D = 128 (tiles of 64 keys, 264 resident) chunks of 512 keys 0.9%, 1.7%,
 // 1.0%, 1.2% and 0.1% faster from 8K to 128K keys and 0.3% slower at 256K (against the
 // model's 2048); at B = 1, H = 16 2.3% and 0.8% faster at 256K and 128K keys, level at 64K
-// and 1.0% slower at 32K (1024 blocks). Half-tile chunks were 40% slower. The tensor-core
-// and bulk kernels only: the register kernel keeps its own limit.
+// and 1.0% slower at 32K (1024 blocks). Half-tile chunks were 40% slower. On a second H100
+// (same session, call 3, two rounds) more than 128 splits of 256 pairs at D = 128 were
+// 0.5-4% slower (256 and 512 splits at 64K-256K keys), where 64 or 128 were level with the
+// model or 0.3% faster; hence the floor of T / 128 keys. The tensor-core and bulk kernels
+// only: the register kernel keeps its own limit.
 inline int64_t decode_max_chunk(int64_t B, int64_t H, int64_t T, int64_t tile, int64_t resident, int64_t max_chunk) {
+  auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   const int64_t chunk = kDecodeStreamChunkTiles * tile;
-  const bool streams = B * H * ((T + chunk - 1) / chunk) >= kDecodeStreamWaves * std::max<int64_t>(1, resident);
-  return streams ? std::min(max_chunk, chunk) : max_chunk;
+  const bool streams = B * H * ceil_div(T, chunk) >= kDecodeStreamWaves * std::max<int64_t>(1, resident);
+  const int64_t fewest = ceil_div(ceil_div(T, kDecodeStreamMaxSplits), tile) * tile;  // at most 128 splits
+  return streams ? std::min(max_chunk, std::max(chunk, fewest)) : max_chunk;
 }
 
 // The bulk kernel's tile (flash_decode.cu), in KB of K: 16 (and as much V) in two stages,
