@@ -126,7 +126,7 @@ inline int64_t decode_max_chunk(int64_t B, int64_t H, int64_t T, int64_t tile, i
   auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   const int64_t chunk = kDecodeStreamChunkTiles * tile;
   const bool streams = B * H * ceil_div(T, chunk) >= kDecodeStreamWaves * std::max<int64_t>(1, resident);
-  const int64_t fewest = ceil_div(ceil_div(T, kDecodeStreamMaxSplits), tile) * tile;  // at most 128 splits
+  const int64_t fewest = ceil_div(ceil_div(T, kDecodeStreamMaxSplits), tile) * tile;  // T / 128, whole tiles
   return streams ? std::min(max_chunk, std::max(chunk, fewest)) : max_chunk;
 }
 
