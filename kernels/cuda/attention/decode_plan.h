@@ -109,7 +109,8 @@ constexpr int64_t kDecodeStreamMaxSplits = 128;
 // the wave model's long chunks (2-35 splits) lose to short ones: the last chunks still
 // streaming while SMs idle cost about a chunk, and the merge of many more partials (a few
 // hundred bytes each, through L2) much less. Measured on an H100 (BENCHMARKS.md,
-// "Seventy-fifth session", two rounds within 0.3%, 12 layers back to back, splits forced):
+// "Seventy-fifth session", calls 3 and 4, two rounds each within 0.3%, 12 layers back to
+// back, splits forced):
 // at B = 16, H = 12, D = 64 (tiles of 128 keys) chunks of 1024 keys were 1.5%, 3.0%, 2.8%
 // and 1.8% faster than the model's 2, 4, 8 and 35 splits at 32K, 64K, 128K and 256K keys
 // (1.8-3.9% for the best chunk, 256-1024 keys), at 16K and 8K keys (3072 and 1536 blocks
@@ -117,9 +118,10 @@ constexpr int64_t kDecodeStreamMaxSplits = 128;
 // B = 16, H = 16, D = 128 (tiles of 64 keys, 264 resident) chunks of 512 keys 0.9%, 1.7%,
 // 1.0%, 1.2% and 0.1% faster from 8K to 128K keys and 0.3% slower at 256K (against the
 // model's 2048); at B = 1, H = 16 2.3% and 0.8% faster at 256K and 128K keys, level at 64K
-// and 1.0% slower at 32K (1024 blocks). Half-tile chunks were 40% slower. On a second H100
-// (same session, call 3, two rounds) more than 128 splits of 256 pairs at D = 128 were
-// 0.5-4% slower (256 and 512 splits at 64K-256K keys), where 64 or 128 were level with the
+// and 1.0% slower at 32K (1024 blocks). Chunks of half a tile (D = 64) took 1.7 times as
+// long, of one tile at D = 128 1.4 times. On a second H100
+// (same session, call 6, two rounds) more than 128 splits of 256 pairs at D = 128 were
+// 0.5-4.3% slower (256 and 512 splits at 64K-256K keys), where 64 or 128 were level with the
 // model or 0.3% faster; hence the floor of T / 128 keys. The tensor-core and bulk kernels
 // only: the register kernel keeps its own limit.
 inline int64_t decode_max_chunk(int64_t B, int64_t H, int64_t T, int64_t tile, int64_t resident, int64_t max_chunk) {
