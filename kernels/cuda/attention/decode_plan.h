@@ -105,13 +105,12 @@ constexpr int64_t kDecodeStreamMaxSplits = 128;
 // max_chunk, with tiles of `tile` keys and `resident` blocks at a time on the GPU: 8 tiles
 // (128 KB of K and as much V with 16 KB tiles) where chunks that short still make at least
 // 8 waves of resident blocks (but never shorter than T / 128 keys, whole tiles), else
-// max_chunk. There the GPU reads at full bandwidth whatever the split, and
-// the wave model's long chunks (2-35 splits) lose to short ones: the last chunks still
-// streaming while SMs idle cost about a chunk, and the merge of many more partials (a few
-// hundred bytes each, through L2) much less. Measured on an H100 (BENCHMARKS.md,
-// "Seventy-fifth session", calls 3 and 4, two rounds each within 0.3%, 12 layers back to
-// back, splits forced):
-// at B = 16, H = 12, D = 64 (tiles of 128 keys) chunks of 1024 keys were 1.5%, 3.0%, 2.8%
+// max_chunk. There the GPU reads at full bandwidth whatever the split, and the wave
+// model's long chunks (2-35 splits) lose to short ones: the last chunks still streaming
+// while SMs idle cost about a chunk, and the merge of many more partials (a few hundred
+// bytes each, through L2) much less. Measured on an H100 (BENCHMARKS.md, "Seventy-fifth
+// session", calls 3 and 4, two rounds each within 0.3%, 12 layers back to back, splits
+// forced): at B = 16, H = 12, D = 64 (tiles of 128 keys) chunks of 1024 keys were 1.5%, 3.0%, 2.8%
 // and 1.8% faster than the model's 2, 4, 8 and 35 splits at 32K, 64K, 128K and 256K keys
 // (1.8-3.9% for the best chunk, 256-1024 keys), at 16K and 8K keys (3072 and 1536 blocks
 // against 396 resident) 0.8% faster and level, and at 4K chunks of 512 keys 1.3% slower; at
@@ -119,10 +118,10 @@ constexpr int64_t kDecodeStreamMaxSplits = 128;
 // 1.0%, 1.2% and 0.1% faster from 8K to 128K keys and 0.3% slower at 256K (against the
 // model's 2048); at B = 1, H = 16 2.3% and 0.8% faster at 256K and 128K keys, level at 64K
 // and 1.0% slower at 32K (1024 blocks). Chunks of half a tile (D = 64) took 1.7 times as
-// long, of one tile at D = 128 1.4 times. On a second H100
-// (same session, call 6, two rounds) more than 128 splits of 256 pairs at D = 128 were
-// 0.5-4.3% slower (256 and 512 splits at 64K-256K keys), where 64 or 128 were level with the
-// model or 0.3% faster; hence the floor of T / 128 keys. The tensor-core and bulk kernels
+// long, of one tile at D = 128 1.4 times. On a second H100 (same session, call 6, two
+// rounds) more than 128 splits of 256 pairs at D = 128 were 0.5-4.3% slower (256 and 512
+// splits at 64K-256K keys), where 64 or 128 were level with the model or 0.3% faster;
+// hence the floor of T / 128 keys. The tensor-core and bulk kernels
 // only: the register kernel keeps its own limit.
 inline int64_t decode_max_chunk(int64_t B, int64_t H, int64_t T, int64_t tile, int64_t resident, int64_t max_chunk) {
   auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };

@@ -44,9 +44,9 @@
 //
 // Split choice (plan_decode, decode_plan.h): the split count that a model of waves of
 // resident blocks says is cheapest, with chunks of whole tiles and at most
-// Variant::kMaxChunk keys, or 8 tiles where the Hopper kernels' blocks at that length make
-// 8 waves or more (decode_max_chunk) (and, when B·H blocks already cover the SMs, a price
-// for the merge);
+// Variant::kMaxChunk keys, or 8 tiles (T / 128 keys where longer) where the Hopper
+// kernels' blocks at 8 tiles make 8 waves or more (decode_max_chunk) (and, when B·H blocks
+// already cover the SMs, a price for the merge);
 // for the tensor-core kernel at most 8 splits (a cluster) where 8 chunks of at most 8K
 // keys cover the cache in one wave.
 #include <cuda_bf16.h>
