@@ -16,19 +16,42 @@
 
 namespace flashgpt {
 
-// The message of an InputError is one line (the program prints it as "error: ..."):
-// control characters that quoted input brings into it (a YAML scalar "a\nb", a file
-// name) are written as escapes.
+// The length of the well-formed UTF-8 sequence at s[i] (the Unicode standard's table
+// 3-7: no overlong forms, no surrogates, nothing past U+10FFFF), or 0 if none starts there.
+inline size_t utf8_sequence_length(const std::string& s, size_t i) {
+  auto byte = [&](size_t k) { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0u; };
+  auto in = [](unsigned v, unsigned lo, unsigned hi) { return v >= lo && v <= hi; };
+  const unsigned c = byte(0);
+  if (c < 0x80) return 1;
+  if (in(c, 0xc2, 0xdf)) return in(byte(1), 0x80, 0xbf) ? 2 : 0;
+  if (in(c, 0xe0, 0xef)) {
+    const unsigned lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+    return in(byte(1), lo, hi) && in(byte(2), 0x80, 0xbf) ? 3 : 0;
+  }
+  if (in(c, 0xf0, 0xf4)) {
+    const unsigned lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+    return in(byte(1), lo, hi) && in(byte(2), 0x80, 0xbf) && in(byte(3), 0x80, 0xbf) ? 4 : 0;
+  }
+  return 0;
+}
+
+// The message of an InputError is one line of UTF-8 (the program prints it as
+// "error: ..."): control characters that quoted input brings into it (a YAML scalar
+// "a\nb", a file name) and bytes of it that are not UTF-8 (a corrupt file's header, which a
+// JSON parser's message quotes) are written as escapes.
 inline std::string one_line(const std::string& s) {
   std::string out;
-  for (unsigned char c : s) {
-    if (c == '\n') out += "\\n";
+  const char* hex = "0123456789abcdef";
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const size_t n = utf8_sequence_length(s, i);
+    if (n > 1) out.append(s, i, n);
+    else if (c == '\n') out += "\\n";
     else if (c == '\t') out += "\\t";
     else if (c == '\r') out += "\\r";
-    else if (c < 0x20 || c == 0x7f) {
-      const char* hex = "0123456789abcdef";
-      out += {'\\', 'x', hex[c >> 4], hex[c & 15]};
-    } else out += char(c);
+    else if (n == 0 || c < 0x20 || c == 0x7f) out += {'\\', 'x', hex[c >> 4], hex[c & 15]};
+    else out += char(c);
+    i += n > 1 ? n : 1;
   }
   return out;
 }

@@ -106,6 +106,26 @@ template <class F> Outcome attempt(F&& f) {
   }
 }
 
+// Whether s is well-formed UTF-8 (the Unicode standard's table 3-7: no overlong forms,
+// no surrogates, nothing past U+10FFFF), by the code point each sequence decodes to.
+bool is_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const int n = c < 0x80 ? 0 : (c & 0xe0) == 0xc0 ? 1 : (c & 0xf0) == 0xe0 ? 2 : (c & 0xf8) == 0xf0 ? 3 : -1;
+    if (n < 0 || i + size_t(n) >= s.size()) return false;  // a lead byte that is none, or cut short
+    uint32_t cp = n == 0 ? c : c & (0x3f >> n);
+    for (int k = 1; k <= n; ++k) {
+      const unsigned char d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xc0) != 0x80) return false;
+      cp = cp << 6 | (d & 0x3f);
+    }
+    const uint32_t least[4] = {0, 0x80, 0x800, 0x10000};
+    if (cp < least[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += size_t(n) + 1;
+  }
+  return true;
+}
+
 // The property of every target. Returns whether it held (the caller stops early on the
 // first failure: one input to reproduce is enough).
 bool expect_ok_or_input_error(const Outcome& o, const std::string& input) {
@@ -115,6 +135,12 @@ bool expect_ok_or_input_error(const Outcome& o, const std::string& input) {
   }
   if (o.kind == Outcome::rejected && (o.message.empty() || o.message.find('\n') != std::string::npos)) {
     ADD_FAILURE() << "InputError message is not one line: '" << show(o.message) << "'\n  input: " << show(input);
+    return false;
+  }
+  // The message reaches a terminal (and JSON, where a caller logs it): raw bytes of the
+  // input that are not UTF-8 must come escaped.
+  if (o.kind == Outcome::rejected && !is_utf8(o.message)) {
+    ADD_FAILURE() << "InputError message is not UTF-8: '" << show(o.message) << "'\n  input: " << show(input);
     return false;
   }
   return true;
@@ -1043,6 +1069,39 @@ TEST(FuzzRegression, InputErrorMessagesAreOneLine) {
   spit(scratch.path / "c.yaml", yaml);
   expect_binary_rejects("train -c " + scratch.file("c.yaml"), scratch.path,
                         "config key 'train.beta2': expected a number, got '0.9\\n5'", yaml);
+}
+
+// A corrupt safetensors header's bytes reached the message raw (the JSON parser quotes
+// what it last read), and the terminal got bytes that are not UTF-8. One byte of a
+// sequence that is not well-formed is escaped; well-formed ones at the table's edges stay.
+TEST(FuzzRegression, InputErrorMessagesAreUtf8) {
+  const std::string kept = "a \xc2\x80 \xdf\xbf \xe0\xa0\x80 \xed\x9f\xbf \xee\x80\x80 \xf0\x90\x80\x80 \xf4\x8f\xbf\xbf";
+  EXPECT_EQ(InputError(kept).what(), kept);
+  const std::pair<const char*, const char*> escaped[] = {
+      {"\xc0\x80", "\\xc0\\x80"},                  // an overlong NUL
+      {"\xe0\x9f\xbf", "\\xe0\\x9f\\xbf"},          // an overlong three-byte form
+      {"\xed\xa0\x80", "\\xed\\xa0\\x80"},          // a surrogate
+      {"\xf4\x90\x80\x80", "\\xf4\\x90\\x80\\x80"},  // past U+10FFFF
+      {"\xf5\x80", "\\xf5\\x80"},                  // no lead byte
+      {"a\xe2\x82" "b", "a\\xe2\\x82b"},             // cut short
+      {"\x80\xc3\xa9", "\\x80\xc3\xa9"},             // a lone continuation byte, then U+00E9
+      {"\xff\xfe", "\\xff\\xfe"}};
+  for (const auto& [raw, shown] : escaped) {
+    EXPECT_EQ(std::string(InputError(raw).what()), shown) << show(raw);
+    EXPECT_TRUE(is_utf8(InputError(raw).what())) << show(raw);
+  }
+  // Through `flashgpt import`: a byte of a key ("dtype") in the header made 0xff.
+  HfFixture f;
+  std::map<std::string, std::string> files = f.dirs[0];
+  Packed st = Packed::split(files.at("model.safetensors"), 0);
+  st.header[st.header.find("\"dtype\"") + 2] = '\xff';
+  files["model.safetensors"] = st.join();
+  const std::string dir = f.write(files), out = f.scratch.file("out");
+  const std::string message = input_error_of([&] { import_hf({dir, out}); });
+  EXPECT_NE(message.find("\"d\\xff"), std::string::npos) << show(message);
+  EXPECT_TRUE(is_utf8(message)) << show(message);
+  fs::remove_all(out);
+  expect_binary_rejects("import " + dir + " --out " + out, f.scratch.path, message, message);
 }
 
 // A key that is a mapping ("? {a: 1}") threw yaml-cpp's bad conversion (exit 1).
