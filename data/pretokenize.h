@@ -16,18 +16,11 @@
 #include <cstdint>
 #include <string_view>
 
+#include "src/utf8.h"  // decode_utf8
+
 namespace flashgpt {
 
 enum class CharClass : uint8_t { letter, number, space, other };
-
-// Decodes the UTF-8 character at text[pos] (pos < size): its code point (or
-// kInvalidCodePoint for an invalid byte) and its length in bytes (1 for an invalid byte).
-constexpr uint32_t kInvalidCodePoint = 0xFFFFFFFFu;
-struct Utf8Char {
-  uint32_t code_point;
-  uint32_t length;
-};
-Utf8Char decode_utf8(std::string_view text, size_t pos);
 
 CharClass char_class(uint32_t code_point);
 

@@ -14,26 +14,9 @@
 #include <system_error>
 #include <sstream>
 
-namespace flashgpt {
+#include "src/utf8.h"
 
-// The length of the well-formed UTF-8 sequence at s[i] (the Unicode standard's table
-// 3-7: no overlong forms, no surrogates, nothing past U+10FFFF), or 0 if none starts there.
-inline size_t utf8_sequence_length(const std::string& s, size_t i) {
-  auto byte = [&](size_t k) { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0u; };
-  auto in = [](unsigned v, unsigned lo, unsigned hi) { return v >= lo && v <= hi; };
-  const unsigned c = byte(0);
-  if (c < 0x80) return 1;
-  if (in(c, 0xc2, 0xdf)) return in(byte(1), 0x80, 0xbf) ? 2 : 0;
-  if (in(c, 0xe0, 0xef)) {
-    const unsigned lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
-    return in(byte(1), lo, hi) && in(byte(2), 0x80, 0xbf) ? 3 : 0;
-  }
-  if (in(c, 0xf0, 0xf4)) {
-    const unsigned lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
-    return in(byte(1), lo, hi) && in(byte(2), 0x80, 0xbf) && in(byte(3), 0x80, 0xbf) ? 4 : 0;
-  }
-  return 0;
-}
+namespace flashgpt {
 
 // The message of an InputError is one line of UTF-8 (the program prints it as
 // "error: ..."): control characters that quoted input brings into it (a YAML scalar
@@ -44,14 +27,14 @@ inline std::string one_line(const std::string& s) {
   const char* hex = "0123456789abcdef";
   for (size_t i = 0; i < s.size();) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
-    const size_t n = utf8_sequence_length(s, i);
-    if (n > 1) out.append(s, i, n);
+    const Utf8Char u = decode_utf8(s, i);
+    if (u.length > 1) out.append(s, i, u.length);
     else if (c == '\n') out += "\\n";
     else if (c == '\t') out += "\\t";
     else if (c == '\r') out += "\\r";
-    else if (n == 0 || c < 0x20 || c == 0x7f) out += {'\\', 'x', hex[c >> 4], hex[c & 15]};
+    else if (u.code_point == kInvalidCodePoint || c < 0x20 || c == 0x7f) out += {'\\', 'x', hex[c >> 4], hex[c & 15]};
     else out += char(c);
-    i += n > 1 ? n : 1;
+    i += u.length;
   }
   return out;
 }
