@@ -1093,6 +1093,25 @@ TEST(FuzzRegression, InputErrorMessagesAreUtf8) {
   expect_binary_rejects("import " + dir + " --out " + out, f.scratch.path, message, message);
 }
 
+// CLI11's own parse errors quoted the argument raw: a newline in it split the message
+// and a byte that is not UTF-8 reached the terminal as it was.
+TEST(FuzzRegression, CommandLineErrorsAreOneLineOfUtf8) {
+  test::ScratchDir scratch("flashgpt_fuzz_cli_");
+  for (const std::string& args : {std::string("train --bogus 'a\nb\xff'"), std::string("eval x --seq-len 'a\tb\xfe'"),
+                                  std::string("sample")}) {
+    auto [status, err] = run_binary(args, scratch.path);
+    EXPECT_EQ(status, 2) << args;
+    EXPECT_TRUE(is_utf8(err)) << show(err);
+    const std::string hint = "\nRun with --help or --help-all for more information.\n";
+    ASSERT_GT(err.size(), hint.size()) << show(err);
+    EXPECT_EQ(err.rfind("error: ", 0), 0u) << show(err);
+    EXPECT_EQ(err.substr(err.size() - hint.size()), hint) << show(err);
+    EXPECT_EQ(err.find('\n'), err.size() - hint.size()) << "the message is not one line: " << show(err);
+  }
+  EXPECT_NE(run_binary("train --bogus 'a\nb\xff'", scratch.path).second.find("a\\nb\\xff"), std::string::npos);
+  EXPECT_NE(run_binary("eval x --seq-len 'a\tb\xfe'", scratch.path).second.find("a\\tb\\xfe"), std::string::npos);
+}
+
 // A key that is a mapping ("? {a: 1}") threw yaml-cpp's bad conversion (exit 1).
 TEST(FuzzRegression, ConfigKeysAreNamesAndSectionsAreMappings) {
   EXPECT_EQ(config_error("? {a: 1}\n: 2\n"), "config: a key is a mapping, not a name");
