@@ -40,7 +40,6 @@ struct AsciiClasses {
 };
 const AsciiClasses kAscii;
 
-
 // The contractions 's 't 're 've 'm 'll 'd (lower case only, as in GPT-2): their
 // length, or 0. `pos` is at the apostrophe.
 size_t contraction_length(std::string_view text, size_t pos) {

@@ -109,8 +109,11 @@ template <class F> Outcome attempt(F&& f) {
 // Whether s is well-formed UTF-8 (no byte that decode_utf8, the tokenizer's decoder,
 // finds invalid: overlong forms, surrogates and code points past U+10FFFF included).
 bool is_utf8(const std::string& s) {
-  for (size_t i = 0; i < s.size(); i += decode_utf8(s, i).length)
-    if (decode_utf8(s, i).code_point == kInvalidCodePoint) return false;
+  for (size_t i = 0; i < s.size();) {
+    const Utf8Char u = decode_utf8(s, i);
+    if (u.code_point == kInvalidCodePoint) return false;
+    i += u.length;
+  }
   return true;
 }
 
