@@ -13,10 +13,12 @@
 #   the tests then run that directory's flashgpt (FLASHGPT_TEST_BINARY) rather than the
 #   path compiled into them, and read configs/ and tests/golden/ from the source path they
 #   were built in, so build them in a checkout at the same path as this one.
-#   FLASHGPT_TEST_SHARDS=N (default 1): N test processes share the GPU (gtest sharding),
-#   since most of the suite's time is its CPU references; the tests that measure the
-#   device's free memory (CudaMemory.*) or need tens of GiB of it (CudaInt64.*) then run
-#   alone, after the shards. (CudaInt64's layernorm and attention tests failed beside
+#   FLASHGPT_TEST_SHARDS=N (default 1): N test processes share the GPU, since most of the
+#   suite's time is its CPU references: each process runs one test and the next free slot
+#   takes the next test of the list, so a few long tests cannot pile up in one process
+#   (OMP_NUM_THREADS, unless set, is the cores divided among the N); the tests that
+#   measure the device's free memory (CudaMemory.*) or need tens of GiB of it
+#   (CudaInt64.*) then run alone, after the others. (CudaInt64's layernorm and attention tests failed beside
 #   three other shards in two runs on an H200, data near a 4 GiB multiple of a tensor
 #   differing, and passed alone, and beside a 60 GiB matmul process: BENCHMARKS.md,
 #   fourteenth and fifteenth sessions.)
@@ -57,35 +59,42 @@ if [[ $shards == 1 ]]; then
   timeout "$limit" "$build/flashgpt_tests" --gtest_filter="$filter" --gtest_color=no 2>&1 | tee "$out/all.log"
   rc=${PIPESTATUS[0]}
 else
-  # The memory-measuring and memory-hungry tests leave the shards: a gtest filter's
-  # negative part follows its first '-'.
+  # Every selected test, one per line (gtest's list: suite lines end in '.', test lines are
+  # indented); the memory-measuring and memory-hungry ones (the suites of $serial, as an
+  # extended regex) wait until the others are done.
   serial='CudaMemory.*:CudaInt64.*'
-  if [[ "$filter" == *-* ]]; then sharded="$filter:$serial"; else sharded="$filter-$serial"; fi
-  pids=()
-  for ((i = 0; i < shards; ++i)); do
-    run_tests "$sharded" "$out/shard$i.log" GTEST_TOTAL_SHARDS="$shards" GTEST_SHARD_INDEX="$i" &
-    pids+=($!)
-  done
-  rc=0
-  for ((i = 0; i < shards; ++i)); do
-    wait "${pids[$i]}"; r=$?
-    cat "$out/shard$i.log"
-    [[ $r == 0 ]] || rc=$r
-  done
-  # The serial part, alone on the GPU: those of them the caller's filter selects
-  # (gtest's list: suite lines end in '.', test lines are indented; the suites of
-  # $serial as an extended regex).
   suites=${serial//.\*/}
-  alone=$("$build/flashgpt_tests" --gtest_filter="$filter" --gtest_list_tests |
-          awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }' | grep -E "^(${suites//:/|})\." | paste -sd: -)
+  "$build/flashgpt_tests" --gtest_filter="$filter" --gtest_list_tests |
+    awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }' > "$out/tests.txt"
+  grep -vE "^(${suites//:/|})\." "$out/tests.txt" > "$out/queue.txt" || true
+  alone=$(grep -E "^(${suites//:/|})\." "$out/tests.txt" | paste -sd: - || true)
+  # A work queue: $shards processes at a time, one test each, its output in its own log
+  # (numbered in list order); the whole queue is killed after $limit s.
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / shards > 0 ? $(nproc) / shards : 1 ))}
+  export build limit out
+  one_test() {  # INDEX TEST: a failure (a crash too) says so in the log and returns 1
+    local log; log=$out/test$(printf %04d "$1").log
+    "$build/flashgpt_tests" --gtest_filter="$2" --gtest_color=no > "$log" 2>&1 && return 0
+    echo "test_gpu.sh: $2 exited with status $?" >> "$log"  # (1: a test failed, more: it crashed)
+    return 1
+  }
+  export -f one_test
+  nl -ba -w1 -s' ' "$out/queue.txt" |
+    timeout "$limit" xargs -r -P "$shards" -L1 bash -c 'one_test "$@"' _
+  rc=$?
+  [[ $rc == 123 ]] && rc=1  # xargs: some test returned 1
+  cat "$out"/test*.log 2>/dev/null
   if [[ -n "$alone" ]]; then
     run_tests "$alone" "$out/serial.log"; r=$?
     cat "$out/serial.log"
     [[ $r == 0 ]] || rc=$r
   fi
-  echo "test_gpu.sh: $shards shards, then ${alone:-no test} alone"
+  echo "test_gpu.sh: $(wc -l < "$out/queue.txt") tests, $shards at a time, then ${alone:-no test} alone"
 fi
 if [[ $rc == 124 ]]; then echo "test_gpu.sh: the suite ran past $limit s and was killed" >&2; fi
+count() { cat "$out"/*.log | grep -c "$1"; }  # lines of the logs that match
+echo "test_gpu.sh: $(count '^\[       OK \]') passed, $(count '^\[  SKIPPED \] .* ([0-9]* ms)$') skipped," \
+  "$(( $(count '^\[  FAILED  \] .* ([0-9]* ms)$') + $(count 'exited with status \([02-9]\|[0-9][0-9][0-9]*\)$') )) failed"
 set -e
 if grep -qh '^\[  SKIPPED \]' "$out"/*.log && grep -qh 'no CUDA GPU visible' "$out"/*.log; then
   echo "test_gpu.sh: CUDA tests skipped although a GPU was expected" >&2
