@@ -15,11 +15,10 @@
 #   were built in, so build them in a checkout at the same path as this one.
 #   FLASHGPT_TEST_SHARDS=N (default 1): N test processes share the GPU, since most of the
 #   suite's time is its CPU references: each process runs one test and the next free slot
-#   takes the next test of the list, so a few long tests cannot pile up in one process
-#   (OMP_NUM_THREADS, unless set, is the cores divided among the N); the tests that
-#   measure the device's free memory (CudaMemory.*) or need tens of GiB of it
-#   (CudaInt64.*) then run alone, after the others. (CudaInt64's layernorm and attention tests failed beside
-#   three other shards in two runs on an H200, data near a 4 GiB multiple of a tensor
+#   takes the next test of the list, so a few long tests cannot pile up in one process;
+#   the tests that measure the device's free memory (CudaMemory.*) or need tens of GiB of
+#   it (CudaInt64.*) then run alone, after the others. (CudaInt64's layernorm and
+#   attention tests failed beside three other shards in two runs on an H200, data near a 4 GiB multiple of a tensor
 #   differing, and passed alone, and beside a 60 GiB matmul process: BENCHMARKS.md,
 #   fourteenth and fifteenth sessions.)
 set -euo pipefail
@@ -70,7 +69,6 @@ else
   alone=$(grep -E "^(${suites//:/|})\." "$out/tests.txt" | paste -sd: - || true)
   # A work queue: $shards processes at a time, one test each, its output in its own log
   # (numbered in list order); the whole queue is killed after $limit s.
-  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / shards > 0 ? $(nproc) / shards : 1 ))}
   export build limit out
   one_test() {  # INDEX TEST: a failure (a crash too) says so in the log and returns 1
     local log; log=$out/test$(printf %04d "$1").log
