@@ -18,9 +18,9 @@
 #   takes the next test of the list, so a few long tests cannot pile up in one process;
 #   the tests that measure the device's free memory (CudaMemory.*) or need tens of GiB of
 #   it (CudaInt64.*) then run alone, after the others. (CudaInt64's layernorm and
-#   attention tests failed beside three other shards in two runs on an H200, data near a 4 GiB multiple of a tensor
-#   differing, and passed alone, and beside a 60 GiB matmul process: BENCHMARKS.md,
-#   fourteenth and fifteenth sessions.)
+#   attention tests failed beside three other shards in two runs on an H200, data near a
+#   4 GiB multiple of a tensor differing, and passed alone, and beside a 60 GiB matmul
+#   process: BENCHMARKS.md, fourteenth and fifteenth sessions.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 filter=${FLASHGPT_TEST_FILTER:-'*Cuda*'}
