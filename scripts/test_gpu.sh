@@ -48,10 +48,12 @@ shards=${FLASHGPT_TEST_SHARDS:-1}
 [[ "$shards" =~ ^[1-9][0-9]*$ ]] || { echo "test_gpu.sh: FLASHGPT_TEST_SHARDS must be a positive integer, got '$shards'" >&2; exit 3; }
 limit=${FLASHGPT_TEST_TIMEOUT:-900}
 out=$(mktemp -d)
-run_tests() {  # FILTER LOG [VAR=VALUE...]: one test process, its output into LOG
-  local f=$1 log=$2
-  shift 2
-  env "$@" timeout "$limit" "$build/flashgpt_tests" --gtest_filter="$f" --gtest_color=no > "$log" 2>&1
+run_tests() {  # FILTER LOG: one test process, its output into LOG; a failing or crashing
+  # process says so there (status 1: a test failed; more: it crashed or was killed)
+  timeout "$limit" "$build/flashgpt_tests" --gtest_filter="$1" --gtest_color=no > "$2" 2>&1 && return 0
+  local r=$?
+  echo "test_gpu.sh: $1 exited with status $r" >> "$2"
+  return "$r"
 }
 set +e
 if [[ $shards == 1 ]]; then
@@ -70,17 +72,11 @@ else
   # A work queue: $shards processes at a time, one test each, its output in its own log
   # (numbered in list order); the whole queue is killed after $limit s.
   export build limit out
-  one_test() {  # INDEX TEST: a failure (a crash too) says so in the log and returns 1
-    local log; log=$out/test$(printf %04d "$1").log
-    "$build/flashgpt_tests" --gtest_filter="$2" --gtest_color=no > "$log" 2>&1 && return 0
-    echo "test_gpu.sh: $2 exited with status $?" >> "$log"  # (1: a test failed, more: it crashed)
-    return 1
-  }
-  export -f one_test
+  export -f run_tests
   nl -ba -w1 -s' ' "$out/queue.txt" |
-    timeout "$limit" xargs -r -P "$shards" -L1 bash -c 'one_test "$@"' _
+    timeout "$limit" xargs -r -P "$shards" -L1 bash -c 'run_tests "$2" "$out/test$(printf %04d "$1").log" || exit 1' _
   rc=$?
-  [[ $rc == 123 ]] && rc=1  # xargs: some test returned 1
+  [[ $rc == 123 ]] && rc=1  # xargs: some test process failed
   cat "$out"/test*.log 2>/dev/null
   if [[ -n "$alone" ]]; then
     run_tests "$alone" "$out/serial.log"; r=$?
